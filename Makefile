@@ -1,0 +1,35 @@
+# gpuop: every command a user or CI needs. `make test` is what CI runs.
+SHELL := /bin/bash
+VENV := .venv
+LAB ?= gpuop-lab
+PYTEST_ARGS ?=
+
+.PHONY: setup lab-up lab-down lab-status test unit run bench
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+lab-up:
+	lab/lab.sh up $(LAB)
+
+lab-down:
+	lab/lab.sh down $(LAB)
+
+lab-status:
+	lab/lab.sh status $(LAB)
+
+unit: setup
+	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
+
+test: setup lab-up
+	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
+
+run: setup lab-up
+	$(VENV)/bin/pyinfra inventory.py deploy.py -y
+
+bench: setup lab-up
+	$(VENV)/bin/python bench/lab_start.py

@@ -1,0 +1,1 @@
+"""Custom pyinfra facts: questions asked on the target about what is live."""

@@ -1,0 +1,40 @@
+"""Facts about the live Kubernetes cluster the target's kubectl reaches."""
+
+import json
+import shlex
+
+from pyinfra.api import FactBase
+
+
+def kubectl(context: str, *args) -> str:
+    """A kubectl command line, pinned to a kubeconfig context when one is given.
+
+        kubectl("kwok-gpuop-lab", "get", "nodes") -> "kubectl --context kwok-gpuop-lab get nodes"
+    """
+    pinned = ("--context", context) if context else ()
+    return shlex.join(("kubectl", *pinned, *args))
+
+
+class KubeObjects(FactBase):
+    """
+    Live objects of one resource type as kubectl returns them: a list of plain dicts to query
+    with jmespath, empty when there is none.
+
+    .. code:: python
+
+        host.get_fact(KubeObjects, resource="pods", namespace="gpu-lab")
+        [{"kind": "Pod", "metadata": {"name": "cuda-probe", ...}, "status": {...}}]
+        host.get_fact(KubeObjects, resource="runtimeclass/nvidia", context="kwok-gpuop-lab")
+    """
+
+    @staticmethod
+    def default():
+        return []
+
+    def command(self, resource, namespace=None, context=""):
+        args = ["get", resource] + (["--namespace", namespace] if namespace else [])
+        return kubectl(context, *args, "--output", "json", "--ignore-not-found")
+
+    def process(self, output):
+        doc = json.loads("\n".join(output))
+        return doc["items"] if "items" in doc else [doc]

@@ -1,0 +1,148 @@
+"""Reading live Kubernetes objects (plain dicts from ``kubectl -o json``) with jmespath."""
+
+import jmespath
+from kubernetes.utils import parse_quantity
+
+from .scheduling import blocker, pod_scheduled
+
+GPU = "nvidia.com/gpu"
+
+
+def advertised(node: dict, resource: str = GPU) -> dict:
+    """A node's advertisement of one resource: {"capacity": str|None, "allocatable": str|None}.
+
+        advertised(node) -> {"capacity": "4", "allocatable": "4"}
+    """
+    status = node.get("status") or {}
+    return {
+        field: (status.get(field) or {}).get(resource) for field in ("capacity", "allocatable")
+    }
+
+
+def allocatable_count(node: dict, resource: str = GPU) -> int:
+    """How many of a resource a node offers the scheduler, 0 when it advertises none."""
+    value = advertised(node, resource)["allocatable"]
+    return int(parse_quantity(value)) if value is not None else 0
+
+
+def node_gpu_lines(nodes: list, names: list) -> list:
+    """The node-gpu.txt table: every lab node and its allocatable GPUs, in the lab's order.
+
+        node_gpu_lines(nodes, ["lab-node-0", "lab-node-1"]) -> ["NAME GPU", "lab-node-0 4", ...]
+    """
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    return ["NAME GPU"] + [f"{name} {allocatable_count(by_name[name])}" for name in names]
+
+
+def template_images(ds: dict) -> list:
+    return jmespath.search("spec.template.spec.containers[].image", ds) or []
+
+
+def owned_pods(ds: dict, pods: list) -> list:
+    """The DaemonSet's live Pods (owned by it, not terminating)."""
+    uid = ds["metadata"]["uid"]
+    return [
+        p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and uid in (jmespath.search("metadata.ownerReferences[].uid", p) or [])
+    ]
+
+
+def updated_pods(ds: dict, pods: list) -> list:
+    """Pods of the DaemonSet's current template (the controller labels each with its generation)."""
+    gen = str(ds["metadata"]["generation"])
+    return [
+        p for p in owned_pods(ds, pods)
+        if p["metadata"].get("labels", {}).get("pod-template-generation") == gen
+    ]
+
+
+def rollout_status(ds: dict, pods: list) -> dict:
+    """The rollout as rollout.txt reports it, from the DaemonSet's status and its Pods.
+
+    BLOCKER comes from the scheduling condition of an updated Pod the scheduler could not
+    place; ``none`` when no updated Pod is stuck.
+
+        rollout_status(ds, pods) -> {"DESIRED": 3, "UPDATED": 1, "READY": 2, ...}
+    """
+    status = ds.get("status") or {}
+    images = template_images(ds)
+    mine = owned_pods(ds, pods)
+    stuck = [
+        pod_scheduled(p) for p in updated_pods(ds, pods)
+        if (pod_scheduled(p) or {}).get("status") == "False"
+    ]
+    return {
+        "DESIRED": status.get("desiredNumberScheduled", 0),
+        "UPDATED": status.get("updatedNumberScheduled", 0),
+        "READY": status.get("numberReady", 0),
+        "OLD_IMAGE_PODS": sum(
+            1 for p in mine if jmespath.search("spec.containers[].image", p) != images
+        ),
+        "MAX_UNAVAILABLE": jmespath.search("spec.updateStrategy.rollingUpdate.maxUnavailable", ds),
+        "BLOCKER": blocker(stuck[0].get("message", "")) if stuck else "none",
+    }
+
+
+def rollout_settled(ds: dict, pods: list) -> bool:
+    """Whether a rollout has gone as far as it can: complete, or stalled on a Pod no node takes.
+
+    Stalled means the controller has seen the current spec, every node has a Pod, and as many
+    updated Pods are unschedulable as maxUnavailable lets it take down.
+    """
+    status = ds.get("status") or {}
+    if status.get("observedGeneration", 0) < ds["metadata"]["generation"]:
+        return False
+    desired = status.get("desiredNumberScheduled", 0)
+    if rollout_complete(ds):
+        return True
+    updated = updated_pods(ds, pods)
+    stuck = [p for p in updated if (pod_scheduled(p) or {}).get("reason") == "Unschedulable"]
+    old_ready = [
+        p for p in owned_pods(ds, pods)
+        if p not in updated and jmespath.search("status.conditions[?type=='Ready'].status | [0]", p) == "True"
+    ]
+    max_unavailable = jmespath.search("spec.updateStrategy.rollingUpdate.maxUnavailable", ds)
+    return (
+        bool(stuck)
+        and len(owned_pods(ds, pods)) == desired
+        and status.get("numberUnavailable", 0) >= _count(max_unavailable, desired)
+        and status.get("numberReady", 0) == len(old_ready) + len(updated) - len(stuck)
+    )
+
+
+def rollout_complete(ds: dict) -> bool:
+    """Whether every node runs a Ready, available Pod of the DaemonSet's current spec."""
+    status = ds.get("status") or {}
+    desired = status.get("desiredNumberScheduled", 0)
+    return (
+        status.get("observedGeneration", 0) >= ds["metadata"]["generation"]
+        and status.get("updatedNumberScheduled", 0) == desired
+        and status.get("numberReady", 0) == desired
+        and status.get("numberAvailable", 0) == desired
+    )
+
+
+def _count(value, total: int) -> int:
+    """maxUnavailable as a count: an int, or a percentage of ``total`` (rounded up, like the controller)."""
+    if isinstance(value, str) and value.endswith("%"):
+        return max(1, -(-int(value[:-1]) * total // 100))
+    return int(value)
+
+
+def rollout_lines(ds: dict, pods: list) -> list:
+    """The six lines of rollout.txt."""
+    return [f"{key}={value}" for key, value in rollout_status(ds, pods).items()]
+
+
+def describe_rollout(ds: dict | None, pods: list) -> str:
+    """A rollout in a few words, for progress and timeout messages."""
+    if ds is None:
+        return "DaemonSet absent"
+    s = ds.get("status") or {}
+    return (
+        f"generation {ds['metadata']['generation']} observed {s.get('observedGeneration', 0)}, "
+        f"desired {s.get('desiredNumberScheduled', 0)}, updated {s.get('updatedNumberScheduled', 0)}, "
+        f"ready {s.get('numberReady', 0)}, unavailable {s.get('numberUnavailable', 0)}"
+    )

@@ -1,0 +1,156 @@
+"""The playbook's knobs: parsed and validated before the first change.
+
+``--data key=value`` hands every value over as a string, group_data as Python values; both go
+through the same parsers, and a bad value names the key, the value and what was expected.
+"""
+
+import posixpath
+import re
+from dataclasses import dataclass, fields
+
+from kubernetes.utils import parse_quantity
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_IMAGE = re.compile(r"^[a-z0-9]([a-z0-9._/:-]*[a-z0-9])?$")
+
+
+class KnobError(ValueError):
+    """A knob's value is unusable: which key, what was given, what was expected."""
+
+    def __init__(self, key, value, expected):
+        super().__init__(f"knob {key}={value!r}: expected {expected}")
+        self.key, self.value, self.expected = key, value, expected
+
+
+def _int(minimum):
+    def parse(key, value):
+        if isinstance(value, bool) or not re.fullmatch(r"\s*-?\d+\s*", str(value)):
+            raise KnobError(key, value, f"an integer >= {minimum}")
+        number = int(value)
+        if number < minimum:
+            raise KnobError(key, value, f"an integer >= {minimum}")
+        return number
+    return parse
+
+
+def _name(key, value):
+    if not isinstance(value, str) or not _NAME.match(value) or len(value) > 253:
+        raise KnobError(key, value, "a Kubernetes object name (lowercase letters, digits, '-', '.')")
+    return value
+
+
+def _names(key, value):
+    items = value.split(",") if isinstance(value, str) else list(value)
+    items = [i.strip() if isinstance(i, str) else i for i in items]
+    if not items or any(not i for i in items):
+        raise KnobError(key, value, "a non-empty comma-separated list of node names")
+    for item in items:
+        _name(key, item)
+    if len(set(items)) != len(items):
+        raise KnobError(key, value, "node names without repeats")
+    return tuple(items)
+
+
+def _quantity(key, value):
+    try:
+        if parse_quantity(str(value)) <= 0:
+            raise ValueError
+    except ValueError:
+        raise KnobError(key, value, "a positive Kubernetes quantity such as 128Mi or 64Gi") from None
+    return str(value)
+
+
+def _abs_path(key, value):
+    if not isinstance(value, str) or not value.startswith("/") or posixpath.normpath(value) == "/":
+        raise KnobError(key, value, "an absolute directory path other than /")
+    return posixpath.normpath(value)
+
+
+def _tag(key, value):
+    if not isinstance(value, str) or not _TAG.match(value):
+        raise KnobError(key, value, "an image tag such as v1.17.0")
+    return value
+
+
+def _image(key, value):
+    if not isinstance(value, str) or not _IMAGE.match(value) or "@" in value:
+        raise KnobError(key, value, "an image repository such as nvcr.io/nvidia/k8s/container-toolkit")
+    return value
+
+
+def _runtimes(key, value):
+    items = value.split(",") if isinstance(value, str) else list(value)
+    items = [i.strip() for i in items if i.strip()]
+    if not items:
+        raise KnobError(key, value, "a comma-separated list of runtime handler names")
+    return tuple(items)
+
+
+def _context(key, value):
+    if value is None:
+        return ""
+    if not isinstance(value, str) or any(c.isspace() for c in value):
+        raise KnobError(key, value, "a kubeconfig context name, or empty for the current one")
+    return value
+
+
+@dataclass(frozen=True)
+class Knobs:
+    gpuop_root: str
+    lab_nodes: tuple
+    gpu_node: str
+    gpu_count: int
+    timeslice_node: str
+    physical_gpus: int
+    replicas: int
+    vram_per_gpu_gib: int
+    toolkit_image: str
+    toolkit_version_initial: str
+    toolkit_version_upgrade: str
+    toolkit_memory_initial: str
+    toolkit_memory_upgrade: str
+    max_unavailable: int
+    loaded_runtimes_observed: tuple
+    kube_context: str
+    wait_timeout_s: int
+
+
+PARSERS = {
+    "gpuop_root": _abs_path,
+    "lab_nodes": _names,
+    "gpu_node": _name,
+    "gpu_count": _int(1),
+    "timeslice_node": _name,
+    "physical_gpus": _int(1),
+    "replicas": _int(1),
+    "vram_per_gpu_gib": _int(1),
+    "toolkit_image": _image,
+    "toolkit_version_initial": _tag,
+    "toolkit_version_upgrade": _tag,
+    "toolkit_memory_initial": _quantity,
+    "toolkit_memory_upgrade": _quantity,
+    "max_unavailable": _int(1),
+    "loaded_runtimes_observed": _runtimes,
+    "kube_context": _context,
+    "wait_timeout_s": _int(1),
+}
+
+
+def parse_knobs(data) -> Knobs:
+    """Every knob from host data (``data.get(key)``), parsed and cross-checked.
+
+        parse_knobs({"gpuop_root": "/root/gpuop", "replicas": "5", ...}).replicas -> 5
+    """
+    values = {}
+    for field in fields(Knobs):
+        raw = data.get(field.name)
+        if raw is None and field.name != "kube_context":
+            raise KnobError(field.name, raw, "a value (set in group_data/all.py or with --data)")
+        values[field.name] = PARSERS[field.name](field.name, raw)
+    for key in ("gpu_node", "timeslice_node"):
+        if values[key] not in values["lab_nodes"]:
+            raise KnobError(key, values[key], f"one of lab_nodes ({','.join(values['lab_nodes'])})")
+    if values["gpu_node"] == values["timeslice_node"]:
+        raise KnobError("timeslice_node", values["timeslice_node"], f"a node other than gpu_node")
+    return Knobs(**values)

@@ -1,0 +1,20 @@
+# Defaults for every host: the incident lab's own values. Override any with --data key=value
+# (or per host in the hosts file); every value is parsed and checked before the first change.
+
+gpuop_root = "/root/gpuop"  # absolute directory holding etc/, bin/, k8s/ and out/
+lab_nodes = "lab-node-0,lab-node-1,lab-node-2"  # the cluster's lab nodes, in report order
+gpu_node = "lab-node-0"  # step 6: the node whose device plugin advertises GPUs
+gpu_count = 4  # step 6: GPUs advertised on gpu_node
+timeslice_node = "lab-node-1"  # step 7: the node whose GPUs are time-sliced
+physical_gpus = 4  # step 7: physical GPUs in timeslice_node (the hardware: 4 A100s)
+replicas = 5  # step 7: time-slicing replicas per GPU (the ConfigMap's value)
+vram_per_gpu_gib = 40  # step 7: memory of one physical GPU, in GiB
+toolkit_image = "nvcr.io/nvidia/k8s/container-toolkit"  # step 8: toolkit image repository
+toolkit_version_initial = "v1.16.2"  # step 8: tag rolled out first, on every node
+toolkit_version_upgrade = "v1.17.0"  # step 8: tag of the upgrade that stalls
+toolkit_memory_initial = "128Mi"  # step 8: memory request before the upgrade
+toolkit_memory_upgrade = "64Gi"  # step 8: memory request of the upgrade (nodes have 32Gi)
+max_unavailable = 1  # step 8: the DaemonSet's rollingUpdate.maxUnavailable
+loaded_runtimes_observed = "runc"  # step 3: handlers `containerd config dump` showed on the day, used where containerd is absent
+kube_context = ""  # kubeconfig context on the target; empty: its current context
+wait_timeout_s = 180  # longest wait for any live condition (scheduling, Ready Pods, the stall)

@@ -1,0 +1,1 @@
+"""Custom pyinfra operations: each compares desired with live state and yields only the difference."""

@@ -1,0 +1,104 @@
+"""Rewinds: bring a moment of the incident back so that it can be observed again, for real.
+
+A moment report (the Pending Pod, the GPU table, the stalled rollout) is captured once. When its
+stamp no longer holds (report missing or edited, inputs changed, or the live state drifted from
+it), the state that came after the moment is undone here and the stamp dropped, so the step's
+ordinary operations replay the moment and its capture sees it live.
+"""
+
+import shlex
+
+import yaml
+from pyinfra import host
+from pyinfra.api import operation
+
+from facts.files import Files
+from facts.kube import KubeObjects, kubectl
+from gpuop.cluster import rollout_lines
+from gpuop.objects import differences
+from gpuop.reports import render, stamp_holds
+
+from .files import text
+from .kube import deleted, live, node_gpus
+from .reports import moment_holds
+
+
+def _drop(stamp: str):
+    return f"rm -f {shlex.quote(stamp)}"
+
+
+@operation()
+def before_pending_pod(report: str, stamp: str, inputs: dict, pod: str, namespace: str,
+                       nodes, context: str = ""):
+    """
+    Rewind to before the GPU Pod was created when its Pending moment must be captured again: no
+    node advertises GPUs (or the Pod would just schedule) and a bound Pod is deleted.
+
+    .. code:: python
+
+        before_pending_pod(report=".../out/unscheduled.txt", stamp=".../unscheduled.txt.stamp",
+                           inputs={...}, pod="cuda-probe", namespace="gpu-lab", nodes=lab_nodes)
+    """
+    if moment_holds(report, stamp, inputs):
+        return
+    for node in nodes:
+        yield from node_gpus._inner(node=node, count=None, context=context)
+    have = live(f"pod/{pod}", namespace, context)
+    if have and have["spec"].get("nodeName"):
+        yield deleted(f"pod/{pod}", namespace, context)
+    yield _drop(stamp)
+
+
+@operation()
+def before_gpus_advertised(report: str, stamp: str, inputs: dict, gpu_node: str, nodes,
+                           context: str = ""):
+    """
+    Rewind to before step 6 when the GPU table must be captured again: only ``gpu_node`` will
+    advertise GPUs, so the time-sliced node goes back to none.
+
+    .. code:: python
+
+        before_gpus_advertised(report=".../out/node-gpu.txt", stamp=..., inputs={...},
+                               gpu_node="lab-node-0", nodes=lab_nodes)
+    """
+    if moment_holds(report, stamp, inputs):
+        return
+    for node in nodes:
+        if node != gpu_node:
+            yield from node_gpus._inner(node=node, count=None, context=context)
+    yield _drop(stamp)
+
+
+@operation()
+def before_toolkit_upgrade(report: str, stamp: str, inputs: dict, path: str, initial: str,
+                           upgrade: str, context: str = ""):
+    """
+    Rewind the toolkit DaemonSet to its initial spec when the stalled rollout must be observed
+    again: the report or its stamp changed, the live spec is not the upgrade, or the live rollout
+    is no longer the one captured (a Pod deleted, a rollback).
+
+    + path: the DaemonSet manifest file, which then holds the initial spec
+    + initial: manifest text of the spec before the upgrade
+    + upgrade: manifest text of the upgrade
+
+    .. code:: python
+
+        before_toolkit_upgrade(report=".../out/rollout.txt", stamp=..., inputs={...},
+                               path=".../k8s/toolkit-ds.yaml", initial=ds_v1162, upgrade=ds_v1170)
+    """
+    if moment_holds(report, stamp, inputs) and _rollout_is_captured(stamp, inputs, upgrade, context):
+        return
+    yield from text._inner(path=path, content=initial, backup=False)
+    yield kubectl(context, "apply", "--filename", path)
+    yield _drop(stamp)
+
+
+def _rollout_is_captured(stamp: str, inputs: dict, upgrade: str, context: str) -> bool:
+    want = yaml.safe_load(upgrade)
+    namespace = want["metadata"]["namespace"]
+    ds = live(f"daemonset/{want['metadata']['name']}", namespace, context)
+    if ds is None or differences(want, ds):
+        return False
+    pods = host.get_fact(KubeObjects, resource="pods", namespace=namespace, context=context)
+    recorded = host.get_fact(Files, paths=(stamp,)).get(stamp, {}).get("text")
+    return stamp_holds(recorded, render(rollout_lines(ds, pods)), inputs)

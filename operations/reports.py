@@ -1,0 +1,95 @@
+"""Report files computed from live facts at the moment they are captured."""
+
+import tomllib
+
+from pyinfra import host
+from pyinfra.api import OperationError, operation
+from pyinfra.facts.server import Which
+
+from facts.containerd import LoadedRuntimes
+from facts.files import Files
+from gpuop.containerd import analyze_merge, import_globs, merge_lines
+from gpuop.reports import render, stamp_holds, stamp_text
+
+from .files import text
+
+
+def moment_holds(report_path: str, stamp_path: str, inputs: dict) -> bool:
+    """Whether a moment report on the target is still exactly what was captured for ``inputs``."""
+    found = host.get_fact(Files, paths=(report_path, stamp_path))
+    report = found.get(report_path, {}).get("text")
+    stamp = found.get(stamp_path, {}).get("text")
+    return stamp_holds(stamp, report, inputs)
+
+
+@operation()
+def live(path: str, capture):
+    """
+    Ensure a report holds what ``capture()`` reads from the live lab now (rewritten on a difference).
+
+    + path: the report file
+    + capture: callable returning the report's lines from live facts
+
+    .. code:: python
+
+        live(path="/root/gpuop/out/slots.txt", capture=lambda: slot_lines(...))
+    """
+    yield from text._inner(path=path, content=render(capture()), backup=False)
+
+
+@operation()
+def moment(path: str, stamp: str, capture, inputs: dict):
+    """
+    Capture a moment of the incident into a report, once: a report whose stamp still holds for
+    ``inputs`` is left alone (its moment has passed); otherwise ``capture()`` reads it live now and
+    the stamp beside it records what was written.
+
+    + path: the report file
+    + stamp: where its stamp is kept
+    + capture: callable returning the report's lines from live facts, at the moment itself
+    + inputs: the knobs the moment depends on
+
+    .. code:: python
+
+        moment(path=".../out/unscheduled.txt", stamp=".../.gpuop/unscheduled.txt.stamp",
+               capture=lambda: unscheduled_lines(pod), inputs={"nodes": lab_nodes})
+    """
+    if moment_holds(path, stamp, inputs):
+        return
+    content = render(capture())
+    yield from text._inner(path=path, content=content, backup=False)
+    yield from text._inner(path=stamp, content=stamp_text(content, inputs), backup=False)
+
+
+def _toml(path: str, content: str) -> dict:
+    try:
+        return tomllib.loads(content)
+    except tomllib.TOMLDecodeError as e:
+        raise OperationError(f"{path} is not valid TOML: {e}") from None
+
+
+@operation()
+def merge(main_config: str, path: str, observed):
+    """
+    Ensure merge.txt says what the main config and its drop-ins define (parsed with tomllib, the
+    main config's imports expanded on the target) and what containerd holds: live from
+    ``containerd config dump`` where containerd runs, else the recorded ``observed`` handlers.
+
+    + main_config: the main config.toml on the target
+    + path: the report file
+    + observed: handlers recorded on the incident day, for a target without containerd
+
+    .. code:: python
+
+        merge(main_config="/root/gpuop/etc/containerd/config.toml",
+              path="/root/gpuop/out/merge.txt", observed=("runc",))
+    """
+    main = host.get_fact(Files, paths=(main_config,)).get(main_config)
+    if main is None:
+        raise OperationError(f"{main_config} is missing")
+    main_doc = _toml(main_config, main["text"])
+    dropins = host.get_fact(Files, paths=tuple(import_globs(main_doc, main_config)))
+    dropin_docs = [_toml(p, f["text"]) for p, f in sorted(dropins.items())]
+    loaded = host.get_fact(LoadedRuntimes) if host.get_fact(Which, command="containerd") else list(observed)
+    lines = merge_lines(analyze_merge(main_doc, dropin_docs), loaded)
+    yield from text._inner(path=path, content=render(lines), backup=False)
