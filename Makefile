@@ -32,4 +32,4 @@ run: setup lab-up
 	$(VENV)/bin/pyinfra inventory.py deploy.py -y
 
 bench: setup lab-up
-	$(VENV)/bin/python bench/lab_start.py
+	bench/lab_start.sh

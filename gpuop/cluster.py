@@ -3,7 +3,9 @@
 import jmespath
 from kubernetes.utils import parse_quantity
 
-from .scheduling import blocker, pod_scheduled
+from .scheduling import blocker, pod_scheduled, unschedulable
+
+_READY = "status.conditions[?type=='Ready'].status | [0]"
 
 GPU = "nvidia.com/gpu"
 
@@ -97,18 +99,15 @@ def rollout_settled(ds: dict, pods: list) -> bool:
     desired = status.get("desiredNumberScheduled", 0)
     if rollout_complete(ds):
         return True
-    updated = updated_pods(ds, pods)
-    stuck = [p for p in updated if (pod_scheduled(p) or {}).get("reason") == "Unschedulable"]
-    old_ready = [
-        p for p in owned_pods(ds, pods)
-        if p not in updated and jmespath.search("status.conditions[?type=='Ready'].status | [0]", p) == "True"
-    ]
+    mine = owned_pods(ds, pods)
+    stuck = [p for p in updated_pods(ds, pods) if unschedulable(p)]
+    ready = [p for p in mine if jmespath.search(_READY, p) == "True"]
     max_unavailable = jmespath.search("spec.updateStrategy.rollingUpdate.maxUnavailable", ds)
     return (
         bool(stuck)
-        and len(owned_pods(ds, pods)) == desired
+        and len(mine) == desired
+        and status.get("numberReady", 0) == len(ready)
         and status.get("numberUnavailable", 0) >= _count(max_unavailable, desired)
-        and status.get("numberReady", 0) == len(old_ready) + len(updated) - len(stuck)
     )
 
 

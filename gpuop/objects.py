@@ -32,7 +32,7 @@ def differences(desired, live, path="", quantities=False) -> list:
             if key not in live:
                 found.append(sub)
             else:
-                found.extend(differences(value, live[key], sub, key in _QUANTITY_PARENTS))
+                found.extend(differences(value, live[key], sub, quantities or key in _QUANTITY_PARENTS))
         return found
     if isinstance(desired, list):
         if not isinstance(live, list) or len(desired) != len(live):

@@ -23,17 +23,18 @@ def unschedulable(pod: dict) -> bool:
 
 
 def reasons(message: str) -> list:
-    """The (node count, reason) pairs of a scheduling failure, preemption notes left out.
+    """The (node count, reason) pairs of a scheduling failure, the notes after them left out.
 
         reasons("0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match "
-                "Pod's node affinity/selector. preemption: ...")
+                "Pod's node affinity/selector. no new claims to deallocate, preemption: ...")
         -> [(1, "Insufficient memory"), (2, "node(s) didn't match Pod's node affinity/selector")]
     """
-    head = message.split(" preemption:", 1)[0]
-    if ":" not in head:
+    if ":" not in message:
         return []
+    # "<n>/<m> nodes are available: <reasons>. <what preemption or claims could do>"
+    listed = message.split(":", 1)[1].split(". ", 1)[0].rstrip(".")
     found = []
-    for part in head.split(":", 1)[1].rstrip(". ").split(","):
+    for part in listed.split(","):
         match = _REASON.match(part)
         if match:
             found.append((int(match.group(1)), match.group(2)))

@@ -14,6 +14,20 @@ from gpuop.reports import render, stamp_holds, stamp_text
 from .files import text
 
 
+class Unobservable(OperationError):
+    """What a report reads is not there (yet): fine while planning, an error when executing."""
+
+
+def _captured(capture):
+    """A report's text from ``capture()``; None while planning when it cannot be read yet."""
+    try:
+        return render(capture())
+    except Unobservable:
+        if host.state.is_executing:
+            raise
+        return None
+
+
 def moment_holds(report_path: str, stamp_path: str, inputs: dict) -> bool:
     """Whether a moment report on the target is still exactly what was captured for ``inputs``."""
     found = host.get_fact(Files, paths=(report_path, stamp_path))
@@ -34,7 +48,11 @@ def live(path: str, capture):
 
         live(path="/root/gpuop/out/slots.txt", capture=lambda: slot_lines(...))
     """
-    yield from text._inner(path=path, content=render(capture()), backup=False)
+    content = _captured(capture)
+    if content is None:
+        yield f"# {path}: read from the live lab once the steps before it have run"
+        return
+    yield from text._inner(path=path, content=content, backup=False)
 
 
 @operation()
@@ -56,7 +74,10 @@ def moment(path: str, stamp: str, capture, inputs: dict):
     """
     if moment_holds(path, stamp, inputs):
         return
-    content = render(capture())
+    content = _captured(capture)
+    if content is None:
+        yield f"# {path}: captured at its moment, once the steps before it have run"
+        return
     yield from text._inner(path=path, content=content, backup=False)
     yield from text._inner(path=stamp, content=stamp_text(content, inputs), backup=False)
 

@@ -1,0 +1,176 @@
+"""The incident's eight steps, each a named deploy (see deploy.py for the runbook order)."""
+
+import os
+
+import tomli_w
+import yaml
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.api.util import get_template
+from pyinfra.operations import files
+
+from facts.kube import KubeObjects
+from gpuop import containerd
+from gpuop.cluster import allocatable_count, node_gpu_lines, rollout_lines
+from gpuop.layout import Layout
+from gpuop.scheduling import pod_scheduled
+from gpuop.slots import replicas_of, sharing_config, slot_lines
+from operations import incident, kube, reports
+from operations.files import text
+from operations.kube import live
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+GPU_NAMESPACE = "gpu-lab"
+GPU_POD = "cuda-probe"
+RUNTIME_CLASS = "nvidia"
+OPERATOR_NAMESPACE = "gpu-operator"
+TIME_SLICING = "time-slicing-config"
+TOOLKIT = "nvidia-container-toolkit"
+
+
+def manifest(name: str, **values) -> str:
+    """A manifest rendered from templates/<name>.j2."""
+    return get_template(os.path.join(HERE, "templates", name + ".j2")).render(**values)
+
+
+def toolkit_manifest(lab, version: str, memory: str) -> str:
+    return manifest("toolkit-ds.yaml", daemonset=TOOLKIT, namespace=OPERATOR_NAMESPACE,
+                    image=f"{lab.toolkit_image}:{version}", memory=memory,
+                    max_unavailable=lab.max_unavailable)
+
+
+@deploy("Step 1: containerd main config")
+def main_config(lab, at: Layout):
+    files.directory(name="Lab directories", path=at.dropin_dir, present=True, mode="755")
+    text(name="config.toml", path=at.main_config,
+         content=tomli_w.dumps(containerd.main_config(at.dropin_glob)))
+
+
+@deploy("Step 2: the toolkit's nvidia drop-in")
+def nvidia_dropin(lab, at: Layout):
+    text(name="conf.d/99-nvidia.toml", path=at.nvidia_dropin,
+         content=tomli_w.dumps(containerd.nvidia_dropin()))
+
+
+@deploy("Step 3: what merges, and what is loaded")
+def merge_report(lab, at: Layout):
+    files.directory(name="Report directory", path=at.out_dir, present=True, mode="755")
+    reports.merge(name="merge.txt", main_config=at.main_config, path=at.report("merge.txt"),
+                  observed=lab.loaded_runtimes_observed)
+
+
+@deploy("Step 4: a check of the loaded config")
+def check_script(lab, at: Layout):
+    files.directory(name="Script directory", path=at.bin_dir, present=True, mode="755")
+    with open(os.path.join(HERE, "files", "check-runtime.sh")) as f:
+        text(name="check-runtime.sh", path=at.check_script, content=f.read(), mode="755")
+
+
+@deploy("Step 5: RuntimeClass and a GPU Pod that cannot schedule")
+def runtime_class_and_pod(lab, at: Layout):
+    ctx, timeout = lab.kube_context, lab.wait_timeout_s
+    runtime_class = manifest("runtimeclass.yaml", runtime_class=RUNTIME_CLASS, handler="nvidia")
+    pod = manifest("gpu-pod.yaml", pod=GPU_POD, namespace=GPU_NAMESPACE, runtime_class=RUNTIME_CLASS)
+    inputs = {"nodes": lab.lab_nodes, "pod": pod}
+    report, stamp = at.report("unscheduled.txt"), at.stamp("unscheduled.txt")
+
+    incident.before_pending_pod(name="Rewind to before the GPU Pod, if its moment must be seen again",
+                                report=report, stamp=stamp, inputs=inputs, pod=GPU_POD,
+                                namespace=GPU_NAMESPACE, nodes=lab.lab_nodes, context=ctx)
+    files.directory(name="Manifest directory", path=at.k8s_dir, present=True, mode="755")
+    kube.namespace(name=f"Namespace {GPU_NAMESPACE}", namespace_name=GPU_NAMESPACE, context=ctx,
+                   timeout_s=timeout)
+    for file_name, content in (("runtimeclass.yaml", runtime_class), ("gpu-pod.yaml", pod)):
+        text(name=file_name, path=at.manifest(file_name), content=content, backup=False)
+        kube.applied(name=f"Apply {file_name}", path=at.manifest(file_name), manifest=content,
+                     context=ctx)
+    kube.pod_scheduling_decided(name="Scheduler's decision on the GPU Pod", pod=GPU_POD,
+                                namespace=GPU_NAMESPACE, context=ctx, timeout_s=timeout)
+
+    def unscheduled():
+        cond = pod_scheduled(live(f"pod/{GPU_POD}", GPU_NAMESPACE, ctx) or {}) or {}
+        if cond.get("status") != "False":
+            raise reports.Unobservable(f"Pod {GPU_NAMESPACE}/{GPU_POD} is not Pending on scheduling "
+                                       f"(PodScheduled: {cond.get('status', 'unset')})")
+        return [cond["reason"], cond["message"]]
+
+    reports.moment(name="unscheduled.txt", path=report, stamp=stamp, capture=unscheduled,
+                   inputs=inputs)
+
+
+@deploy("Step 6: advertise GPUs like a device plugin")
+def advertise_gpus(lab, at: Layout):
+    ctx = lab.kube_context
+    inputs = {"nodes": lab.lab_nodes, "gpu_node": lab.gpu_node, "gpu_count": lab.gpu_count}
+    report, stamp = at.report("node-gpu.txt"), at.stamp("node-gpu.txt")
+
+    incident.before_gpus_advertised(name="Rewind to before the advertisement, if its table must be seen again",
+                                    report=report, stamp=stamp, inputs=inputs,
+                                    gpu_node=lab.gpu_node, nodes=lab.lab_nodes, context=ctx)
+    kube.node_gpus(name=f"{lab.gpu_node} advertises {lab.gpu_count} GPUs", node=lab.gpu_node,
+                   count=lab.gpu_count, context=ctx)
+    kube.pod_running(name="The GPU Pod binds and runs", pod=GPU_POD, namespace=GPU_NAMESPACE,
+                     context=ctx, timeout_s=lab.wait_timeout_s)
+    reports.moment(name="node-gpu.txt", path=report, stamp=stamp, inputs=inputs,
+                   capture=lambda: node_gpu_lines(
+                       host.get_fact(KubeObjects, resource="nodes", context=ctx), lab.lab_nodes))
+
+
+@deploy("Step 7: time-slicing, and what a slot really gets")
+def time_slicing(lab, at: Layout):
+    ctx = lab.kube_context
+    sharing = yaml.safe_dump(sharing_config(lab.replicas), sort_keys=False).rstrip("\n")
+    config_map = manifest("time-slicing.yaml", configmap=TIME_SLICING,
+                          namespace=OPERATOR_NAMESPACE, sharing=sharing)
+    path = at.manifest("time-slicing.yaml")
+
+    kube.namespace(name=f"Namespace {OPERATOR_NAMESPACE}", namespace_name=OPERATOR_NAMESPACE,
+                   context=ctx, timeout_s=lab.wait_timeout_s)
+    text(name="time-slicing.yaml", path=path, content=config_map, backup=False)
+    kube.applied(name="Apply time-slicing.yaml", path=path, manifest=config_map, context=ctx)
+    kube.node_gpus(name=f"{lab.timeslice_node} advertises its time-sliced GPUs",
+                   node=lab.timeslice_node, count=lab.physical_gpus * lab.replicas, context=ctx)
+
+    def slots():
+        cm = live(f"configmap/{TIME_SLICING}", OPERATOR_NAMESPACE, ctx)
+        node = live(f"node/{lab.timeslice_node}", context=ctx)
+        if cm is None or node is None:
+            raise reports.Unobservable(f"ConfigMap {TIME_SLICING} or node {lab.timeslice_node} absent")
+        return slot_lines(lab.physical_gpus, replicas_of(cm["data"]["any"]),
+                          allocatable_count(node), lab.vram_per_gpu_gib)
+
+    reports.live(name="slots.txt", path=at.report("slots.txt"), capture=slots)
+
+
+@deploy("Step 8: a toolkit upgrade that stalls on memory")
+def toolkit_rollout(lab, at: Layout):
+    ctx, timeout = lab.kube_context, lab.wait_timeout_s
+    initial = toolkit_manifest(lab, lab.toolkit_version_initial, lab.toolkit_memory_initial)
+    upgrade = toolkit_manifest(lab, lab.toolkit_version_upgrade, lab.toolkit_memory_upgrade)
+    inputs = {"nodes": lab.lab_nodes, "initial": initial, "upgrade": upgrade}
+    path = at.manifest("toolkit-ds.yaml")
+    report, stamp = at.report("rollout.txt"), at.stamp("rollout.txt")
+
+    kube.namespace(name=f"Namespace {OPERATOR_NAMESPACE}", namespace_name=OPERATOR_NAMESPACE,
+                   context=ctx, timeout_s=timeout)
+    rewound = incident.before_toolkit_upgrade(
+        name="Roll out the initial toolkit, if the stall must be seen again",
+        report=report, stamp=stamp, inputs=inputs, path=path, initial=initial, upgrade=upgrade,
+        context=ctx)
+    kube.daemonset_ready(name="Every node runs a Ready initial toolkit Pod", daemonset=TOOLKIT,
+                         namespace=OPERATOR_NAMESPACE, context=ctx, timeout_s=timeout,
+                         _if=rewound.did_change)
+    text(name="toolkit-ds.yaml (upgrade)", path=path, content=upgrade, backup=False)
+    kube.applied(name="Apply the toolkit upgrade", path=path, manifest=upgrade, context=ctx)
+    kube.daemonset_settled(name="The rollout goes as far as it can", daemonset=TOOLKIT,
+                           namespace=OPERATOR_NAMESPACE, context=ctx, timeout_s=timeout)
+
+    def rollout():
+        ds = live(f"daemonset/{TOOLKIT}", OPERATOR_NAMESPACE, ctx)
+        if ds is None:
+            raise reports.Unobservable(f"DaemonSet {OPERATOR_NAMESPACE}/{TOOLKIT} absent")
+        return rollout_lines(ds, host.get_fact(KubeObjects, resource="pods",
+                                               namespace=OPERATOR_NAMESPACE, context=ctx))
+
+    reports.moment(name="rollout.txt", path=report, stamp=stamp, capture=rollout, inputs=inputs)

@@ -1,0 +1,79 @@
+"""Rollout and node readings on objects shaped like kubectl's JSON."""
+
+from gpuop.cluster import (allocatable_count, node_gpu_lines, rollout_complete, rollout_settled,
+                           rollout_status)
+
+MEMORY = ("0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) "
+          "[NodeAffinity]. preemption: 0/3 nodes are available: 3 Preemption is not helpful.")
+
+
+def node(name, gpus=None):
+    res = {"cpu": "8", "memory": "32Gi"}
+    if gpus is not None:
+        res["nvidia.com/gpu"] = gpus
+    return {"metadata": {"name": name}, "status": {"capacity": dict(res), "allocatable": dict(res)}}
+
+
+def test_node_gpu_table_in_lab_order_with_zero_for_none():
+    nodes = [node("b", "20"), node("a", "4"), node("c")]
+    assert node_gpu_lines(nodes, ["a", "b", "c"]) == ["NAME GPU", "a 4", "b 20", "c 0"]
+    assert allocatable_count(node("x")) == 0
+
+
+def ds(generation, image, status, max_unavailable=1):
+    return {"metadata": {"name": "t", "uid": "ds-uid", "generation": generation},
+            "spec": {"updateStrategy": {"rollingUpdate": {"maxUnavailable": max_unavailable}},
+                     "template": {"spec": {"containers": [{"image": image}]}}},
+            "status": status}
+
+
+def pod(name, generation, image, ready=True, unschedulable_message=None, terminating=False):
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if unschedulable_message:
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                           "message": unschedulable_message})
+    meta = {"name": name, "labels": {"pod-template-generation": str(generation)},
+            "ownerReferences": [{"uid": "ds-uid"}]}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"containers": [{"image": image}]},
+            "status": {"conditions": conditions}}
+
+
+STALL_STATUS = {"observedGeneration": 2, "desiredNumberScheduled": 3, "updatedNumberScheduled": 1,
+                "numberReady": 2, "numberAvailable": 2, "numberUnavailable": 1}
+STALL_PODS = [pod("a", 1, "tk:v1.16.2"), pod("b", 1, "tk:v1.16.2"),
+              pod("c", 2, "tk:v1.17.0", ready=False, unschedulable_message=MEMORY),
+              pod("gone", 1, "tk:v1.16.2", terminating=True),
+              {**pod("stranger", 1, "other"), "metadata": {"name": "s", "labels": {}}}]
+
+
+def test_stalled_rollout_is_reported_from_status_and_pods():
+    stalled = ds(2, "tk:v1.17.0", STALL_STATUS)
+    assert rollout_status(stalled, STALL_PODS) == {
+        "DESIRED": 3, "UPDATED": 1, "READY": 2, "OLD_IMAGE_PODS": 2, "MAX_UNAVAILABLE": 1,
+        "BLOCKER": "insufficient-memory"}
+    assert rollout_settled(stalled, STALL_PODS)
+    assert not rollout_complete(stalled)
+
+
+def test_unobserved_generation_is_not_settled():
+    assert not rollout_settled(ds(3, "tk:v1.18.0", STALL_STATUS), STALL_PODS)
+    fresh = ds(1, "tk:v1.16.2", {})
+    assert not rollout_complete(fresh) and not rollout_settled(fresh, [])
+
+
+def test_completed_rollout_has_no_blocker():
+    done = ds(2, "tk:v1.17.0", {"observedGeneration": 2, "desiredNumberScheduled": 3,
+                                "updatedNumberScheduled": 3, "numberReady": 3,
+                                "numberAvailable": 3})
+    pods = [pod(n, 2, "tk:v1.17.0") for n in "abc"]
+    assert rollout_complete(done) and rollout_settled(done, pods)
+    assert rollout_status(done, pods)["BLOCKER"] == "none"
+    assert rollout_status(done, pods)["OLD_IMAGE_PODS"] == 0
+
+
+def test_rollout_in_progress_is_not_settled():
+    moving = ds(2, "tk:v1.17.0", {**STALL_STATUS, "numberUnavailable": 1})
+    pods = [pod("a", 1, "tk:v1.16.2"), pod("b", 1, "tk:v1.16.2"), pod("c", 2, "tk:v1.17.0", ready=False)]
+    assert not rollout_settled(moving, pods)

@@ -1,0 +1,84 @@
+"""Merge analysis of containerd configs, on documents parsed exactly as the playbook writes them."""
+
+import tomllib
+
+import tomli_w
+
+from gpuop import containerd
+from gpuop.tomlpath import key_path, quote_key
+
+
+def roundtrip(doc):
+    return tomllib.loads(tomli_w.dumps(doc))
+
+
+MAIN = roundtrip(containerd.main_config("/root/gpuop/etc/containerd/conf.d/*.toml"))
+DROPIN = roundtrip(containerd.nvidia_dropin())
+
+
+def test_written_main_config_has_the_quoted_plugin_hierarchy():
+    text = tomli_w.dumps(containerd.main_config("/r/conf.d/*.toml"))
+    assert '[plugins."io.containerd.grpc.v1.cri".containerd]' in text
+    cri = MAIN["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert MAIN["version"] == 2
+    assert MAIN["imports"][0].endswith("conf.d/*.toml")
+    assert cri["default_runtime_name"] == "runc"
+    assert cri["runtimes"]["runc"] == {"runtime_type": "io.containerd.runc.v2",
+                                       "options": {"SystemdCgroup": True}}
+
+
+def test_unquoted_key_builds_another_hierarchy():
+    doc = tomllib.loads('[plugins.io.containerd.grpc.v1.cri.containerd.runtimes.runc]\nx = 1\n')
+    assert "io.containerd.grpc.v1.cri" not in doc["plugins"]
+    assert containerd.runtime_names(doc) == ["runc"]
+    assert containerd.analyze_merge(MAIN, [doc]).conflict_table is None
+
+
+def test_dropin_declares_nvidia_with_the_same_cgroup_driver():
+    nvidia = DROPIN["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime",
+                                 "SystemdCgroup": True}
+
+
+def test_incident_merge_lines():
+    lines = containerd.merge_lines(containerd.analyze_merge(MAIN, [DROPIN]), ["runc"])
+    assert lines == [
+        "MAIN_RUNTIMES=runc",
+        "DROPIN_RUNTIMES=nvidia",
+        "CONFLICT=yes",
+        'CONFLICT_TABLE=plugins."io.containerd.grpc.v1.cri".containerd.runtimes',
+        "LOADED_RUNTIMES=runc",
+    ]
+
+
+def test_no_conflict_when_dropins_touch_other_plugins_only():
+    other = {"plugins": {"io.containerd.snapshotter.v1.overlayfs": {"root_path": "/x"}}}
+    analysis = containerd.analyze_merge(MAIN, [other])
+    assert analysis.conflict_table is None
+    assert containerd.merge_lines(analysis, ["runc"])[2:4] == ["CONFLICT=no", "CONFLICT_TABLE="]
+
+
+def test_runtime_names_keep_definition_order_across_dropins():
+    a = {"plugins": {"io.containerd.grpc.v1.cri": {"containerd": {"runtimes": {"z": {}, "a": {}}}}}}
+    b = {"plugins": {"io.containerd.grpc.v1.cri": {"containerd": {"runtimes": {"m": {}, "z": {}}}}}}
+    assert containerd.analyze_merge(MAIN, [a, b]).dropin_runtimes == ["z", "a", "m"]
+
+
+def test_containerd2_runtime_path_is_read_too():
+    dump = {"plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {
+        "runc": {}, "nvidia": {}}}}}}
+    assert containerd.runtime_names(dump) == ["runc", "nvidia"]
+
+
+def test_relative_imports_resolve_against_the_main_config():
+    assert containerd.import_globs({"imports": ["conf.d/*.toml", "/abs/x.toml"]},
+                                   "/etc/containerd/config.toml") == [
+        "/etc/containerd/conf.d/*.toml", "/abs/x.toml"]
+
+
+def test_key_quoting():
+    assert quote_key("runtimes") == "runtimes"
+    assert quote_key("io.containerd.grpc.v1.cri") == '"io.containerd.grpc.v1.cri"'
+    assert quote_key('a"b') == '"a\\"b"'
+    path = key_path(("plugins", "io.containerd.grpc.v1.cri", "containerd"))
+    assert tomllib.loads(f"[{path}]\nk = 1\n")["plugins"]["io.containerd.grpc.v1.cri"]["containerd"] == {"k": 1}

@@ -1,0 +1,58 @@
+import pytest
+
+from gpuop.knobs import KnobError, parse_knobs
+
+DEFAULTS = {}
+exec(open("group_data/all.py").read(), {}, DEFAULTS)
+
+
+def knobs(**override):
+    return parse_knobs({**DEFAULTS, **override})
+
+
+def test_defaults_are_the_lab():
+    lab = knobs()
+    assert lab.gpuop_root == "/root/gpuop"
+    assert lab.lab_nodes == ("lab-node-0", "lab-node-1", "lab-node-2")
+    assert (lab.gpu_count, lab.replicas, lab.physical_gpus, lab.vram_per_gpu_gib) == (4, 5, 4, 40)
+    assert lab.loaded_runtimes_observed == ("runc",)
+    assert lab.kube_context == ""
+
+
+def test_data_strings_are_parsed():
+    lab = knobs(replicas="3", gpu_count="2", lab_nodes="a-0, a-1", gpu_node="a-0",
+                timeslice_node="a-1", loaded_runtimes_observed="runc,nvidia", gpuop_root="/tmp/x/")
+    assert (lab.replicas, lab.gpu_count) == (3, 2)
+    assert lab.lab_nodes == ("a-0", "a-1")
+    assert lab.loaded_runtimes_observed == ("runc", "nvidia")
+    assert lab.gpuop_root == "/tmp/x"
+
+
+@pytest.mark.parametrize("key,value,expected", [
+    ("replicas", "0", "integer >= 1"),
+    ("replicas", "-2", "integer >= 1"),
+    ("gpu_count", "four", "integer"),
+    ("gpu_count", "2.5", "integer"),
+    ("gpu_node", "lab-node-9", "one of lab_nodes"),
+    ("timeslice_node", "lab-node-0", "other than gpu_node"),
+    ("toolkit_memory_upgrade", "64Gx", "quantity"),
+    ("toolkit_memory_initial", "-1Mi", "quantity"),
+    ("gpuop_root", "relative/root", "absolute"),
+    ("gpuop_root", "/", "absolute"),
+    ("lab_nodes", "a,,b", "comma-separated"),
+    ("lab_nodes", "Upper", "object name"),
+    ("toolkit_version_upgrade", "v1 17", "image tag"),
+    ("wait_timeout_s", "0", "integer >= 1"),
+])
+def test_bad_values_name_key_value_and_expectation(key, value, expected):
+    with pytest.raises(KnobError) as err:
+        knobs(**{key: value})
+    assert err.value.key == key
+    assert repr(value) in str(err.value) and expected in str(err.value)
+
+
+def test_missing_knob_is_named():
+    data = dict(DEFAULTS)
+    del data["replicas"]
+    with pytest.raises(KnobError, match="replicas"):
+        parse_knobs(data)
