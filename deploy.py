@@ -6,12 +6,16 @@ its report reads what is live. Rerun freely; a converged lab changes nothing.
 """
 
 from pyinfra import host
+from pyinfra.api.exceptions import DeployError
 
 import steps
-from gpuop.knobs import parse_knobs
+from gpuop.knobs import KnobError, parse_knobs
 from gpuop.layout import Layout
 
-lab = parse_knobs(host.data)
+try:
+    lab = parse_knobs(host.data)
+except KnobError as bad:
+    raise DeployError(f"{host.name}: {bad} (nothing was changed)") from None
 at = Layout(lab.gpuop_root)
 
 steps.main_config(lab, at)  # 1. the node's containerd config.toml

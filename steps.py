@@ -7,7 +7,6 @@ import yaml
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.util import get_template
-from pyinfra.operations import files
 
 from facts.kube import KubeObjects
 from gpuop import containerd
@@ -17,7 +16,7 @@ from gpuop.scheduling import pod_scheduled
 from gpuop.slots import replicas_of, sharing_config, slot_lines
 from operations import incident, kube, reports
 from operations.files import text
-from operations.kube import live
+from operations.kube import daemonset_and_pods, live, of_kind
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -42,7 +41,6 @@ def toolkit_manifest(lab, version: str, memory: str) -> str:
 
 @deploy("Step 1: containerd main config")
 def main_config(lab, at: Layout):
-    files.directory(name="Lab directories", path=at.dropin_dir, present=True, mode="755")
     text(name="config.toml", path=at.main_config,
          content=tomli_w.dumps(containerd.main_config(at.dropin_glob)))
 
@@ -55,14 +53,12 @@ def nvidia_dropin(lab, at: Layout):
 
 @deploy("Step 3: what merges, and what is loaded")
 def merge_report(lab, at: Layout):
-    files.directory(name="Report directory", path=at.out_dir, present=True, mode="755")
-    reports.merge(name="merge.txt", main_config=at.main_config, path=at.report("merge.txt"),
-                  observed=lab.loaded_runtimes_observed)
+    reports.live(name="merge.txt", path=at.report("merge.txt"),
+                 capture=lambda: reports.containerd_merge(at.main_config, lab.loaded_runtimes_observed))
 
 
 @deploy("Step 4: a check of the loaded config")
 def check_script(lab, at: Layout):
-    files.directory(name="Script directory", path=at.bin_dir, present=True, mode="755")
     with open(os.path.join(HERE, "files", "check-runtime.sh")) as f:
         text(name="check-runtime.sh", path=at.check_script, content=f.read(), mode="755")
 
@@ -78,13 +74,10 @@ def runtime_class_and_pod(lab, at: Layout):
     incident.before_pending_pod(name="Rewind to before the GPU Pod, if its moment must be seen again",
                                 report=report, stamp=stamp, inputs=inputs, pod=GPU_POD,
                                 namespace=GPU_NAMESPACE, nodes=lab.lab_nodes, context=ctx)
-    files.directory(name="Manifest directory", path=at.k8s_dir, present=True, mode="755")
     kube.namespace(name=f"Namespace {GPU_NAMESPACE}", namespace_name=GPU_NAMESPACE, context=ctx,
                    timeout_s=timeout)
     for file_name, content in (("runtimeclass.yaml", runtime_class), ("gpu-pod.yaml", pod)):
-        text(name=file_name, path=at.manifest(file_name), content=content, backup=False)
-        kube.applied(name=f"Apply {file_name}", path=at.manifest(file_name), manifest=content,
-                     context=ctx)
+        kube.manifest(name=file_name, path=at.manifest(file_name), content=content, context=ctx)
     kube.pod_scheduling_decided(name="Scheduler's decision on the GPU Pod", pod=GPU_POD,
                                 namespace=GPU_NAMESPACE, context=ctx, timeout_s=timeout)
 
@@ -114,7 +107,7 @@ def advertise_gpus(lab, at: Layout):
                      context=ctx, timeout_s=lab.wait_timeout_s)
     reports.moment(name="node-gpu.txt", path=report, stamp=stamp, inputs=inputs,
                    capture=lambda: node_gpu_lines(
-                       host.get_fact(KubeObjects, resource="nodes", context=ctx), lab.lab_nodes))
+                       host.get_fact(KubeObjects, resources="nodes", context=ctx), lab.lab_nodes))
 
 
 @deploy("Step 7: time-slicing, and what a slot really gets")
@@ -123,22 +116,22 @@ def time_slicing(lab, at: Layout):
     sharing = yaml.safe_dump(sharing_config(lab.replicas), sort_keys=False).rstrip("\n")
     config_map = manifest("time-slicing.yaml", configmap=TIME_SLICING,
                           namespace=OPERATOR_NAMESPACE, sharing=sharing)
-    path = at.manifest("time-slicing.yaml")
 
     kube.namespace(name=f"Namespace {OPERATOR_NAMESPACE}", namespace_name=OPERATOR_NAMESPACE,
                    context=ctx, timeout_s=lab.wait_timeout_s)
-    text(name="time-slicing.yaml", path=path, content=config_map, backup=False)
-    kube.applied(name="Apply time-slicing.yaml", path=path, manifest=config_map, context=ctx)
+    kube.manifest(name="time-slicing.yaml", path=at.manifest("time-slicing.yaml"),
+                  content=config_map, context=ctx)
     kube.node_gpus(name=f"{lab.timeslice_node} advertises its time-sliced GPUs",
                    node=lab.timeslice_node, count=lab.physical_gpus * lab.replicas, context=ctx)
 
     def slots():
-        cm = live(f"configmap/{TIME_SLICING}", OPERATOR_NAMESPACE, ctx)
-        node = live(f"node/{lab.timeslice_node}", context=ctx)
-        if cm is None or node is None:
+        found = host.get_fact(KubeObjects, namespace=OPERATOR_NAMESPACE, context=ctx,
+                              resources=(f"configmap/{TIME_SLICING}", f"node/{lab.timeslice_node}"))
+        cm, node = of_kind(found, "ConfigMap"), of_kind(found, "Node")
+        if not cm or not node:
             raise reports.Unobservable(f"ConfigMap {TIME_SLICING} or node {lab.timeslice_node} absent")
-        return slot_lines(lab.physical_gpus, replicas_of(cm["data"]["any"]),
-                          allocatable_count(node), lab.vram_per_gpu_gib)
+        return slot_lines(lab.physical_gpus, replicas_of(cm[0]["data"]["any"]),
+                          allocatable_count(node[0]), lab.vram_per_gpu_gib)
 
     reports.live(name="slots.txt", path=at.report("slots.txt"), capture=slots)
 
@@ -152,8 +145,6 @@ def toolkit_rollout(lab, at: Layout):
     path = at.manifest("toolkit-ds.yaml")
     report, stamp = at.report("rollout.txt"), at.stamp("rollout.txt")
 
-    kube.namespace(name=f"Namespace {OPERATOR_NAMESPACE}", namespace_name=OPERATOR_NAMESPACE,
-                   context=ctx, timeout_s=timeout)
     rewound = incident.before_toolkit_upgrade(
         name="Roll out the initial toolkit, if the stall must be seen again",
         report=report, stamp=stamp, inputs=inputs, path=path, initial=initial, upgrade=upgrade,
@@ -161,16 +152,14 @@ def toolkit_rollout(lab, at: Layout):
     kube.daemonset_ready(name="Every node runs a Ready initial toolkit Pod", daemonset=TOOLKIT,
                          namespace=OPERATOR_NAMESPACE, context=ctx, timeout_s=timeout,
                          _if=rewound.did_change)
-    text(name="toolkit-ds.yaml (upgrade)", path=path, content=upgrade, backup=False)
-    kube.applied(name="Apply the toolkit upgrade", path=path, manifest=upgrade, context=ctx)
+    kube.manifest(name="toolkit-ds.yaml: the upgrade", path=path, content=upgrade, context=ctx)
     kube.daemonset_settled(name="The rollout goes as far as it can", daemonset=TOOLKIT,
                            namespace=OPERATOR_NAMESPACE, context=ctx, timeout_s=timeout)
 
     def rollout():
-        ds = live(f"daemonset/{TOOLKIT}", OPERATOR_NAMESPACE, ctx)
+        ds, pods = daemonset_and_pods(TOOLKIT, OPERATOR_NAMESPACE, ctx)
         if ds is None:
             raise reports.Unobservable(f"DaemonSet {OPERATOR_NAMESPACE}/{TOOLKIT} absent")
-        return rollout_lines(ds, host.get_fact(KubeObjects, resource="pods",
-                                               namespace=OPERATOR_NAMESPACE, context=ctx))
+        return rollout_lines(ds, pods)
 
     reports.moment(name="rollout.txt", path=report, stamp=stamp, capture=rollout, inputs=inputs)

@@ -17,22 +17,26 @@ def kubectl(context: str, *args) -> str:
 
 class KubeObjects(FactBase):
     """
-    Live objects of one resource type as kubectl returns them: a list of plain dicts to query
-    with jmespath, empty when there is none.
+    Live objects as kubectl returns them: a list of plain dicts to query with jmespath, empty
+    when there is none. ``resources`` is what ``kubectl get`` takes: one argument
+    (``"pods"``, ``"daemonsets,pods"``, ``"node/lab-node-0"``) or several ``kind/name`` ones,
+    read in one round trip.
 
     .. code:: python
 
-        host.get_fact(KubeObjects, resource="pods", namespace="gpu-lab")
+        host.get_fact(KubeObjects, resources="pods", namespace="gpu-lab")
         [{"kind": "Pod", "metadata": {"name": "cuda-probe", ...}, "status": {...}}]
-        host.get_fact(KubeObjects, resource="runtimeclass/nvidia", context="kwok-gpuop-lab")
+        host.get_fact(KubeObjects, resources=("namespace/gpu-lab", "serviceaccount/default"),
+                      namespace="gpu-lab", context="kwok-gpuop-lab")
     """
 
     @staticmethod
     def default():
         return []
 
-    def command(self, resource, namespace=None, context=""):
-        args = ["get", resource] + (["--namespace", namespace] if namespace else [])
+    def command(self, resources, namespace=None, context=""):
+        args = ["get", *([resources] if isinstance(resources, str) else resources)]
+        args += ["--namespace", namespace] if namespace else []
         return kubectl(context, *args, "--output", "json", "--ignore-not-found")
 
     def process(self, output):

@@ -13,13 +13,13 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from facts.files import Files
-from facts.kube import KubeObjects, kubectl
+from facts.kube import kubectl
 from gpuop.cluster import rollout_lines
 from gpuop.objects import differences
 from gpuop.reports import render, stamp_holds
 
 from .files import text
-from .kube import deleted, live, node_gpus
+from .kube import daemonset_and_pods, deleted, live, node_gpus
 from .reports import moment_holds
 
 
@@ -95,10 +95,8 @@ def before_toolkit_upgrade(report: str, stamp: str, inputs: dict, path: str, ini
 
 def _rollout_is_captured(stamp: str, inputs: dict, upgrade: str, context: str) -> bool:
     want = yaml.safe_load(upgrade)
-    namespace = want["metadata"]["namespace"]
-    ds = live(f"daemonset/{want['metadata']['name']}", namespace, context)
+    ds, pods = daemonset_and_pods(want["metadata"]["name"], want["metadata"]["namespace"], context)
     if ds is None or differences(want, ds):
         return False
-    pods = host.get_fact(KubeObjects, resource="pods", namespace=namespace, context=context)
     recorded = host.get_fact(Files, paths=(stamp,)).get(stamp, {}).get("text")
     return stamp_holds(recorded, render(rollout_lines(ds, pods)), inputs)

@@ -11,6 +11,7 @@ from gpuop.cluster import advertised, describe_rollout, rollout_complete, rollou
 from gpuop.objects import differences
 from gpuop.scheduling import pod_scheduled
 
+from .files import text
 from .poll import until
 
 GPU = "nvidia.com/gpu"
@@ -18,8 +19,13 @@ GPU = "nvidia.com/gpu"
 
 def live(resource, namespace=None, context=""):
     """The live object (``"kind/name"``), or None."""
-    found = host.get_fact(KubeObjects, resource=resource, namespace=namespace, context=context)
+    found = host.get_fact(KubeObjects, resources=resource, namespace=namespace, context=context)
     return found[0] if found else None
+
+
+def of_kind(objects: list, kind: str, name: str | None = None) -> list:
+    """The objects of one kind (and name) among a mixed ``kubectl get`` result."""
+    return [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
 
 
 def ref(obj: dict) -> str:
@@ -41,43 +47,49 @@ def namespace(namespace_name: str, context: str = "", timeout_s: int = 120):
 
         namespace(namespace_name="gpu-lab")
     """
-    ns = live(f"namespace/{namespace_name}", context=context)
-    if ns and ns["metadata"].get("deletionTimestamp"):
+    def probe():
+        found = host.get_fact(KubeObjects, namespace=namespace_name, context=context,
+                              resources=(f"namespace/{namespace_name}", "serviceaccount/default"))
+        return of_kind(found, "Namespace"), of_kind(found, "ServiceAccount")
+
+    ns, account = probe()
+    if ns and ns[0]["metadata"].get("deletionTimestamp"):
         yield until(
             f"namespace {namespace_name} to finish terminating",
-            lambda: live(f"namespace/{namespace_name}", context=context),
-            lambda seen: (seen is None, "gone" if seen is None else "terminating"),
+            probe,
+            lambda seen: (not seen[0], "terminating" if seen[0] else "gone"),
             timeout_s,
         )
-        ns = None
-    if ns is None:
+        ns = account = []
+    if not ns:
         yield kubectl(context, "create", "namespace", namespace_name)
-    if live("serviceaccount/default", namespace_name, context) is None:
+    if not account:
         yield until(
             f"ServiceAccount {namespace_name}/default",
-            lambda: live("serviceaccount/default", namespace_name, context),
-            lambda seen: (seen is not None, "present" if seen else "absent"),
+            probe,
+            lambda seen: (bool(seen[1]), "present" if seen[1] else "absent"),
             timeout_s,
         )
 
 
 @operation()
-def applied(path: str, manifest: str, context: str = ""):
+def manifest(path: str, content: str, context: str = ""):
     """
-    Ensure the objects of a manifest file are live as it says; apply the file only when a field it
-    sets differs. A Pod that differs is replaced (its spec is immutable).
+    Ensure a manifest file holds ``content`` and its objects are live as it says. The file is
+    applied only when a field it sets differs on the cluster; a Pod that differs is replaced
+    (its spec is immutable).
 
-    + path: the manifest file on the target (already written)
-    + manifest: its text, to compare with the live objects
+    + path: the manifest file on the target
+    + content: its YAML text
     + context: kubeconfig context, empty for the current one
 
     .. code:: python
 
-        applied(path="/root/gpuop/k8s/gpu-pod.yaml", manifest=pod_yaml)
+        manifest(path="/root/gpuop/k8s/gpu-pod.yaml", content=pod_yaml)
     """
-    replace = False
-    stale = False
-    for obj in yaml.safe_load_all(manifest):
+    yield from text._inner(path=path, content=content, backup=False)
+    replace = stale = False
+    for obj in yaml.safe_load_all(content):
         have = live(ref(obj), obj["metadata"].get("namespace"), context)
         if have is None:
             stale = True
@@ -169,10 +181,12 @@ def deleted(resource: str, namespace=None, context: str = "") -> StringCommand:
     return StringCommand(kubectl(context, "delete", resource, *ns, "--ignore-not-found", "--wait=true"))
 
 
-def _daemonset(name, namespace, context):
-    """Probe: the DaemonSet and the Pods of its namespace."""
-    return (live(f"daemonset/{name}", namespace, context),
-            host.get_fact(KubeObjects, resource="pods", namespace=namespace, context=context))
+def daemonset_and_pods(name, namespace, context=""):
+    """The live DaemonSet (or None) and the Pods of its namespace, in one read."""
+    found = host.get_fact(KubeObjects, resources="daemonsets,pods", namespace=namespace,
+                          context=context)
+    ds = of_kind(found, "DaemonSet", name)
+    return (ds[0] if ds else None), of_kind(found, "Pod")
 
 
 @operation()
@@ -184,7 +198,7 @@ def daemonset_ready(daemonset: str, namespace: str, context: str = "", timeout_s
 
         daemonset_ready(daemonset="nvidia-container-toolkit", namespace="gpu-operator")
     """
-    probe = lambda: _daemonset(daemonset, namespace, context)  # noqa: E731
+    probe = lambda: daemonset_and_pods(daemonset, namespace, context)  # noqa: E731
     done = lambda seen: (bool(seen[0]) and rollout_complete(seen[0]), describe_rollout(*seen))  # noqa: E731
     if not done(probe())[0]:
         yield until(f"all Pods of DaemonSet {namespace}/{daemonset} Ready", probe, done, timeout_s)
@@ -200,7 +214,7 @@ def daemonset_settled(daemonset: str, namespace: str, context: str = "", timeout
 
         daemonset_settled(daemonset="nvidia-container-toolkit", namespace="gpu-operator")
     """
-    probe = lambda: _daemonset(daemonset, namespace, context)  # noqa: E731
+    probe = lambda: daemonset_and_pods(daemonset, namespace, context)  # noqa: E731
     done = lambda seen: (bool(seen[0]) and rollout_settled(*seen), describe_rollout(*seen))  # noqa: E731
     if not done(probe())[0]:
         yield until(f"the rollout of DaemonSet {namespace}/{daemonset} to complete or stall",

@@ -86,31 +86,29 @@ def _toml(path: str, content: str) -> dict:
     try:
         return tomllib.loads(content)
     except tomllib.TOMLDecodeError as e:
-        raise OperationError(f"{path} is not valid TOML: {e}") from None
+        raise Unobservable(f"{path} is not valid TOML: {e}") from None
 
 
-@operation()
-def merge(main_config: str, path: str, observed):
+def containerd_merge(main_config: str, observed) -> list:
     """
-    Ensure merge.txt says what the main config and its drop-ins define (parsed with tomllib, the
-    main config's imports expanded on the target) and what containerd holds: live from
-    ``containerd config dump`` where containerd runs, else the recorded ``observed`` handlers.
-
-    + main_config: the main config.toml on the target
-    + path: the report file
-    + observed: handlers recorded on the incident day, for a target without containerd
+    The lines of merge.txt, read on the target now: what the main config and its drop-ins define
+    (parsed with tomllib, the main config's imports expanded on the target) and what containerd
+    holds: live from ``containerd config dump`` where containerd runs, else the recorded
+    ``observed`` handlers.
 
     .. code:: python
 
-        merge(main_config="/root/gpuop/etc/containerd/config.toml",
-              path="/root/gpuop/out/merge.txt", observed=("runc",))
+        live(path=".../out/merge.txt",
+             capture=lambda: containerd_merge(".../etc/containerd/config.toml", ("runc",)))
     """
     main = host.get_fact(Files, paths=(main_config,)).get(main_config)
     if main is None:
-        raise OperationError(f"{main_config} is missing")
+        raise Unobservable(f"{main_config} is missing")
     main_doc = _toml(main_config, main["text"])
     dropins = host.get_fact(Files, paths=tuple(import_globs(main_doc, main_config)))
     dropin_docs = [_toml(p, f["text"]) for p, f in sorted(dropins.items())]
-    loaded = host.get_fact(LoadedRuntimes) if host.get_fact(Which, command="containerd") else list(observed)
-    lines = merge_lines(analyze_merge(main_doc, dropin_docs), loaded)
-    yield from text._inner(path=path, content=render(lines), backup=False)
+    if host.get_fact(Which, command="containerd"):
+        loaded = host.get_fact(LoadedRuntimes)
+    else:
+        loaded = list(observed)
+    return merge_lines(analyze_merge(main_doc, dropin_docs), loaded)

@@ -1,0 +1,52 @@
+"""Running the real playbook from tests: `pyinfra inventory.py deploy.py -y --json`."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+PYINFRA = os.path.join(os.path.dirname(sys.executable), "pyinfra")
+
+
+@dataclass
+class Run:
+    code: int
+    doc: dict | None
+    log: str
+
+    @property
+    def results(self) -> dict:
+        return self.doc["results"]
+
+    @property
+    def changed(self) -> int:
+        return self.results["totals"]["success"]
+
+    def changed_ops(self) -> list:
+        return [op["name"] for op in self.results["operations"] if op["success"]]
+
+
+def deploy(root, *data, env=None, dry=False, script="deploy.py", inventory="inventory.py") -> Run:
+    """Run the playbook against @local with ``gpuop_root=root`` and extra ``key=value`` data."""
+    args = [PYINFRA, inventory, script, "--json", "--dry" if dry else "-y"]
+    for item in (f"gpuop_root={root}", *data):
+        args += ["--data", item]
+    result = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    try:
+        doc = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        doc = None
+    return Run(result.returncode, doc, result.stderr)
+
+
+def tree(root) -> dict:
+    """Every file and directory under root: path -> (mode, mtime_ns, bytes)."""
+    found = {}
+    for base, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(base, name)
+            st = os.stat(path)
+            body = open(path, "rb").read() if name in files else None
+            found[os.path.relpath(path, root)] = (oct(st.st_mode & 0o777), st.st_mtime_ns, body)
+    return found

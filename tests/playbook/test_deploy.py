@@ -1,0 +1,229 @@
+"""The whole incident playbook against the real lab cluster (issue 3)."""
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+
+import pytest
+import yaml
+
+from tests.kube import GPU, get, kubectl, reset_lab
+from tests.playbook import deploy, tree
+from gpuop.scheduling import pod_scheduled
+
+MERGE = """MAIN_RUNTIMES=runc
+DROPIN_RUNTIMES=nvidia
+CONFLICT=yes
+CONFLICT_TABLE=plugins."io.containerd.grpc.v1.cri".containerd.runtimes
+LOADED_RUNTIMES=runc
+"""
+NODE_GPU = "NAME GPU\nlab-node-0 4\nlab-node-1 0\nlab-node-2 0\n"
+SLOTS = """PHYSICAL_GPUS=4
+REPLICAS=5
+ADVERTISED=20
+VRAM_PER_GPU_GIB=40
+VRAM_GUARANTEED_PER_SLOT_GIB=0
+VRAM_SHARED_PER_GPU_GIB=40
+ISOLATION=none
+"""
+ROLLOUT = """DESIRED=3
+UPDATED=1
+READY=2
+OLD_IMAGE_PODS=2
+MAX_UNAVAILABLE=1
+BLOCKER=insufficient-memory
+"""
+
+
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory):
+    """A fresh lab and one run of the playbook into a temporary root."""
+    reset_lab()
+    root = tmp_path_factory.mktemp("incident") / "gpuop"
+    run = deploy(root)
+    assert run.code == 0, run.log
+    return root, run
+
+
+def read(root, rel):
+    return open(os.path.join(root, rel)).read()
+
+
+def gpus(node):
+    status = get(f"node/{node}")["status"]
+    return status["capacity"].get(GPU), status["allocatable"].get(GPU)
+
+
+def test_configs_and_script(incident):
+    root, _ = incident
+    main = tomllib.loads(read(root, "etc/containerd/config.toml"))
+    assert main["version"] == 2
+    assert f"{root}/etc/containerd/conf.d/*.toml" in main["imports"]
+    cri = main["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert cri["default_runtime_name"] == "runc"
+    assert cri["runtimes"]["runc"] == {"runtime_type": "io.containerd.runc.v2",
+                                       "options": {"SystemdCgroup": True}}
+    assert '[plugins."io.containerd.grpc.v1.cri".containerd]' in read(root, "etc/containerd/config.toml")
+    dropin = tomllib.loads(read(root, "etc/containerd/conf.d/99-nvidia.toml"))
+    assert dropin["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"] == {
+        "runtime_type": "io.containerd.runc.v2",
+        "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True}}
+    assert read(root, "bin/check-runtime.sh") == open("files/check-runtime.sh").read()
+
+
+def test_modes(incident):
+    root, _ = incident
+    for rel, (mode, _, body) in tree(root).items():
+        if rel.startswith(".gpuop"):
+            continue
+        want = "0o755" if body is None or rel == "bin/check-runtime.sh" else "0o644"
+        assert mode == want, rel
+
+
+def test_reports_byte_for_byte(incident):
+    root, _ = incident
+    assert read(root, "out/merge.txt") == MERGE
+    assert read(root, "out/node-gpu.txt") == NODE_GPU
+    assert read(root, "out/slots.txt") == SLOTS
+    assert read(root, "out/rollout.txt") == ROLLOUT
+
+
+def test_unscheduled_is_what_the_scheduler_said(incident):
+    root, _ = incident
+    reason, message = read(root, "out/unscheduled.txt").split("\n")[:2]
+    assert read(root, "out/unscheduled.txt") == f"{reason}\n{message}\n"
+    assert reason == "Unschedulable"
+    assert message.startswith("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    assert "preemption: 0/3 nodes are available: 3 " in message
+    # The scheduler records the same words as an event on the Pod it could not place.
+    events = json.loads(kubectl("get", "events", "-n", "gpu-lab", "-o", "json", "--field-selector",
+                                "involvedObject.name=cuda-probe,reason=FailedScheduling"))
+    assert message in [e["message"] for e in events["items"]]
+
+
+def test_manifests(incident):
+    root, _ = incident
+    rc = yaml.safe_load(read(root, "k8s/runtimeclass.yaml"))
+    assert (rc["kind"], rc["metadata"], rc["handler"]) == ("RuntimeClass", {"name": "nvidia"}, "nvidia")
+    pod = yaml.safe_load(read(root, "k8s/gpu-pod.yaml"))
+    assert pod["metadata"] == {"name": "cuda-probe", "namespace": "gpu-lab"}
+    assert pod["spec"]["runtimeClassName"] == "nvidia"
+    assert pod["spec"]["containers"][0]["resources"]["limits"][GPU] == 1
+    text = read(root, "k8s/time-slicing.yaml")
+    assert "  any: |-\n" in text
+    cm = yaml.safe_load(text)
+    assert cm["metadata"] == {"name": "time-slicing-config", "namespace": "gpu-operator"}
+    sharing = yaml.safe_load(cm["data"]["any"])["sharing"]["timeSlicing"]
+    assert sharing["failRequestsGreaterThanOne"] is True
+    assert sharing["resources"][0] == {"name": GPU, "replicas": 5}
+    ds = yaml.safe_load(read(root, "k8s/toolkit-ds.yaml"))
+    assert ds["metadata"] == {"name": "nvidia-container-toolkit", "namespace": "gpu-operator"}
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "nvcr.io/nvidia/k8s/container-toolkit:v1.17.0"
+    assert container["resources"]["requests"]["memory"] == "64Gi"
+
+
+def test_cluster_is_in_the_incident_end_state(incident):
+    assert get("runtimeclass/nvidia")["handler"] == "nvidia"
+    pod = get("pod/cuda-probe", "gpu-lab")
+    assert (pod["status"]["phase"], pod["spec"]["nodeName"]) == ("Running", "lab-node-0")
+    assert gpus("lab-node-0") == ("4", "4")
+    assert gpus("lab-node-1") == ("20", "20")
+    assert gpus("lab-node-2") == (None, None)
+    assert get("configmap/time-slicing-config", "gpu-operator")["data"]["any"].startswith("version: v1")
+    ds = get("daemonset/nvidia-container-toolkit", "gpu-operator")
+    assert (ds["status"]["updatedNumberScheduled"], ds["status"]["numberReady"]) == (1, 2)
+    pods = get("pods", "gpu-operator")["items"]
+    stuck = [p for p in pods if p["status"]["phase"] == "Pending"]
+    assert len(stuck) == 1 and "Insufficient memory" in pod_scheduled(stuck[0])["message"]
+    # The upgrade was pushed only after every initial Pod was Ready.
+    old = [p for p in pods if p["status"]["phase"] == "Running"]
+    ready_at = max(c["lastTransitionTime"] for p in old for c in p["status"]["conditions"]
+                   if c["type"] == "Ready")
+    assert ready_at <= stuck[0]["metadata"]["creationTimestamp"]
+
+
+def test_second_run_changes_nothing(incident):
+    root, _ = incident
+    before = tree(root)
+    run = deploy(root)
+    assert run.code == 0, run.log
+    assert run.changed == 0, run.changed_ops()
+    assert tree(root) == before
+
+
+def test_dry_run_plans_and_changes_nothing(tmp_path):
+    reset_lab()
+    root = tmp_path / "gpuop"
+    run = deploy(root, dry=True)
+    assert run.code == 0, run.log
+    assert not root.exists()
+    assert get("runtimeclass/nvidia") is None and get("namespace/gpu-lab") is None
+    assert gpus("lab-node-0") == (None, None)
+    planned = {op["name"]: op["hosts_with_change"] for op in run.doc["plan"]}
+    assert planned["Step 1: containerd main config | config.toml"] == ["@local"]
+    assert planned["Step 8: a toolkit upgrade that stalls on memory | rollout.txt"] == ["@local"]
+
+
+def test_other_knobs_follow_the_live_values(tmp_path):
+    reset_lab()
+    root = tmp_path / "gpuop"
+    data = ("replicas=3", "gpu_count=2", "toolkit_memory_upgrade=256Mi", "physical_gpus=2",
+            "vram_per_gpu_gib=80")
+    run = deploy(root, *data)
+    assert run.code == 0, run.log
+    assert read(root, "out/node-gpu.txt") == "NAME GPU\nlab-node-0 2\nlab-node-1 0\nlab-node-2 0\n"
+    assert read(root, "out/slots.txt").splitlines()[:4] == [
+        "PHYSICAL_GPUS=2", "REPLICAS=3", "ADVERTISED=6", "VRAM_PER_GPU_GIB=80"]
+    assert gpus("lab-node-1") == ("6", "6")
+    assert read(root, "out/rollout.txt") == (
+        "DESIRED=3\nUPDATED=3\nREADY=3\nOLD_IMAGE_PODS=0\nMAX_UNAVAILABLE=1\nBLOCKER=none\n")
+    again = deploy(root, *data)
+    assert again.code == 0 and again.changed == 0, again.changed_ops()
+
+
+def test_live_containerd_is_read_where_it_runs(tmp_path):
+    """A fake containerd on the target's PATH: LOADED_RUNTIMES comes from its dump, and the
+    deployed check script judges the same dump."""
+    fake_dir = tmp_path / "fakebin"
+    fake_dir.mkdir()
+    dump = tmp_path / "dump.toml"
+    dump.write_text('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+                    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n')
+    fake = fake_dir / "containerd"
+    fake.write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'config dump' ] && exec /bin/cat {dump}\nexit 2\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake_dir}:{os.environ['PATH']}"}
+    root = tmp_path / "gpuop"
+    run = deploy(root, env=env)
+    assert run.code == 0, run.log
+    assert read(root, "out/merge.txt").splitlines()[-1] == "LOADED_RUNTIMES=runc,nvidia"
+    check = lambda: subprocess.run([str(root / "bin/check-runtime.sh")],  # noqa: E731
+                                   env={**os.environ, **env}, capture_output=True)
+    assert check().returncode == 0
+    dump.write_text('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n')
+    assert check().returncode == 1
+
+
+def test_a_wait_that_cannot_end_names_what_and_the_last_state(tmp_path):
+    reset_lab()
+    kubectl("taint", "node", "lab-node-0", "gpuop-test=hold:NoSchedule")
+    try:
+        run = deploy(tmp_path / "gpuop", "wait_timeout_s=3")
+    finally:
+        kubectl("taint", "node", "lab-node-0", "gpuop-test=hold:NoSchedule-")
+    assert run.code != 0
+    assert "timed out after 3s waiting for Pod gpu-lab/cuda-probe Running" in run.log
+    assert "last seen: phase Pending, on no node, PodScheduled False Unschedulable" in run.log
+
+
+def test_bad_knob_stops_before_any_change(tmp_path):
+    reset_lab()
+    root = tmp_path / "gpuop"
+    run = deploy(root, "replicas=0")
+    assert run.code != 0
+    assert re.search(r"@local: knob replicas='?0'?: expected an integer >= 1", run.log)
+    assert not root.exists() and get("namespace/gpu-lab") is None
