@@ -33,3 +33,4 @@ run: setup lab-up
 
 bench: setup lab-up
 	bench/lab_start.sh
+	bench/rerun.sh
