@@ -4,7 +4,7 @@ VENV := .venv
 LAB ?= gpuop-lab
 PYTEST_ARGS ?=
 
-.PHONY: setup lab-up lab-down lab-status test unit run bench
+.PHONY: setup deps lab-up lab-down lab-status test unit run bench
 
 setup: $(VENV)/.installed
 
@@ -12,6 +12,9 @@ $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
+
+deps:
+	lab/deps.sh
 
 lab-up:
 	lab/lab.sh up $(LAB)
@@ -25,7 +28,7 @@ lab-status:
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-test: setup lab-up
+test: setup deps lab-up
 	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
 
 run: setup lab-up

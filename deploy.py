@@ -9,6 +9,7 @@ from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
 import steps
+from operations import preflight
 from gpuop.knobs import KnobError, parse_knobs
 from gpuop.layout import Layout
 
@@ -18,6 +19,8 @@ except KnobError as bad:
     raise DeployError(f"{host.name}: {bad} (nothing was changed)") from None
 at = Layout(lab.gpuop_root)
 
+preflight.lab_reachable(name="Preflight: kubectl reaches the lab cluster and its nodes",
+                        nodes=lab.lab_nodes, context=lab.kube_context)
 steps.main_config(lab, at)  # 1. the node's containerd config.toml
 steps.nvidia_dropin(lab, at)  # 2. the drop-in the NVIDIA toolkit wrote
 steps.merge_report(lab, at)  # 3. what the files define against what containerd loaded

@@ -42,3 +42,29 @@ class KubeObjects(FactBase):
     def process(self, output):
         doc = json.loads("\n".join(output))
         return doc["items"] if "items" in doc else [doc]
+
+
+class ClusterReach(FactBase):
+    """
+    Whether the target's kubectl reaches its cluster, and the nodes it sees there; never fails,
+    so a preflight can say exactly why a host is not ready.
+
+    .. code:: python
+
+        host.get_fact(ClusterReach, context="kwok-gpuop-lab")
+        {"ok": True, "nodes": ["lab-node-0", "lab-node-1", "lab-node-2"], "error": ""}
+    """
+
+    @staticmethod
+    def default():
+        return {"ok": False, "nodes": [], "error": "no answer"}
+
+    def command(self, context=""):
+        get = kubectl(context, "get", "nodes", "--request-timeout=10s",
+                      "--output", "jsonpath={.items[*].metadata.name}")
+        return f'out=$({get} 2>&1); echo "$?"; printf "%s\\n" "$out"'
+
+    def process(self, output):
+        ok = output[0].strip() == "0"
+        rest = "\n".join(output[1:]).strip()
+        return {"ok": ok, "nodes": rest.split() if ok else [], "error": "" if ok else rest}

@@ -44,3 +44,13 @@ def until(what: str, probe, done, timeout_s: int, interval_s: float = 0.5) -> Fu
 
     wait.__name__ = f"wait for {what}"
     return FunctionCommand(wait, (), {})
+
+
+def failure(message: str) -> FunctionCommand:
+    """A command that fails the host's run with ``message``, after earlier commands ran."""
+
+    def fail(state, host):
+        logger.error(f"{host.print_prefix}{message}")
+        return False
+
+    return FunctionCommand(fail, (), {})

@@ -28,9 +28,10 @@ class Run:
 
 
 def deploy(root, *data, env=None, dry=False, script="deploy.py", inventory="inventory.py") -> Run:
-    """Run the playbook against @local with ``gpuop_root=root`` and extra ``key=value`` data."""
+    """Run the playbook with extra ``key=value`` data: against @local with ``gpuop_root=root``,
+    or (root None) against the hosts of ``GPUOP_HOSTS`` in ``env`` with their own roots."""
     args = [PYINFRA, inventory, script, "--json", "--dry" if dry else "-y"]
-    for item in (f"gpuop_root={root}", *data):
+    for item in ((f"gpuop_root={root}",) if root else ()) + data:
         args += ["--data", item]
     result = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **(env or {})})
     try:

@@ -10,32 +10,9 @@ import pytest
 import yaml
 
 from tests.kube import GPU, get, kubectl, reset_lab
+from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
 from tests.playbook import deploy, tree
 from gpuop.scheduling import pod_scheduled
-
-MERGE = """MAIN_RUNTIMES=runc
-DROPIN_RUNTIMES=nvidia
-CONFLICT=yes
-CONFLICT_TABLE=plugins."io.containerd.grpc.v1.cri".containerd.runtimes
-LOADED_RUNTIMES=runc
-"""
-NODE_GPU = "NAME GPU\nlab-node-0 4\nlab-node-1 0\nlab-node-2 0\n"
-SLOTS = """PHYSICAL_GPUS=4
-REPLICAS=5
-ADVERTISED=20
-VRAM_PER_GPU_GIB=40
-VRAM_GUARANTEED_PER_SLOT_GIB=0
-VRAM_SHARED_PER_GPU_GIB=40
-ISOLATION=none
-"""
-ROLLOUT = """DESIRED=3
-UPDATED=1
-READY=2
-OLD_IMAGE_PODS=2
-MAX_UNAVAILABLE=1
-BLOCKER=insufficient-memory
-"""
-
 
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory):

@@ -1,0 +1,83 @@
+"""Lab hosts from a small YAML file a user edits without touching Python.
+
+    defaults:                 # optional, for every host
+      ssh_user: root
+      ssh_key: ~/.ssh/gpuop_ed25519
+    hosts:
+      lab-a:
+        ssh_hostname: 192.0.2.10
+        ssh_port: 22
+        gpuop_root: /root/gpuop       # any knob of group_data/all.py, per host
+        kube_context: kwok-gpuop-lab
+"""
+
+import os
+
+import yaml
+
+from .knobs import PARSERS
+
+SSH_KEYS = {"ssh_hostname", "ssh_port", "ssh_user", "ssh_key", "ssh_known_hosts_file",
+            "ssh_strict_host_key_checking"}
+# Secrets never live in a project file: keys and an agent, not passwords.
+SECRET_KEYS = {"ssh_password", "ssh_key_password", "sudo_password", "_sudo_password",
+               "_su_password", "password"}
+# Host keys are verified; "accept-new" (pyinfra's default) or "no" would trust a stranger.
+STRICT = "yes"
+
+
+class HostsFileError(ValueError):
+    """The hosts file is unusable: which file, which host, which key, what was expected."""
+
+
+def _expand(path):
+    return os.path.expanduser(str(path))
+
+
+def host_data(name: str, spec: dict, source: str) -> dict:
+    """One host's pyinfra data: SSH settings with safe defaults, plus its knobs.
+
+        host_data("lab-a", {"ssh_hostname": "10.0.0.5", "ssh_user": "ubuntu"}, "hosts.yaml")
+        -> {"ssh_hostname": "10.0.0.5", "ssh_user": "ubuntu", "_sudo": True,
+            "ssh_strict_host_key_checking": "yes", "ssh_known_hosts_file": "/home/me/.ssh/known_hosts"}
+    """
+    where = f"{source}: host {name}"
+    for key, value in spec.items():
+        if key in SECRET_KEYS:
+            raise HostsFileError(f"{where}: key {key} is refused: no password or secret in a "
+                                 "file; use an SSH key (ssh_key) and passwordless sudo")
+        if key not in SSH_KEYS and key not in PARSERS:
+            raise HostsFileError(f"{where}: unknown key {key}; expected one of "
+                                 f"{', '.join(sorted(SSH_KEYS | set(PARSERS)))}")
+    if "ssh_hostname" not in spec:
+        raise HostsFileError(f"{where}: ssh_hostname missing; expected the address of the lab VM")
+    if spec.get("ssh_strict_host_key_checking", STRICT) != STRICT:
+        raise HostsFileError(f"{where}: ssh_strict_host_key_checking="
+                             f"{spec['ssh_strict_host_key_checking']!r} refused; host keys are "
+                             "always verified (add the host to known_hosts)")
+    data = {"ssh_strict_host_key_checking": STRICT,
+            "ssh_known_hosts_file": _expand("~/.ssh/known_hosts")}
+    for key, value in spec.items():
+        data[key] = _expand(value) if key in ("ssh_key", "ssh_known_hosts_file") else value
+    if data.get("ssh_user", "root") != "root":
+        data["_sudo"] = True  # the lab's paths are under /root
+    return data
+
+
+def load_hosts(text: str, source: str) -> list:
+    """The inventory's hosts, ``[(name, data), ...]``, from the hosts file's text.
+
+        load_hosts(open("hosts.yaml").read(), "hosts.yaml") -> [("lab-a", {...}), ...]
+    """
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise HostsFileError(f"{source}: not valid YAML: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("hosts"), dict) or not doc["hosts"]:
+        raise HostsFileError(f"{source}: expected a mapping with a non-empty 'hosts' mapping")
+    defaults = doc.get("defaults") or {}
+    unknown = set(doc) - {"defaults", "hosts"}
+    if unknown:
+        raise HostsFileError(f"{source}: unknown top-level keys {sorted(unknown)}; expected defaults, hosts")
+    return [(name, host_data(name, {**defaults, **(spec or {})}, source))
+            for name, spec in doc["hosts"].items()]

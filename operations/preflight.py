@@ -1,0 +1,37 @@
+"""Checks before the first change: is this host able to run the incident at all?"""
+
+from pyinfra import host
+from pyinfra.api import operation
+from pyinfra.facts.server import Which
+
+from facts.kube import ClusterReach
+
+from .poll import failure
+
+
+@operation()
+def lab_reachable(nodes, context: str = ""):
+    """
+    Fail the host, before anything is changed, unless kubectl is there, reaches the cluster and
+    the cluster has every lab node.
+
+    + nodes: the lab nodes the incident needs
+    + context: kubeconfig context, empty for the current one
+
+    .. code:: python
+
+        lab_reachable(nodes=("lab-node-0", "lab-node-1", "lab-node-2"))
+    """
+    where = f"context {context}" if context else "the current kubeconfig context"
+    if not host.get_fact(Which, command="kubectl"):
+        yield failure("preflight: kubectl not found on PATH; nothing was changed")
+        return
+    reach = host.get_fact(ClusterReach, context=context)
+    if not reach["ok"]:
+        yield failure(f"preflight: the cluster of {where} is unreachable: {reach['error']}; "
+                      "nothing was changed")
+        return
+    missing = [n for n in nodes if n not in reach["nodes"]]
+    if missing:
+        yield failure(f"preflight: lab nodes {', '.join(missing)} not in the cluster of {where} "
+                      f"(it has: {', '.join(reach['nodes']) or 'none'}); nothing was changed")

@@ -1,0 +1,175 @@
+"""The playbook over SSH against real OpenSSH servers on loopback (issue 4)."""
+
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
+from tests.kube import get, kubectl, reset_lab
+from tests.playbook import deploy, tree
+from tests.ssh import Sshd, free_port, keygen
+
+LABS = {"lab-a": "gpuop-lab", "lab-b": "gpuop-lab-b", "lab-c": "gpuop-lab-c"}
+SUDO_USER = "gpuoplab"
+
+
+@pytest.fixture(scope="module")
+def ssh(tmp_path_factory):
+    """Three sshd on loopback, a client key they trust, and a known_hosts file for them."""
+    base = tmp_path_factory.mktemp("ssh")
+    client = keygen(base / "client_ed25519")
+    servers = {name: Sshd(str(base / name), free_port()).start([client]) for name in LABS}
+    known = base / "known_hosts"
+    known.write_text("".join(s.known_hosts_line() + "\n" for s in servers.values()))
+    yield {"base": base, "key": str(base / "client_ed25519"), "known_hosts": str(known),
+           "servers": servers}
+    for server in servers.values():
+        server.stop()
+
+
+def hosts_file(ssh, path, names, **extra):
+    """A hosts file for some of the loopback hosts; each gets its own root and lab context."""
+    hosts = {}
+    for name in names:
+        hosts[name] = {"ssh_hostname": "127.0.0.1", "ssh_port": ssh["servers"][name].port,
+                       "gpuop_root": str(ssh["base"] / f"root-{name}"),
+                       "kube_context": f"kwok-{LABS[name]}"}
+    defaults = {"ssh_user": "root", "ssh_key": ssh["key"], "ssh_known_hosts_file": ssh["known_hosts"]}
+    defaults.update(extra)
+    path.write_text(yaml.safe_dump({"defaults": defaults, "hosts": hosts}))
+    return {"GPUOP_HOSTS": str(path)}
+
+
+def root_of(ssh, name):
+    return ssh["base"] / f"root-{name}"
+
+
+def reports(root):
+    return {name: (root / "out" / name).read_text()
+            for name in ("merge.txt", "node-gpu.txt", "slots.txt", "rollout.txt")}
+
+
+EXPECTED = {"merge.txt": MERGE, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS, "rollout.txt": ROLLOUT}
+
+
+def clean(ssh, *names):
+    for name in names:
+        subprocess.run(["rm", "-rf", str(root_of(ssh, name))], check=True)
+
+
+def test_deploy_over_ssh_converges_like_local(ssh, tmp_path):
+    reset_lab()
+    clean(ssh, "lab-a")
+    env = hosts_file(ssh, tmp_path / "hosts.yaml", ["lab-a"])
+    run = deploy(None, env=env)
+    assert run.code == 0, run.log
+    root = root_of(ssh, "lab-a")
+    assert reports(root) == EXPECTED
+    assert (root / "out/unscheduled.txt").read_text().startswith("Unschedulable\n0/3 nodes are")
+    assert oct((root / "bin/check-runtime.sh").stat().st_mode & 0o777) == "0o755"
+    assert get("pod/cuda-probe", "gpu-lab")["status"]["phase"] == "Running"
+    before = tree(root)
+    again = deploy(None, env=env)
+    assert again.code == 0 and again.changed == 0, again.changed_ops()
+    assert tree(root) == before
+
+
+def test_unknown_host_key_is_refused_and_nothing_written(ssh, tmp_path):
+    clean(ssh, "lab-a")
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    env = hosts_file(ssh, tmp_path / "hosts.yaml", ["lab-a"], ssh_known_hosts_file=str(empty))
+    run = deploy(None, env=env)
+    assert run.code != 0
+    assert "lab-a" in run.log and "host key" in run.log.lower()
+    assert not root_of(ssh, "lab-a").exists()
+    assert empty.read_text() == ""  # not learnt either
+
+
+def test_wrong_key_fails_clearly_and_nothing_written(ssh, tmp_path):
+    clean(ssh, "lab-a")
+    keygen(tmp_path / "stranger")
+    env = hosts_file(ssh, tmp_path / "hosts.yaml", ["lab-a"], ssh_key=str(tmp_path / "stranger"))
+    run = deploy(None, env=env)
+    assert run.code != 0
+    assert "lab-a" in run.log and "authentication failed" in run.log.lower()
+    assert not root_of(ssh, "lab-a").exists()
+
+
+def test_password_in_hosts_file_is_refused(ssh, tmp_path):
+    env = hosts_file(ssh, tmp_path / "hosts.yaml", ["lab-a"], ssh_password="hunter2")
+    run = deploy(None, env=env)
+    assert run.code != 0
+    assert "ssh_password is refused" in run.log
+    assert "hunter2" not in run.log
+
+
+@pytest.fixture
+def sudo_user(ssh):
+    subprocess.run(["useradd", "-m", "-s", "/bin/sh", SUDO_USER], capture_output=True)
+    subprocess.run(["usermod", "-p", "*", SUDO_USER], check=True)  # no password, not locked
+    home = os.path.expanduser(f"~{SUDO_USER}")
+    os.makedirs(f"{home}/.ssh", exist_ok=True)
+    with open(f"{home}/.ssh/authorized_keys", "w") as f:
+        f.write(open(ssh["key"] + ".pub").read())
+    subprocess.run(["chown", "-R", f"{SUDO_USER}:", f"{home}/.ssh"], check=True)
+    rule = f"/etc/sudoers.d/{SUDO_USER}"
+    with open(rule, "w") as f:
+        f.write(f"{SUDO_USER} ALL=(ALL) NOPASSWD: ALL\n")
+    os.chmod(rule, 0o440)
+    yield SUDO_USER
+    os.remove(rule)
+    subprocess.run(["userdel", "-r", SUDO_USER], capture_output=True)
+
+
+def test_non_root_user_works_through_sudo(ssh, tmp_path, sudo_user):
+    reset_lab()
+    clean(ssh, "lab-a")
+    env = hosts_file(ssh, tmp_path / "hosts.yaml", ["lab-a"], ssh_user=sudo_user)
+    run = deploy(None, env=env)
+    assert run.code == 0, run.log
+    root = root_of(ssh, "lab-a")
+    assert reports(root) == EXPECTED
+    assert (root / "out/merge.txt").stat().st_uid == 0
+
+
+@pytest.fixture(scope="module")
+def three_labs():
+    for name in ("lab-b", "lab-c"):
+        subprocess.run(["lab/lab.sh", "up", LABS[name]], check=True, capture_output=True)
+    kubectl("config", "use-context", "kwok-gpuop-lab")
+    yield
+    for name in ("lab-b", "lab-c"):
+        subprocess.run(["lab/lab.sh", "down", LABS[name]], check=True, capture_output=True)
+    kubectl("config", "use-context", "kwok-gpuop-lab")
+
+
+def test_three_hosts_converge_and_a_broken_one_fails_alone(ssh, tmp_path, three_labs):
+    names = list(LABS)
+    for name in names:
+        reset_lab(context=f"kwok-{LABS[name]}")
+    clean(ssh, *names)
+    env = hosts_file(ssh, tmp_path / "hosts.yaml", names)
+    run = deploy(None, env=env)
+    assert run.code == 0, run.log
+    for name in names:
+        assert reports(root_of(ssh, name)) == EXPECTED, name
+    assert deploy(None, env=env).changed == 0
+
+    # lab-c's cluster goes down: it fails alone, before changing anything; the others converge.
+    subprocess.run(["lab/lab.sh", "down", LABS["lab-c"]], check=True, capture_output=True)
+    kubectl("config", "use-context", "kwok-gpuop-lab")
+    for name in ("lab-a", "lab-b"):
+        reset_lab(context=f"kwok-{LABS[name]}")
+    clean(ssh, *names)
+    run = deploy(None, env=env)
+    assert run.code != 0
+    assert run.doc is None or run.doc["results"]["failed_hosts"] == ["lab-c"]
+    assert "[lab-c] preflight: the cluster of context kwok-gpuop-lab-c is unreachable" in run.log
+    for name in ("lab-a", "lab-b"):
+        assert reports(root_of(ssh, name)) == EXPECTED, name
+    assert not root_of(ssh, "lab-c").exists()
+    subprocess.run(["lab/lab.sh", "up", LABS["lab-c"]], check=True, capture_output=True)
+    kubectl("config", "use-context", "kwok-gpuop-lab")
