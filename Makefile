@@ -34,6 +34,7 @@ test: setup deps lab-up
 run: setup lab-up
 	$(VENV)/bin/pyinfra inventory.py deploy.py -y
 
-bench: setup lab-up
+bench: setup deps lab-up
 	bench/lab_start.sh
 	bench/rerun.sh
+	$(VENV)/bin/python bench/hosts.py
