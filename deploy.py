@@ -6,21 +6,13 @@ its report reads what is live. Rerun freely; a converged lab changes nothing.
 """
 
 from pyinfra import host
-from pyinfra.api.exceptions import DeployError
 
 import steps
-from operations import preflight
-from gpuop.knobs import KnobError, parse_knobs
-from gpuop.layout import Layout
 
-try:
-    lab = parse_knobs(host.data)
-except KnobError as bad:
-    raise DeployError(f"{host.name}: {bad} (nothing was changed)") from None
-at = Layout(lab.gpuop_root)
-
-preflight.lab_reachable(name="Preflight: kubectl reaches the lab cluster and its nodes",
-                        nodes=lab.lab_nodes, context=lab.kube_context)
+lab, at = steps.checked_knobs(host)  # every knob parsed and checked: a bad one stops the run here
+steps.preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
+if lab.replay:
+    steps.reset_lab(lab, at)  # 0. back to before step 1, to replay the whole incident
 steps.main_config(lab, at)  # 1. the node's containerd config.toml
 steps.nvidia_dropin(lab, at)  # 2. the drop-in the NVIDIA toolkit wrote
 steps.merge_report(lab, at)  # 3. what the files define against what containerd loaded

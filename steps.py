@@ -6,17 +6,21 @@ import tomli_w
 import yaml
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
 from pyinfra.api.util import get_template
 
 from facts.kube import KubeObjects
 from gpuop import containerd
 from gpuop.cluster import allocatable_count, node_gpu_lines, rollout_lines
+from gpuop.knobs import KnobError, parse_knobs
 from gpuop.layout import Layout
 from gpuop.scheduling import pod_scheduled
 from gpuop.slots import replicas_of, sharing_config, slot_lines
 from operations import incident, kube, reports
+from operations import preflight as checks
 from operations.files import text
 from operations.kube import daemonset_and_pods, live, of_kind
+from operations.runlock import hold_during_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -37,6 +41,36 @@ def toolkit_manifest(lab, version: str, memory: str) -> str:
     return manifest("toolkit-ds.yaml", daemonset=TOOLKIT, namespace=OPERATOR_NAMESPACE,
                     image=f"{lab.toolkit_image}:{version}", memory=memory,
                     max_unavailable=lab.max_unavailable)
+
+
+def checked_knobs(host):
+    """The host's knobs, parsed and checked, and its layout; a bad knob stops the run before
+    anything is changed, naming the host, the key, the value and what was expected."""
+    try:
+        lab = parse_knobs(host.data)
+    except KnobError as bad:
+        raise DeployError(f"{host.name}: {bad} (nothing was changed)") from None
+    return lab, Layout(lab.gpuop_root)
+
+
+@deploy("Preflight")
+def preflight(lab):
+    hold_during_run(host, context=lab.kube_context, timeout_s=lab.wait_timeout_s)
+    checks.lab_reachable(name="kubectl reaches the lab cluster and its nodes",
+                         nodes=lab.lab_nodes, context=lab.kube_context)
+
+
+REPORTS = ("merge.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
+MANIFESTS = ("runtimeclass.yaml", "gpu-pod.yaml", "time-slicing.yaml", "toolkit-ds.yaml")
+
+
+@deploy("Replay: reset the lab to before step 1")
+def reset_lab(lab, at: Layout):
+    incident.reset(name="Remove the incident's files, objects and GPU advertisements",
+                   files=at.owned_files(MANIFESTS, REPORTS),
+                   namespaces=[GPU_NAMESPACE, OPERATOR_NAMESPACE],
+                   cluster_objects=[f"runtimeclass/{RUNTIME_CLASS}"], nodes=lab.lab_nodes,
+                   context=lab.kube_context)
 
 
 @deploy("Step 1: containerd main config")
@@ -72,8 +106,8 @@ def runtime_class_and_pod(lab, at: Layout):
     report, stamp = at.report("unscheduled.txt"), at.stamp("unscheduled.txt")
 
     incident.before_pending_pod(name="Rewind to before the GPU Pod, if its moment must be seen again",
-                                report=report, stamp=stamp, inputs=inputs, pod=GPU_POD,
-                                namespace=GPU_NAMESPACE, nodes=lab.lab_nodes, context=ctx)
+                                report=report, stamp=stamp, inputs=inputs, pod_manifest=pod,
+                                nodes=lab.lab_nodes, context=ctx)
     kube.namespace(name=f"Namespace {GPU_NAMESPACE}", namespace_name=GPU_NAMESPACE, context=ctx,
                    timeout_s=timeout)
     for file_name, content in (("runtimeclass.yaml", runtime_class), ("gpu-pod.yaml", pod)):

@@ -13,6 +13,7 @@ this machine's shell setup rather than the playbook. BENCH_SSH_USER=root measure
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,7 @@ def main(rounds):
         for lab in ("gpuop-lab-b", "gpuop-lab-c"):
             subprocess.run(["lab/lab.sh", "down", lab], capture_output=True)
         kubectl("config", "use-context", "kwok-gpuop-lab")
+        shutil.rmtree(base)
 
 
 if __name__ == "__main__":

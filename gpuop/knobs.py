@@ -95,6 +95,15 @@ def _context(key, value):
     return value
 
 
+def _bool(key, value):
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise KnobError(key, value, "true or false")
+
+
 @dataclass(frozen=True)
 class Knobs:
     gpuop_root: str
@@ -114,6 +123,7 @@ class Knobs:
     loaded_runtimes_observed: tuple
     kube_context: str
     wait_timeout_s: int
+    replay: bool
 
 
 PARSERS = {
@@ -134,6 +144,7 @@ PARSERS = {
     "loaded_runtimes_observed": _runtimes,
     "kube_context": _context,
     "wait_timeout_s": _int(1),
+    "replay": _bool,
 }
 
 

@@ -41,3 +41,9 @@ class Layout:
     def stamp(self, report_name):
         """Where the playbook's own bookkeeping records a captured moment (not a lab file)."""
         return self._at(".gpuop", report_name + ".stamp")
+
+    def owned_files(self, manifests, reports):
+        """Every file the playbook writes (backups excluded: those are never removed)."""
+        return ([self.main_config, self.nvidia_dropin, self.check_script]
+                + [self.manifest(m) for m in manifests]
+                + [p for r in reports for p in (self.report(r), self.stamp(r))])

@@ -18,3 +18,4 @@ max_unavailable = 1  # step 8: the DaemonSet's rollingUpdate.maxUnavailable
 loaded_runtimes_observed = "runc"  # step 3: handlers `containerd config dump` showed on the day, used where containerd is absent
 kube_context = ""  # kubeconfig context on the target; empty: its current context
 wait_timeout_s = 180  # longest wait for any live condition (scheduling, Ready Pods, the stall)
+replay = False  # true: reset the lab to before step 1 (owned files, objects, GPU advertisements) and replay it all

@@ -2,6 +2,7 @@
 
 import io
 import shlex
+from datetime import datetime
 
 from pyinfra import host, logger
 from pyinfra.api import operation
@@ -28,7 +29,9 @@ def text(path: str, content: str, mode: str = "644", backup: bool = True):
     if current and current["text"] == content and current["mode"] == mode:
         return
     if current and current["text"] != content and backup:
-        logger.warning(f"{host.print_prefix}{path} differs from what the playbook writes; keeping it as {path}.gpuop-bak.<time>")
-        quoted = shlex.quote(path)
-        yield f'cp -p {quoted} {quoted}.gpuop-bak.$(date +%Y%m%dT%H%M%S)'
+        kept = f"{path}.gpuop-bak.{datetime.now():%Y%m%dT%H%M%S.%f}"
+        if host.state.is_executing:
+            logger.warning(f"{host.print_prefix}{path} differs from what the playbook writes; "
+                           f"keeping it as {kept}")
+        yield f"cp -p {shlex.quote(path)} {shlex.quote(kept)}"
     yield from files.put._inner(src=io.StringIO(content), dest=path, mode=mode)

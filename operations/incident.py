@@ -13,7 +13,7 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from facts.files import Files
-from facts.kube import kubectl
+from facts.kube import KubeObjects, kubectl
 from gpuop.cluster import rollout_lines
 from gpuop.objects import differences
 from gpuop.reports import render, stamp_holds
@@ -28,24 +28,28 @@ def _drop(stamp: str):
 
 
 @operation()
-def before_pending_pod(report: str, stamp: str, inputs: dict, pod: str, namespace: str,
-                       nodes, context: str = ""):
+def before_pending_pod(report: str, stamp: str, inputs: dict, pod_manifest: str, nodes,
+                       context: str = ""):
     """
-    Rewind to before the GPU Pod was created when its Pending moment must be captured again: no
-    node advertises GPUs (or the Pod would just schedule) and a bound Pod is deleted.
+    Rewind to before the GPU Pod was created when its Pending moment must be seen again: its
+    report's stamp no longer holds, or the Pod itself is gone or must be replaced (a new Pod
+    would just schedule wherever GPUs are advertised now). No node advertises GPUs afterwards,
+    a bound Pod is deleted, and the stamp is dropped.
 
     .. code:: python
 
         before_pending_pod(report=".../out/unscheduled.txt", stamp=".../unscheduled.txt.stamp",
-                           inputs={...}, pod="cuda-probe", namespace="gpu-lab", nodes=lab_nodes)
+                           inputs={...}, pod_manifest=pod_yaml, nodes=lab_nodes)
     """
-    if moment_holds(report, stamp, inputs):
+    want = yaml.safe_load(pod_manifest)
+    name, namespace = want["metadata"]["name"], want["metadata"]["namespace"]
+    have = live(f"pod/{name}", namespace, context)
+    if moment_holds(report, stamp, inputs) and have and not differences(want, have):
         return
     for node in nodes:
         yield from node_gpus._inner(node=node, count=None, context=context)
-    have = live(f"pod/{pod}", namespace, context)
     if have and have["spec"].get("nodeName"):
-        yield deleted(f"pod/{pod}", namespace, context)
+        yield deleted(f"pod/{name}", namespace, context)
     yield _drop(stamp)
 
 
@@ -100,3 +104,34 @@ def _rollout_is_captured(stamp: str, inputs: dict, upgrade: str, context: str) -
         return False
     recorded = host.get_fact(Files, paths=(stamp,)).get(stamp, {}).get("text")
     return stamp_holds(recorded, render(rollout_lines(ds, pods)), inputs)
+
+
+@operation(is_idempotent=False)
+def reset(files: list, namespaces: list, cluster_objects: list, nodes, context: str = ""):
+    """
+    Reset the lab to before step 1: remove the files the playbook wrote, delete its namespaces
+    and cluster-scoped objects (waiting until they are gone), and withdraw every lab node's GPU
+    advertisement. Backups are kept.
+
+    + files: the playbook's own files on the target
+    + namespaces: namespaces it owns
+    + cluster_objects: cluster-scoped objects it owns, as ``kind/name``
+    + nodes: the lab nodes
+
+    .. code:: python
+
+        reset(files=layout.owned_files(...), namespaces=["gpu-lab", "gpu-operator"],
+              cluster_objects=["runtimeclass/nvidia"], nodes=lab_nodes)
+    """
+    present = host.get_fact(Files, paths=tuple(files))
+    if present:
+        yield "rm -f " + " ".join(shlex.quote(p) for p in sorted(present))
+    live_ns = host.get_fact(KubeObjects, resources=[f"namespace/{n}" for n in namespaces],
+                            context=context)
+    if live_ns:
+        yield deleted(" ".join(f"namespace/{n['metadata']['name']}" for n in live_ns), context=context)
+    for obj in cluster_objects:
+        if live(obj, context=context):
+            yield deleted(obj, context=context)
+    for node in nodes:
+        yield from node_gpus._inner(node=node, count=None, context=context)

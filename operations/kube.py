@@ -175,10 +175,11 @@ def pod_running(pod: str, namespace: str, context: str = "", timeout_s: int = 12
                     lambda seen: (running(seen), _pod_state(seen)), timeout_s)
 
 
-def deleted(resource: str, namespace=None, context: str = "") -> StringCommand:
-    """The command deleting an object and waiting until it is gone."""
+def deleted(resources: str, namespace=None, context: str = "") -> StringCommand:
+    """The command deleting objects (``"kind/name kind/name"``) and waiting until they are gone."""
     ns = ("--namespace", namespace) if namespace else ()
-    return StringCommand(kubectl(context, "delete", resource, *ns, "--ignore-not-found", "--wait=true"))
+    return StringCommand(kubectl(context, "delete", *resources.split(), *ns, "--ignore-not-found",
+                                 "--wait=true"))
 
 
 def daemonset_and_pods(name, namespace, context=""):

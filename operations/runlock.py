@@ -1,0 +1,115 @@
+"""One run at a time per lab: a lock on the target, held from the first operation to the last.
+
+Not an operation (taking and dropping a lock is no change to the lab, so a converged rerun stays
+at zero changes): it hooks pyinfra's operation callbacks. The lock is a directory made with
+``mkdir`` (atomic), named after the kube context so two runs never drive one cluster at once;
+its ``owner`` file says which controller process holds it. A second run waits, printing
+progress, up to ``wait_timeout_s``, then fails naming the holder. A lock whose holder process
+is gone (a run killed on this controller) is taken over.
+
+    hold_during_run(host, context="kwok-gpuop-lab", timeout_s=180)   # in deploy.py
+"""
+
+import os
+import re
+import shlex
+import socket
+import time
+
+import gevent
+from pyinfra import logger
+from pyinfra.api.state import BaseStateCallback
+
+PROGRESS_EVERY_S = 5
+
+
+def lock_path(context: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", context or "current-context")
+    return f"/tmp/gpuop-{name}.lock"
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()} pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}"
+
+
+def _holder_gone(holder: str) -> bool:
+    """Whether the holder was a process of this controller that no longer runs."""
+    match = re.match(r"^(\S+) pid (\d+) ", holder)
+    if not match or match.group(1) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(match.group(2)), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _run(host, command):
+    status, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")))
+    return status, "\n".join(output.stdout_lines).strip()
+
+
+def _acquire(host, path, timeout_s) -> bool:
+    q = shlex.quote(path)
+    take = f"mkdir {q} 2>/dev/null && printf '%s\\n' {shlex.quote(_owner())} > {q}/owner && echo taken || cat {q}/owner 2>/dev/null"
+    start = next_report = time.monotonic()
+    while True:
+        _, said = _run(host, take)
+        if said == "taken":
+            return True
+        holder = said or "an unknown holder"
+        if holder.startswith(f"{socket.gethostname()} pid {os.getpid()} "):
+            logger.error(f"{host.print_prefix}another host of this run already drives this lab "
+                         f"({path}); give each host its own kube_context")
+            return False
+        if _holder_gone(holder):
+            logger.warning(f"{host.print_prefix}taking over {path} from a run that is gone ({holder})")
+            _run(host, f"rm -rf {q}")
+            continue
+        waited = time.monotonic() - start
+        if waited >= timeout_s:
+            logger.error(f"{host.print_prefix}another gpuop run holds {path} ({holder}); gave up "
+                         f"after {timeout_s}s. If no run is active, remove {path} on the host.")
+            return False
+        if time.monotonic() >= next_report:
+            next_report = time.monotonic() + PROGRESS_EVERY_S
+            logger.info(f"{host.print_prefix}waiting for the lab lock {path}, held by {holder} ({waited:.0f}s)")
+        gevent.sleep(0.5)
+
+
+class _RunLock(BaseStateCallback):
+    def __init__(self):
+        self.wanted = {}  # host name -> (lock path, timeout)
+        self.held = {}  # host -> lock path
+
+    def operation_start(self, state, op_hash):
+        if op_hash != state.get_op_order()[0]:
+            return
+        failed = set()
+        for host in list(state.inventory.get_active_hosts()):
+            if host.name in self.wanted:
+                path, timeout_s = self.wanted[host.name]
+                if _acquire(host, path, timeout_s):
+                    self.held[host] = path
+                else:
+                    failed.add(host)
+        state.fail_hosts(failed)
+
+    def operation_end(self, state, op_hash):
+        if op_hash != state.get_op_order()[-1]:
+            return
+        for host, path in self.held.items():
+            _run(host, f"rm -rf {shlex.quote(path)}")
+        self.held.clear()
+
+
+def hold_during_run(host, context: str, timeout_s: int):
+    """Take the host's lab lock before its first operation runs, drop it after the last."""
+    state = host.state
+    handler = next((h for h in state.callback_handlers if isinstance(h, _RunLock)), None)
+    if handler is None:
+        handler = _RunLock()
+        state.add_callback_handler(handler)
+    handler.wanted[host.name] = (lock_path(context), timeout_s)

@@ -1,0 +1,306 @@
+"""Drift, bad input, interruption and concurrency: converge back, lose nothing (issue 5)."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import threading
+
+import pytest
+
+from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
+from tests.kube import get, kubectl, reset_lab, set_gpus
+from tests.playbook import PYINFRA, deploy, tree
+
+DS = "daemonset/nvidia-container-toolkit"
+REPORTS = ("merge.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
+MANIFESTS = ("runtimeclass.yaml", "gpu-pod.yaml", "time-slicing.yaml", "toolkit-ds.yaml")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A converged lab, and what a fresh run wrote: every file under the root but backups."""
+    reset_lab()
+    root = tmp_path_factory.mktemp("drift") / "gpuop"
+    run = deploy(root)
+    assert run.code == 0, run.log
+    return root, files_of(root)
+
+
+def files_of(root):
+    return {rel: body for rel, (_, _, body) in tree(root).items()
+            if body is not None and ".gpuop-bak." not in rel}
+
+
+def modes_of(root):
+    return {rel: mode for rel, (mode, _, body) in tree(root).items() if ".gpuop-bak." not in rel}
+
+
+def assert_incident_end_state(root, fresh):
+    assert files_of(root) == fresh
+    out = {r: (root / "out" / r).read_text() for r in REPORTS}
+    assert (out["merge.txt"], out["node-gpu.txt"], out["slots.txt"], out["rollout.txt"]) == (
+        MERGE, NODE_GPU, SLOTS, ROLLOUT)
+    assert os.access(root / "bin/check-runtime.sh", os.X_OK)
+    pod = get("pod/cuda-probe", "gpu-lab")
+    assert (pod["status"]["phase"], pod["spec"]["nodeName"]) == ("Running", "lab-node-0")
+    assert get("runtimeclass/nvidia")["handler"] == "nvidia"
+    caps = {n: get(f"node/{n}")["status"]["allocatable"].get("nvidia.com/gpu")
+            for n in ("lab-node-0", "lab-node-1", "lab-node-2")}
+    assert caps == {"lab-node-0": "4", "lab-node-1": "20", "lab-node-2": None}
+    status = get(DS, "gpu-operator")["status"]
+    assert (status["updatedNumberScheduled"], status["numberReady"]) == (1, 2)
+
+
+def edit(path, text):
+    def drift(root):
+        (root / path).write_text(text)
+    return drift
+
+
+def append(path):
+    def drift(root):
+        with open(root / path, "a") as f:
+            f.write("# edited by hand\n")
+    return drift
+
+
+def remove(path):
+    return lambda root: (root / path).unlink()
+
+
+def k(*args):
+    return lambda root: kubectl(*args)
+
+
+def rollback(root):
+    kubectl("patch", DS, "-n", "gpu-operator", "--type=strategic", "-p", json.dumps(
+        {"spec": {"template": {"spec": {"containers": [{
+            "name": "toolkit", "image": "nvcr.io/nvidia/k8s/container-toolkit:v1.16.2",
+            "resources": {"requests": {"memory": "128Mi"}}}]}}}}))
+
+
+def delete_old_toolkit_pod(root):
+    pods = get("pods", "gpu-operator")["items"]
+    running = [p["metadata"]["name"] for p in pods if p["status"]["phase"] == "Running"]
+    kubectl("delete", "pod", running[0], "-n", "gpu-operator")
+
+
+def cm_replicas(root):
+    cm = get("configmap/time-slicing-config", "gpu-operator")
+    text = cm["data"]["any"].replace("replicas: 5", "replicas: 2")
+    kubectl("patch", "configmap/time-slicing-config", "-n", "gpu-operator", "--type=merge", "-p",
+            json.dumps({"data": {"any": text}}))
+
+
+UNQUOTED = """version = 2
+imports = ["conf.d/*.toml"]
+[plugins.io.containerd.grpc.v1.cri.containerd]
+default_runtime_name = "runc"
+"""
+
+DRIFTS = {
+    "config.toml without its runtime table": edit("etc/containerd/config.toml",
+                                                  "version = 2\nimports = []\n"),
+    "config.toml with the unquoted key": edit("etc/containerd/config.toml", UNQUOTED),
+    "drop-in deleted": remove("etc/containerd/conf.d/99-nvidia.toml"),
+    "check-runtime.sh edited": append("bin/check-runtime.sh"),
+    "check-runtime.sh not executable": lambda root: (root / "bin/check-runtime.sh").chmod(0o644),
+    **{f"{r} deleted": remove(f"out/{r}") for r in REPORTS},
+    **{f"{r} edited": append(f"out/{r}") for r in REPORTS},
+    **{f"{m} edited": append(f"k8s/{m}") for m in MANIFESTS},
+    "RuntimeClass deleted": k("delete", "runtimeclass", "nvidia"),
+    "Pod deleted": k("delete", "pod", "cuda-probe", "-n", "gpu-lab"),
+    "namespace gpu-lab deleted": k("delete", "namespace", "gpu-lab"),
+    "lab-node-0 advertises no GPU": lambda root: set_gpus("lab-node-0", None),
+    "lab-node-1 back to 4": lambda root: set_gpus("lab-node-1", 4),
+    "ConfigMap replicas changed": cm_replicas,
+    "DaemonSet deleted": k("delete", DS, "-n", "gpu-operator"),
+    "DaemonSet rolled back": rollback,
+    "a toolkit Pod deleted": delete_old_toolkit_pod,
+    "namespace gpu-operator deleted": k("delete", "namespace", "gpu-operator", "--wait=false"),
+}
+
+
+def all_at_once(root):
+    # The cluster first (deleting namespaces last), then the files.
+    for name in ("DaemonSet rolled back", "ConfigMap replicas changed", "lab-node-1 back to 4",
+                 "lab-node-0 advertises no GPU", "RuntimeClass deleted",
+                 "namespace gpu-lab deleted", "namespace gpu-operator deleted"):
+        DRIFTS[name](root)
+    for path in ("etc/containerd/conf.d/99-nvidia.toml", *(f"out/{r}" for r in REPORTS)):
+        remove(path)(root)
+    edit("etc/containerd/config.toml", UNQUOTED)(root)
+    for rel in ("bin/check-runtime.sh", *(f"k8s/{m}" for m in MANIFESTS)):
+        append(rel)(root)
+    (root / "bin/check-runtime.sh").chmod(0o644)
+
+
+DRIFTS["all of these at once"] = all_at_once
+
+
+@pytest.mark.parametrize("drift", list(DRIFTS), ids=list(DRIFTS))
+def test_rerun_repairs_exactly_the_drift(lab, drift):
+    root, fresh = lab
+    DRIFTS[drift](root)
+    run = deploy(root)
+    assert run.code == 0, run.log
+    assert_incident_end_state(root, fresh)
+    again = deploy(root)
+    assert again.code == 0 and again.changed == 0, again.changed_ops()
+
+
+def test_replaced_files_are_kept_as_backups(lab):
+    root, fresh = lab
+    bad_config = "this is [not valid toml\n"
+    (root / "etc/containerd/config.toml").write_text(bad_config)
+    append("bin/check-runtime.sh")(root)
+    edited_script = (root / "bin/check-runtime.sh").read_text()
+    run = deploy(root)
+    assert run.code == 0, run.log
+    assert files_of(root) == fresh
+    for rel, previous in (("etc/containerd/config.toml", bad_config),
+                          ("bin/check-runtime.sh", edited_script)):
+        backups = sorted(glob.glob(f"{root}/{rel}.gpuop-bak.*"))
+        assert backups and open(backups[-1]).read() == previous, rel
+        assert f"{root}/{rel} differs from what the playbook writes; keeping it as {backups[-1]}" in run.log
+
+
+def test_replay_runs_the_whole_incident_again(lab):
+    root, fresh = lab
+    backups_before = sorted(glob.glob(f"{root}/**/*.gpuop-bak.*", recursive=True))
+    run = deploy(root, "replay=true")
+    assert run.code == 0, run.log
+    replayed = set(run.changed_ops())
+    for op in ("Replay: reset the lab to before step 1 | Remove the incident's files, objects and GPU advertisements",
+               "Step 1: containerd main config | config.toml",
+               "Step 5: RuntimeClass and a GPU Pod that cannot schedule | unscheduled.txt",
+               "Step 8: a toolkit upgrade that stalls on memory | rollout.txt"):
+        assert op in replayed
+    assert_incident_end_state(root, fresh)
+    assert sorted(glob.glob(f"{root}/**/*.gpuop-bak.*", recursive=True)) == backups_before
+    assert deploy(root).changed == 0
+
+
+def snapshot(root):
+    objects = {}
+    for resource, ns in (("runtimeclasses", None), ("pods", "gpu-lab"), ("configmaps", "gpu-operator"),
+                         ("daemonsets", "gpu-operator"), ("nodes", None), ("namespaces", None)):
+        items = (get(resource, ns) or {"items": []})["items"]
+        objects[resource] = sorted((i["metadata"]["name"], i["metadata"].get("uid"),
+                                    json.dumps(i.get("spec"), sort_keys=True),
+                                    json.dumps(i.get("data"), sort_keys=True),
+                                    json.dumps((i.get("status") or {}).get("allocatable"), sort_keys=True))
+                                   for i in items)
+    return objects, (tree(root) if root.exists() else None)
+
+
+@pytest.mark.parametrize("data,key,expected", [
+    ("replicas=0", "replicas", "an integer >= 1"),
+    ("replicas=-3", "replicas", "an integer >= 1"),
+    ("gpu_count=2.5", "gpu_count", "an integer >= 1"),
+    ("gpu_count=four", "gpu_count", "an integer >= 1"),
+    ("gpu_node=lab-node-7", "gpu_node", "one of lab_nodes"),
+    ("toolkit_memory_upgrade=64GB!", "toolkit_memory_upgrade", "Kubernetes quantity"),
+    ("gpuop_root=relative/dir", "gpuop_root", "an absolute directory path"),
+    ("replay=maybe", "replay", "true or false"),
+])
+def test_bad_input_stops_before_any_change(lab, data, key, expected):
+    root, _ = lab
+    before = snapshot(root)
+    run = deploy(root, data)
+    assert run.code != 0
+    assert f"@local: knob {key}=" in run.log and expected in run.log and "nothing was changed" in run.log
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("data,message", [
+    (("lab_nodes=lab-node-0,lab-node-1,lab-node-9",),
+     "preflight: lab nodes lab-node-9 not in the cluster of the current kubeconfig context"),
+    (("kube_context=kwok-no-such-lab",),
+     "preflight: the cluster of context kwok-no-such-lab is unreachable"),
+])
+def test_preflight_stops_before_any_change(lab, data, message):
+    root, _ = lab
+    before = snapshot(root)
+    run = deploy(root, *data)
+    assert run.code != 0
+    assert f"[@local] {message}" in run.log and "nothing was changed" in run.log
+    assert snapshot(root) == before
+
+
+def start(root, *data):
+    args = [PYINFRA, "inventory.py", "deploy.py", "-y", "--data", f"gpuop_root={root}"]
+    for item in data:
+        args += ["--data", item]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def run_until(proc, marker):
+    """Read the run's log until ``marker`` shows, then leave it running; return the log so far."""
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if marker in line:
+            return "".join(seen)
+    raise AssertionError("run ended before: " + marker + "\n" + "".join(seen))
+
+
+def drain(proc):
+    log = []
+    reader = threading.Thread(target=lambda: log.extend(proc.stderr))
+    reader.start()
+    proc.wait(300)
+    reader.join()
+    return "".join(log)
+
+
+def interrupt(proc):
+    """Ctrl-C, and a kill if the run does not stop at once (a closed terminal)."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(2)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    drain(proc)
+
+
+@pytest.mark.parametrize("marker", [
+    "Step 2: the toolkit's nvidia drop-in",
+    "Step 6: advertise GPUs like a device plugin | lab-node-0 advertises 4 GPUs",
+    "waiting for all Pods of DaemonSet gpu-operator/nvidia-container-toolkit Ready",
+])
+def test_a_run_killed_by_sigint_is_repaired_by_the_next(lab, marker):
+    root, fresh = lab
+    reset_lab()
+    for path in (root / "out").glob("*"):
+        path.unlink()
+    # An initial toolkit no node can take: the killed run could never finish by itself, and
+    # sits in the step 8 wait for its Pods when killed there.
+    proc = start(root, "toolkit_memory_initial=40Gi")
+    run_until(proc, marker)
+    interrupt(proc)
+    assert not (root / "out/rollout.txt").exists()  # it was stopped half-way
+    run = deploy(root)
+    assert run.code == 0, run.log
+    assert_incident_end_state(root, fresh)
+    assert deploy(root).changed == 0
+
+
+def test_two_runs_at_once_never_interleave(lab):
+    root, fresh = lab
+    first = start(root, "replay=true")  # slow enough: namespaces take seconds to delete
+    run_until(first, "Replay: reset the lab to before step 1")
+    second = start(root)
+    waited = run_until(second, "waiting for the lab lock")
+    assert f"held by {os.uname().nodename} pid {first.pid} " in waited
+    assert "Starting operation" not in waited  # nothing of the second run ran yet
+    impatient = deploy(root, "wait_timeout_s=1")
+    assert impatient.code != 0
+    assert "another gpuop run holds /tmp/gpuop-current-context.lock" in impatient.log
+    first_log, second_log = drain(first), drain(second)
+    assert first.returncode == 0, first_log
+    assert second.returncode == 0, second_log
+    assert first.poll() is not None and "Starting operation" in second_log
+    assert_incident_end_state(root, fresh)
