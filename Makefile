@@ -37,4 +37,5 @@ run: setup lab-up
 bench: setup deps lab-up
 	bench/lab_start.sh
 	bench/rerun.sh
+	bench/audit.sh
 	$(VENV)/bin/python bench/hosts.py

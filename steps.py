@@ -16,6 +16,7 @@ from gpuop.knobs import KnobError, parse_knobs
 from gpuop.layout import Layout
 from gpuop.scheduling import pod_scheduled
 from gpuop.slots import replicas_of, sharing_config, slot_lines
+from operations import audit as audits
 from operations import incident, kube, reports
 from operations import preflight as checks
 from operations.files import text
@@ -197,3 +198,13 @@ def toolkit_rollout(lab, at: Layout):
         return rollout_lines(ds, pods)
 
     reports.moment(name="rollout.txt", path=report, stamp=stamp, capture=rollout, inputs=inputs)
+
+
+@deploy("Audit: written against loaded against scheduled")
+def audit(lab, at: Layout):
+    checks.lab_reachable(name="kubectl reaches the lab cluster and its nodes",
+                         nodes=lab.lab_nodes, context=lab.kube_context)
+    audits.findings(name="Findings", path=at.report("audit.json"), main_config=at.main_config,
+                    observed=lab.loaded_runtimes_observed, context=lab.kube_context,
+                    time_slicing={"node": lab.timeslice_node, "physical_gpus": lab.physical_gpus,
+                                  "configmap": f"{OPERATOR_NAMESPACE}/{TIME_SLICING}"})

@@ -20,7 +20,7 @@ class KubeObjects(FactBase):
     Live objects as kubectl returns them: a list of plain dicts to query with jmespath, empty
     when there is none. ``resources`` is what ``kubectl get`` takes: one argument
     (``"pods"``, ``"daemonsets,pods"``, ``"node/lab-node-0"``) or several ``kind/name`` ones,
-    read in one round trip.
+    read in one round trip; in one namespace, the current one, or all of them.
 
     .. code:: python
 
@@ -34,9 +34,10 @@ class KubeObjects(FactBase):
     def default():
         return []
 
-    def command(self, resources, namespace=None, context=""):
+    def command(self, resources, namespace=None, context="", all_namespaces=False):
         args = ["get", *([resources] if isinstance(resources, str) else resources)]
         args += ["--namespace", namespace] if namespace else []
+        args += ["--all-namespaces"] if all_namespaces else []
         return kubectl(context, *args, "--output", "json", "--ignore-not-found")
 
     def process(self, output):

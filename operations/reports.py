@@ -89,17 +89,16 @@ def _toml(path: str, content: str) -> dict:
         raise Unobservable(f"{path} is not valid TOML: {e}") from None
 
 
-def containerd_merge(main_config: str, observed) -> list:
+def containerd_state(main_config: str, observed):
     """
-    The lines of merge.txt, read on the target now: what the main config and its drop-ins define
-    (parsed with tomllib, the main config's imports expanded on the target) and what containerd
-    holds: live from ``containerd config dump`` where containerd runs, else the recorded
-    ``observed`` handlers.
+    What containerd was given and what it holds, read on the target now: the main config and
+    the drop-ins its imports reach (expanded on the target), parsed with tomllib; the handlers
+    loaded, live from ``containerd config dump`` where containerd runs, else the recorded
+    ``observed`` ones. Returns ``(main_doc, dropin_docs, loaded, "live" | "recorded")``.
 
     .. code:: python
 
-        live(path=".../out/merge.txt",
-             capture=lambda: containerd_merge(".../etc/containerd/config.toml", ("runc",)))
+        containerd_state("/root/gpuop/etc/containerd/config.toml", ("runc",))
     """
     main = host.get_fact(Files, paths=(main_config,)).get(main_config)
     if main is None:
@@ -108,7 +107,19 @@ def containerd_merge(main_config: str, observed) -> list:
     dropins = host.get_fact(Files, paths=tuple(import_globs(main_doc, main_config)))
     dropin_docs = [_toml(p, f["text"]) for p, f in sorted(dropins.items())]
     if host.get_fact(Which, command="containerd"):
-        loaded = host.get_fact(LoadedRuntimes)
-    else:
-        loaded = list(observed)
+        return main_doc, dropin_docs, host.get_fact(LoadedRuntimes), "live"
+    return main_doc, dropin_docs, list(observed), "recorded"
+
+
+def containerd_merge(main_config: str, observed) -> list:
+    """
+    The lines of merge.txt: what the main config and its drop-ins define, and what containerd
+    holds (see ``containerd_state``).
+
+    .. code:: python
+
+        live(path=".../out/merge.txt",
+             capture=lambda: containerd_merge(".../etc/containerd/config.toml", ("runc",)))
+    """
+    main_doc, dropin_docs, loaded, _ = containerd_state(main_config, observed)
     return merge_lines(analyze_merge(main_doc, dropin_docs), loaded)

@@ -1,5 +1,6 @@
 """The playbook over SSH against real OpenSSH servers on loopback (issue 4)."""
 
+import json
 import os
 import subprocess
 
@@ -7,7 +8,7 @@ import pytest
 import yaml
 
 from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
-from tests.kube import get, kubectl, reset_lab
+from tests.kube import get, kubectl, reset_lab, set_gpus
 from tests.playbook import deploy, tree
 from tests.ssh import Sshd, free_port, keygen
 
@@ -173,3 +174,23 @@ def test_three_hosts_converge_and_a_broken_one_fails_alone(ssh, tmp_path, three_
     assert not root_of(ssh, "lab-c").exists()
     subprocess.run(["lab/lab.sh", "up", LABS["lab-c"]], check=True, capture_output=True)
     kubectl("config", "use-context", "kwok-gpuop-lab")
+
+
+def test_audit_over_ssh_only_the_drifted_host_differs(ssh, tmp_path, three_labs):
+    names = list(LABS)
+    for name in names:
+        reset_lab(context=f"kwok-{LABS[name]}")
+    clean(ssh, *names)
+    env = hosts_file(ssh, tmp_path / "hosts.yaml", names)
+    assert deploy(None, env=env).code == 0
+    set_gpus("lab-node-1", 4, context="kwok-gpuop-lab-b")
+    run = deploy(None, env=env, script="audit.py")
+    assert run.code != 0
+    gaps = {n: json.loads((root_of(ssh, n) / "out/audit.json").read_text())["gaps"] for n in names}
+    assert gaps["lab-a"] == gaps["lab-c"]
+    assert [(g["kind"], g["subject"]) for g in gaps["lab-a"]] == [
+        ("handler-not-loaded", "nvidia"), ("runtimeclass-handler-not-loaded", "nvidia"),
+        ("rollout-stalled", "gpu-operator/nvidia-container-toolkit")]
+    extra = [(g["kind"], g["subject"]) for g in gaps["lab-b"] if g not in gaps["lab-a"]]
+    assert extra == [("time-slicing-mismatch", "lab-node-1")]
+    assert all(g in gaps["lab-b"] for g in gaps["lab-a"])

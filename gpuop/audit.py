@@ -1,0 +1,142 @@
+"""The audit: written against loaded against scheduled, from live objects, as findings.
+
+A finding is a gap between what was written and what is live; everything else the audit reads
+(loaded handlers, GPU use per node, Pending Pods by reason, rollouts) is reported beside them.
+"""
+
+import jmespath
+from kubernetes.utils import parse_quantity
+
+from .cluster import allocatable_count, rollout_settled, rollout_complete, rollout_status
+from .scheduling import pod_scheduled, reasons, unschedulable
+from .slots import GPU_RESOURCE, replicas_of
+
+_GPU_ASKED = jmespath.compile(f"spec.containers[].resources.[limits, requests][].\"{GPU_RESOURCE}\"")
+
+
+def _ref(obj):
+    ns = obj["metadata"].get("namespace")
+    return f"{ns}/{obj['metadata']['name']}" if ns else obj["metadata"]["name"]
+
+
+def _of_kind(objects, kind):
+    return [o for o in objects if o.get("kind") == kind]
+
+
+def _gpus_asked(pod) -> int:
+    """GPUs a Pod holds: its containers' limits (or requests) of nvidia.com/gpu."""
+    total = 0
+    for container in pod["spec"].get("containers", []):
+        res = container.get("resources") or {}
+        value = (res.get("limits") or {}).get(GPU_RESOURCE, (res.get("requests") or {}).get(GPU_RESOURCE))
+        total += int(parse_quantity(str(value))) if value is not None else 0
+    return total
+
+
+def _active(pod) -> bool:
+    return pod["status"].get("phase") not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
+
+
+def audit(written: list, loaded: list, loaded_source: str, objects: list, time_slicing: dict) -> dict:
+    """Findings and readings for one host.
+
+    + written: runtime handlers the main config and its drop-ins define
+    + loaded: handlers containerd holds
+    + loaded_source: "live" (containerd config dump) or "recorded" (no containerd on the host)
+    + objects: live RuntimeClasses, Nodes, Pods, DaemonSets and ConfigMaps (kubectl's JSON)
+    + time_slicing: {"node", "physical_gpus", "configmap": "ns/name"} of the time-sliced node
+
+        audit(["runc", "nvidia"], ["runc"], "recorded", objects, {...})["gaps"]
+        -> [{"kind": "handler-not-loaded", "subject": "nvidia", ...}, ...]
+    """
+    gaps = []
+    pods = _of_kind(objects, "Pod")
+
+    not_loaded = [h for h in written if h not in loaded]
+    for handler in not_loaded:
+        gaps.append({"kind": "handler-not-loaded", "subject": handler,
+                     "detail": f"runtime handler {handler} is written but not loaded ({loaded_source})"})
+
+    classes = []
+    for rc in _of_kind(objects, "RuntimeClass"):
+        users = [_ref(p) for p in pods if p["spec"].get("runtimeClassName") == rc["metadata"]["name"]]
+        ok = rc["handler"] in loaded
+        classes.append({"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": ok, "pods": users})
+        if not ok:
+            gaps.append({"kind": "runtimeclass-handler-not-loaded", "subject": rc["metadata"]["name"],
+                         "detail": f"RuntimeClass {rc['metadata']['name']}: handler {rc['handler']} not "
+                                   f"loaded; its Pods fail as soon as they are recreated: "
+                                   f"{', '.join(users) or 'none now'}"})
+
+    ts_ref = time_slicing["configmap"]
+    cm = next((c for c in _of_kind(objects, "ConfigMap") if _ref(c) == ts_ref), None)
+    replicas = replicas_of((cm or {}).get("data", {}).get("any", "")) if cm else None
+    nodes = []
+    for node in _of_kind(objects, "Node"):
+        name = node["metadata"]["name"]
+        advertised = allocatable_count(node)
+        asked = sum(_gpus_asked(p) for p in pods if p["spec"].get("nodeName") == name and _active(p))
+        entry = {"name": name, "advertised": advertised, "requested": asked}
+        if asked > advertised:
+            gaps.append({"kind": "gpus-overcommitted", "subject": name,
+                         "detail": f"node {name}: Pods hold {asked} GPUs, it advertises {advertised}"})
+        if name == time_slicing["node"] and replicas is not None:
+            expected = time_slicing["physical_gpus"] * replicas
+            entry["time_sliced"] = {"physical": time_slicing["physical_gpus"], "replicas": replicas,
+                                    "expected": expected}
+            if advertised != expected:
+                gaps.append({"kind": "time-slicing-mismatch", "subject": name,
+                             "detail": f"node {name} advertises {advertised} GPUs, but {ts_ref} gives "
+                                       f"{time_slicing['physical_gpus']} x {replicas} = {expected}"})
+        nodes.append(entry)
+
+    pending = {}
+    for pod in pods:
+        if pod["status"].get("phase") == "Pending" and unschedulable(pod):
+            for _, reason in reasons(pod_scheduled(pod).get("message", "")) or [(0, "Unschedulable")]:
+                pending.setdefault(reason, []).append(_ref(pod))
+
+    daemonsets = []
+    for ds in _of_kind(objects, "DaemonSet"):
+        status = rollout_status(ds, pods)
+        stalled = rollout_settled(ds, pods) and not rollout_complete(ds)
+        daemonsets.append({"name": _ref(ds), "desired": status["DESIRED"], "updated": status["UPDATED"],
+                           "ready": status["READY"], "max_unavailable": status["MAX_UNAVAILABLE"],
+                           "stalled": stalled, "blocker": status["BLOCKER"]})
+        if stalled:
+            gaps.append({"kind": "rollout-stalled", "subject": _ref(ds),
+                         "detail": f"DaemonSet {_ref(ds)}: rollout stalled at {status['UPDATED']}/"
+                                   f"{status['DESIRED']} updated, blocker {status['BLOCKER']}"})
+
+    return {
+        "handlers": {"written": written, "loaded": loaded, "loaded_source": loaded_source},
+        "runtimeclasses": classes,
+        "nodes": nodes,
+        "pending": {reason: sorted(refs) for reason, refs in sorted(pending.items())},
+        "daemonsets": daemonsets,
+        "gaps": gaps,
+    }
+
+
+def table(result: dict) -> list:
+    """The findings as a compact table, what a person reads first."""
+    h = result["handlers"]
+    rows = [("handlers", f"written {','.join(h['written']) or '-'}; loaded {','.join(h['loaded']) or '-'} "
+                         f"({h['loaded_source']})")]
+    for rc in result["runtimeclasses"]:
+        rows.append(("runtimeclass", f"{rc['name']} -> {rc['handler']} "
+                                     f"({'loaded' if rc['loaded'] else 'NOT loaded'}); pods: {','.join(rc['pods']) or '-'}"))
+    for n in result["nodes"]:
+        sliced = n.get("time_sliced")
+        extra = f" (time-sliced {sliced['physical']}x{sliced['replicas']}={sliced['expected']})" if sliced else ""
+        rows.append(("gpus", f"{n['name']} advertised {n['advertised']}, requested {n['requested']}{extra}"))
+    for reason, refs in result["pending"].items():
+        rows.append(("pending", f"{reason}: {', '.join(refs)}"))
+    for ds in result["daemonsets"]:
+        rows.append(("daemonset", f"{ds['name']} {ds['updated']}/{ds['desired']} updated, {ds['ready']} ready, "
+                                  f"maxUnavailable {ds['max_unavailable']}"
+                                  + (f", STALLED: {ds['blocker']}" if ds["stalled"] else "")))
+    rows += [("GAP", g["detail"]) for g in result["gaps"]]
+    rows.append(("verdict", f"{len(result['gaps'])} gap(s)" if result["gaps"] else "no gap: written is loaded is scheduled"))
+    width = max(len(k) for k, _ in rows)
+    return [f"{k.ljust(width)}  {v}" for k, v in rows]

@@ -1,0 +1,50 @@
+"""The audit's one operation: read everything, write audit.json, say what differs."""
+
+import json
+
+from pyinfra import host, logger
+from pyinfra.api import operation
+
+from facts.kube import KubeObjects
+from gpuop.audit import audit, table
+from gpuop.containerd import analyze_merge
+
+from .files import text
+from .poll import failure
+from .reports import containerd_state
+
+
+@operation()
+def findings(path: str, main_config: str, observed, time_slicing: dict, context: str = ""):
+    """
+    Audit a lab host, read-only: handlers written against loaded, RuntimeClasses whose handler
+    is not loaded and the Pods using them, GPUs advertised against requested per node (and the
+    time-sliced node against physical x replicas), Pending Pods by reason, stalled rollouts.
+    The findings go to ``path`` as JSON (rewritten only when they change) and to the log as a
+    table; any gap fails the host, so the run's exit status gates a cron job or CI.
+
+    + path: the audit report on the target
+    + main_config: the containerd main config whose drop-ins are followed
+    + observed: handlers recorded on the incident day, for a host without containerd
+    + time_slicing: {"node", "physical_gpus", "configmap": "namespace/name"}
+    + context: kubeconfig context, empty for the current one
+
+    .. code:: python
+
+        findings(path="/root/gpuop/out/audit.json", main_config=".../config.toml",
+                 observed=("runc",), time_slicing={"node": "lab-node-1", "physical_gpus": 4,
+                                                   "configmap": "gpu-operator/time-slicing-config"})
+    """
+    main_doc, dropin_docs, loaded, source = containerd_state(main_config, observed)
+    merged = analyze_merge(main_doc, dropin_docs)
+    written = merged.main_runtimes + [n for n in merged.dropin_runtimes if n not in merged.main_runtimes]
+    objects = host.get_fact(KubeObjects, resources="runtimeclasses,nodes,pods,daemonsets,configmaps",
+                            all_namespaces=True, context=context)
+    result = audit(written, loaded, source, objects, time_slicing)
+    yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n",
+                           backup=False)
+    if host.state.is_executing:
+        for line in table(result):
+            logger.info(f"{host.print_prefix}{line}")
+    if result["gaps"]:
+        yield failure(f"audit: {len(result['gaps'])} gap(s) between written and live; see {path}")
