@@ -4,7 +4,7 @@ VENV := .venv
 LAB ?= gpuop-lab
 PYTEST_ARGS ?=
 
-.PHONY: setup deps lab-up lab-down lab-status test unit run bench
+.PHONY: setup deps lab-up lab-down lab-status test unit run audit bench
 
 setup: $(VENV)/.installed
 
@@ -33,6 +33,9 @@ test: setup deps lab-up
 
 run: setup lab-up
 	$(VENV)/bin/pyinfra inventory.py deploy.py -y
+
+audit: setup lab-up
+	$(VENV)/bin/pyinfra inventory.py audit.py -y
 
 bench: setup deps lab-up
 	bench/lab_start.sh

@@ -4,14 +4,11 @@ A finding is a gap between what was written and what is live; everything else th
 (loaded handlers, GPU use per node, Pending Pods by reason, rollouts) is reported beside them.
 """
 
-import jmespath
 from kubernetes.utils import parse_quantity
 
-from .cluster import allocatable_count, rollout_settled, rollout_complete, rollout_status
+from .cluster import GPU, allocatable_count, rollout_complete, rollout_settled, rollout_status
 from .scheduling import pod_scheduled, reasons, unschedulable
-from .slots import GPU_RESOURCE, replicas_of
-
-_GPU_ASKED = jmespath.compile(f"spec.containers[].resources.[limits, requests][].\"{GPU_RESOURCE}\"")
+from .slots import replicas_of
 
 
 def _ref(obj):
@@ -28,7 +25,7 @@ def _gpus_asked(pod) -> int:
     total = 0
     for container in pod["spec"].get("containers", []):
         res = container.get("resources") or {}
-        value = (res.get("limits") or {}).get(GPU_RESOURCE, (res.get("requests") or {}).get(GPU_RESOURCE))
+        value = (res.get("limits") or {}).get(GPU, (res.get("requests") or {}).get(GPU))
         total += int(parse_quantity(str(value))) if value is not None else 0
     return total
 

@@ -163,5 +163,5 @@ def parse_knobs(data) -> Knobs:
         if values[key] not in values["lab_nodes"]:
             raise KnobError(key, values[key], f"one of lab_nodes ({','.join(values['lab_nodes'])})")
     if values["gpu_node"] == values["timeslice_node"]:
-        raise KnobError("timeslice_node", values["timeslice_node"], f"a node other than gpu_node")
+        raise KnobError("timeslice_node", values["timeslice_node"], "a node other than gpu_node")
     return Knobs(**values)

@@ -3,10 +3,11 @@
 import jmespath
 import yaml
 
-GPU_RESOURCE = "nvidia.com/gpu"
+from .cluster import GPU
 
 
-def sharing_config(replicas: int, resource: str = GPU_RESOURCE) -> dict:
+
+def sharing_config(replicas: int, resource: str = GPU) -> dict:
     """The GPU Operator device-plugin config for time-slicing one resource.
 
         yaml.safe_dump(sharing_config(5)) -> "sharing:\\n  timeSlicing:\\n ..."
@@ -22,7 +23,7 @@ def sharing_config(replicas: int, resource: str = GPU_RESOURCE) -> dict:
     }
 
 
-def replicas_of(config_text: str, resource: str = GPU_RESOURCE):
+def replicas_of(config_text: str, resource: str = GPU):
     """The replicas a device-plugin config (the ConfigMap's ``data.any`` string) gives a resource.
 
         replicas_of(yaml.safe_dump(sharing_config(5))) -> 5

@@ -11,7 +11,7 @@ from gpuop.containerd import analyze_merge
 
 from .files import text
 from .poll import failure
-from .reports import containerd_state
+from .reports import Unobservable, containerd_state
 
 
 @operation()
@@ -35,7 +35,11 @@ def findings(path: str, main_config: str, observed, time_slicing: dict, context:
                  observed=("runc",), time_slicing={"node": "lab-node-1", "physical_gpus": 4,
                                                    "configmap": "gpu-operator/time-slicing-config"})
     """
-    main_doc, dropin_docs, loaded, source = containerd_state(main_config, observed)
+    try:
+        main_doc, dropin_docs, loaded, source = containerd_state(main_config, observed)
+    except Unobservable as e:
+        yield failure(f"audit: {e}")
+        return
     merged = analyze_merge(main_doc, dropin_docs)
     written = merged.main_runtimes + [n for n in merged.dropin_runtimes if n not in merged.main_runtimes]
     objects = host.get_fact(KubeObjects, resources="runtimeclasses,nodes,pods,daemonsets,configmaps",

@@ -4,17 +4,15 @@ import json
 
 import yaml
 from pyinfra import host
-from pyinfra.api import OperationError, StringCommand, operation
+from pyinfra.api import StringCommand, operation
 
 from facts.kube import KubeObjects, kubectl
-from gpuop.cluster import advertised, describe_rollout, rollout_complete, rollout_settled
+from gpuop.cluster import GPU, advertised, describe_rollout, rollout_complete, rollout_settled
 from gpuop.objects import differences
 from gpuop.scheduling import pod_scheduled
 
 from .files import text
-from .poll import until
-
-GPU = "nvidia.com/gpu"
+from .poll import failure, until
 
 
 def live(resource, namespace=None, context=""):
@@ -124,7 +122,8 @@ def node_gpus(node: str, count, context: str = ""):
     """
     have = live(f"node/{node}", context=context)
     if have is None:
-        raise OperationError(f"node {node} not found in the cluster")
+        yield failure(f"node {node} not found in the cluster")
+        return
     want = None if count is None else str(count)
     if advertised(have) != {"capacity": want, "allocatable": want}:
         yield kubectl(context, "patch", "node", node, "--subresource=status", "--type=merge",

@@ -12,6 +12,7 @@ from gpuop.containerd import analyze_merge, import_globs, merge_lines
 from gpuop.reports import render, stamp_holds, stamp_text
 
 from .files import text
+from .poll import failure
 
 
 class Unobservable(OperationError):
@@ -19,13 +20,18 @@ class Unobservable(OperationError):
 
 
 def _captured(capture):
-    """A report's text from ``capture()``; None while planning when it cannot be read yet."""
+    """A report's text from ``capture()``; None when it cannot be read: fine while planning
+    (earlier steps have not run yet), an error of this host while executing."""
     try:
-        return render(capture())
-    except Unobservable:
-        if host.state.is_executing:
-            raise
-        return None
+        return render(capture()), None
+    except Unobservable as e:
+        return None, str(e)
+
+
+def _unreadable(path: str, why: str):
+    if host.state.is_executing:
+        return failure(f"{path} cannot be captured: {why}")
+    return f"# {path}: read from the live lab once the steps before it have run"
 
 
 def moment_holds(report_path: str, stamp_path: str, inputs: dict) -> bool:
@@ -48,9 +54,9 @@ def live(path: str, capture):
 
         live(path="/root/gpuop/out/slots.txt", capture=lambda: slot_lines(...))
     """
-    content = _captured(capture)
+    content, why = _captured(capture)
     if content is None:
-        yield f"# {path}: read from the live lab once the steps before it have run"
+        yield _unreadable(path, why)
         return
     yield from text._inner(path=path, content=content, backup=False)
 
@@ -74,9 +80,9 @@ def moment(path: str, stamp: str, capture, inputs: dict):
     """
     if moment_holds(path, stamp, inputs):
         return
-    content = _captured(capture)
+    content, why = _captured(capture)
     if content is None:
-        yield f"# {path}: captured at its moment, once the steps before it have run"
+        yield _unreadable(path, why)
         return
     yield from text._inner(path=path, content=content, backup=False)
     yield from text._inner(path=stamp, content=stamp_text(content, inputs), backup=False)

@@ -22,3 +22,7 @@ OLD_IMAGE_PODS=2
 MAX_UNAVAILABLE=1
 BLOCKER=insufficient-memory
 """
+
+# A `containerd config dump` in which the nvidia handler is loaded (for a fake containerd).
+LOADED_NVIDIA = ('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+                 '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n')

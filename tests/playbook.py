@@ -51,3 +51,27 @@ def tree(root) -> dict:
             body = open(path, "rb").read() if name in files else None
             found[os.path.relpath(path, root)] = (oct(st.st_mode & 0o777), st.st_mtime_ns, body)
     return found
+
+
+def fresh_incident(tmp_path_factory, name, *data):
+    """A fresh lab and one successful run of the playbook into a new temporary root."""
+    from tests.kube import reset_lab
+
+    reset_lab()
+    root = tmp_path_factory.mktemp(name) / "gpuop"
+    run = deploy(root, *data)
+    assert run.code == 0, run.log
+    return root
+
+
+def fake_containerd(directory, dump_text):
+    """A containerd first on PATH whose ``config dump`` prints ``dump_text``: returns the env
+    that puts it there and the file holding the dump (rewrite it to change what is loaded)."""
+    bin_dir = directory / "fakebin"
+    bin_dir.mkdir(exist_ok=True)
+    dump = directory / "dump.toml"
+    dump.write_text(dump_text)
+    fake = bin_dir / "containerd"
+    fake.write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'config dump' ] && exec /bin/cat {dump}\nexit 2\n")
+    fake.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}, dump

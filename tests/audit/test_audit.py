@@ -1,13 +1,13 @@
 """The audit: read-only, names exactly the gaps between written and live (issue 6)."""
 
 import json
-import os
 import re
 
 import pytest
 
 from tests.kube import get, reset_lab, set_gpus
-from tests.playbook import deploy, tree
+from tests.expected import LOADED_NVIDIA
+from tests.playbook import deploy, fake_containerd, fresh_incident, tree
 
 AUDIT = "audit.py"
 
@@ -39,11 +39,7 @@ def without_audit_json(root):
 
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory):
-    reset_lab()
-    root = tmp_path_factory.mktemp("audit") / "gpuop"
-    run = deploy(root)
-    assert run.code == 0, run.log
-    return root
+    return fresh_incident(tmp_path_factory, "audit")
 
 
 def test_incident_end_state_names_exactly_the_three_gaps(incident):
@@ -92,14 +88,7 @@ def test_drift_shows_up_as_its_own_gap(incident):
 def test_healthy_variant_finds_nothing(tmp_path):
     """containerd (a fake one on PATH) holds nvidia, and the toolkit upgrade fits."""
     reset_lab()
-    fake_dir = tmp_path / "bin"
-    fake_dir.mkdir()
-    dump = tmp_path / "dump.toml"
-    dump.write_text('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
-                    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n')
-    (fake_dir / "containerd").write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'config dump' ] && exec /bin/cat {dump}\nexit 2\n")
-    (fake_dir / "containerd").chmod(0o755)
-    env = {"PATH": f"{fake_dir}:{os.environ['PATH']}"}
+    env, _ = fake_containerd(tmp_path, LOADED_NVIDIA)
     root = tmp_path / "gpuop"
     assert deploy(root, "toolkit_memory_upgrade=256Mi", env=env).code == 0
     run = audit(root, "toolkit_memory_upgrade=256Mi", env=env)

@@ -10,18 +10,14 @@ import pytest
 import yaml
 
 from tests.kube import GPU, get, kubectl, reset_lab
-from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
-from tests.playbook import deploy, tree
+from tests.expected import LOADED_NVIDIA, MERGE, NODE_GPU, ROLLOUT, SLOTS
+from tests.playbook import deploy, fake_containerd, fresh_incident, tree
 from gpuop.scheduling import pod_scheduled
 
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory):
     """A fresh lab and one run of the playbook into a temporary root."""
-    reset_lab()
-    root = tmp_path_factory.mktemp("incident") / "gpuop"
-    run = deploy(root)
-    assert run.code == 0, run.log
-    return root, run
+    return fresh_incident(tmp_path_factory, "incident")
 
 
 def read(root, rel):
@@ -34,7 +30,7 @@ def gpus(node):
 
 
 def test_configs_and_script(incident):
-    root, _ = incident
+    root = incident
     main = tomllib.loads(read(root, "etc/containerd/config.toml"))
     assert main["version"] == 2
     assert f"{root}/etc/containerd/conf.d/*.toml" in main["imports"]
@@ -51,7 +47,7 @@ def test_configs_and_script(incident):
 
 
 def test_modes(incident):
-    root, _ = incident
+    root = incident
     for rel, (mode, _, body) in tree(root).items():
         if rel.startswith(".gpuop"):
             continue
@@ -60,7 +56,7 @@ def test_modes(incident):
 
 
 def test_reports_byte_for_byte(incident):
-    root, _ = incident
+    root = incident
     assert read(root, "out/merge.txt") == MERGE
     assert read(root, "out/node-gpu.txt") == NODE_GPU
     assert read(root, "out/slots.txt") == SLOTS
@@ -68,7 +64,7 @@ def test_reports_byte_for_byte(incident):
 
 
 def test_unscheduled_is_what_the_scheduler_said(incident):
-    root, _ = incident
+    root = incident
     reason, message = read(root, "out/unscheduled.txt").split("\n")[:2]
     assert read(root, "out/unscheduled.txt") == f"{reason}\n{message}\n"
     assert reason == "Unschedulable"
@@ -81,7 +77,7 @@ def test_unscheduled_is_what_the_scheduler_said(incident):
 
 
 def test_manifests(incident):
-    root, _ = incident
+    root = incident
     rc = yaml.safe_load(read(root, "k8s/runtimeclass.yaml"))
     assert (rc["kind"], rc["metadata"], rc["handler"]) == ("RuntimeClass", {"name": "nvidia"}, "nvidia")
     pod = yaml.safe_load(read(root, "k8s/gpu-pod.yaml"))
@@ -124,7 +120,7 @@ def test_cluster_is_in_the_incident_end_state(incident):
 
 
 def test_second_run_changes_nothing(incident):
-    root, _ = incident
+    root = incident
     before = tree(root)
     run = deploy(root)
     assert run.code == 0, run.log
@@ -165,15 +161,7 @@ def test_other_knobs_follow_the_live_values(tmp_path):
 def test_live_containerd_is_read_where_it_runs(tmp_path):
     """A fake containerd on the target's PATH: LOADED_RUNTIMES comes from its dump, and the
     deployed check script judges the same dump."""
-    fake_dir = tmp_path / "fakebin"
-    fake_dir.mkdir()
-    dump = tmp_path / "dump.toml"
-    dump.write_text('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
-                    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n')
-    fake = fake_dir / "containerd"
-    fake.write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'config dump' ] && exec /bin/cat {dump}\nexit 2\n")
-    fake.chmod(0o755)
-    env = {"PATH": f"{fake_dir}:{os.environ['PATH']}"}
+    env, dump = fake_containerd(tmp_path, LOADED_NVIDIA)
     root = tmp_path / "gpuop"
     run = deploy(root, env=env)
     assert run.code == 0, run.log

@@ -11,7 +11,7 @@ import pytest
 
 from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
 from tests.kube import get, kubectl, reset_lab, set_gpus
-from tests.playbook import PYINFRA, deploy, tree
+from tests.playbook import PYINFRA, deploy, fresh_incident, tree
 
 DS = "daemonset/nvidia-container-toolkit"
 REPORTS = ("merge.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
@@ -21,10 +21,7 @@ MANIFESTS = ("runtimeclass.yaml", "gpu-pod.yaml", "time-slicing.yaml", "toolkit-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A converged lab, and what a fresh run wrote: every file under the root but backups."""
-    reset_lab()
-    root = tmp_path_factory.mktemp("drift") / "gpuop"
-    run = deploy(root)
-    assert run.code == 0, run.log
+    root = fresh_incident(tmp_path_factory, "drift")
     return root, files_of(root)
 
 

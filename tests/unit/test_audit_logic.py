@@ -1,0 +1,66 @@
+"""The audit's findings from live-shaped objects, without a cluster."""
+
+import yaml
+
+from gpuop.audit import audit, table
+from gpuop.slots import sharing_config
+
+MEMORY = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+TS = {"node": "n1", "physical_gpus": 4, "configmap": "gpu-operator/ts"}
+
+
+def node(name, gpus=None):
+    alloc = {"cpu": "8"} if gpus is None else {"cpu": "8", "nvidia.com/gpu": str(gpus)}
+    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": alloc, "capacity": alloc}}
+
+
+def pod(name, node_name=None, gpus=0, runtime_class=None, pending_message=None):
+    spec = {"containers": [{"resources": {"limits": {"nvidia.com/gpu": gpus}} if gpus else {}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    status = {"phase": "Running"}
+    if pending_message:
+        status = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                      "reason": "Unschedulable", "message": pending_message}]}
+    return {"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "labels": {}}, "spec": spec,
+            "status": status}
+
+
+def configmap(replicas):
+    return {"kind": "ConfigMap", "metadata": {"name": "ts", "namespace": "gpu-operator"},
+            "data": {"any": yaml.safe_dump(sharing_config(replicas))}}
+
+
+RC = {"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+
+
+def kinds(result):
+    return [(g["kind"], g["subject"]) for g in result["gaps"]]
+
+
+def test_written_but_not_loaded_and_the_runtimeclass_that_needs_it():
+    objects = [RC, pod("probe", "n0", 1, runtime_class="nvidia"), node("n0", 4), node("n1", 20), configmap(5)]
+    result = audit(["runc", "nvidia"], ["runc"], "recorded", objects, TS)
+    assert kinds(result) == [("handler-not-loaded", "nvidia"), ("runtimeclass-handler-not-loaded", "nvidia")]
+    assert result["runtimeclasses"][0]["pods"] == ["ns/probe"]
+    assert "(recorded)" in result["gaps"][0]["detail"]
+
+
+def test_gpu_overcommit_and_time_slicing_mismatch():
+    objects = [node("n0", 1), node("n1", 4), configmap(5),
+               pod("a", "n0", 1), pod("b", "n0", 1), pod("c", "n1", 0)]
+    result = audit(["runc"], ["runc"], "live", objects, TS)
+    assert kinds(result) == [("gpus-overcommitted", "n0"), ("time-slicing-mismatch", "n1")]
+    assert {n["name"]: (n["advertised"], n["requested"]) for n in result["nodes"]} == {"n0": (1, 2), "n1": (4, 0)}
+    assert "4 x 5 = 20" in result["gaps"][1]["detail"]
+
+
+def test_pending_pods_grouped_by_reason_and_a_healthy_lab_has_no_gap():
+    objects = [node("n0", 4), node("n1", 20), configmap(5), pod("p1", pending_message=MEMORY),
+               pod("p2", pending_message=MEMORY)]
+    result = audit(["runc", "nvidia"], ["runc", "nvidia"], "live", objects, TS)
+    assert result["gaps"] == []
+    assert result["pending"]["Insufficient memory"] == ["ns/p1", "ns/p2"]
+    assert table(result)[-1].endswith("no gap: written is loaded is scheduled")

@@ -1,0 +1,56 @@
+import os
+
+import pytest
+
+from gpuop.hosts import HostsFileError, load_hosts
+
+GOOD = """
+defaults:
+  ssh_user: root
+  ssh_key: ~/.ssh/gpuop
+hosts:
+  lab-a:
+    ssh_hostname: 192.0.2.10
+  lab-b:
+    ssh_hostname: 192.0.2.11
+    ssh_port: 2222
+    ssh_user: ubuntu
+    gpuop_root: /root/other
+    kube_context: kwok-b
+"""
+
+
+def test_hosts_get_safe_ssh_defaults_and_their_knobs():
+    hosts = dict(load_hosts(GOOD, "hosts.yaml"))
+    a, b = hosts["lab-a"], hosts["lab-b"]
+    assert a["ssh_strict_host_key_checking"] == "yes"
+    assert a["ssh_known_hosts_file"] == os.path.expanduser("~/.ssh/known_hosts")
+    assert a["ssh_key"] == os.path.expanduser("~/.ssh/gpuop")
+    assert "_sudo" not in a
+    assert b["_sudo"] is True and b["ssh_port"] == 2222
+    assert (b["gpuop_root"], b["kube_context"]) == ("/root/other", "kwok-b")
+
+
+@pytest.mark.parametrize("extra,message", [
+    ("    ssh_password: hunter2", "ssh_password is refused"),
+    ("    sudo_password: hunter2", "sudo_password is refused"),
+    ("    ssh_strict_host_key_checking: accept-new", "host keys are always verified"),
+    ("    replicaz: 3", "unknown key replicaz"),
+])
+def test_unsafe_or_unknown_keys_are_refused_by_name(extra, message):
+    with pytest.raises(HostsFileError) as err:
+        load_hosts(GOOD + extra + "\n", "hosts.yaml")
+    assert "hosts.yaml: host lab-b" in str(err.value) and message in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("hosts: {}", "non-empty 'hosts'"),
+    ("hosts: [a, b]", "non-empty 'hosts'"),
+    ("hosts:\n  x: {ssh_port: 22}", "ssh_hostname missing"),
+    ("hostz:\n  x: {}\nhosts:\n  y: {ssh_hostname: h}", "unknown top-level keys"),
+    ("hosts: [", "not valid YAML"),
+])
+def test_malformed_files_say_what_is_wrong(text, message):
+    with pytest.raises(HostsFileError, match=message):
+        load_hosts(text, "hosts.yaml")
