@@ -3,7 +3,7 @@
 import tomllib
 
 from pyinfra import host
-from pyinfra.api import OperationError, operation
+from pyinfra.api import operation
 from pyinfra.facts.server import Which
 
 from facts.containerd import LoadedRuntimes
@@ -15,8 +15,8 @@ from .files import text
 from .poll import failure
 
 
-class Unobservable(OperationError):
-    """What a report reads is not there (yet): fine while planning, an error when executing."""
+class Unobservable(Exception):
+    """What a report reads is not there (yet): fine while planning, this host's error when executing."""
 
 
 def _captured(capture):

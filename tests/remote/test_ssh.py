@@ -170,16 +170,19 @@ def test_three_hosts_converge_and_a_broken_one_fails_alone(ssh, tmp_path, three_
 
     # lab-c's cluster goes down: it fails alone, before changing anything; the others converge.
     lab("down", "lab-c")
-    fresh_hosts(ssh, tmp_path, ["lab-a", "lab-b"])
-    clean(ssh, "lab-c")
-    run = deploy(None, env=env)
+    try:
+        for name in ("lab-a", "lab-b"):
+            reset_lab(context=f"kwok-{LABS[name]}")
+        clean(ssh, *names)
+        run = deploy(None, env=env)
+    finally:
+        lab("up", "lab-c")
     assert run.code != 0
     assert run.doc["results"]["failed_hosts"] == ["lab-c"]
     assert "[lab-c] preflight: the cluster of context kwok-gpuop-lab-c is unreachable" in run.log
     for name in ("lab-a", "lab-b"):
         assert reports(root_of(ssh, name)) == EXPECTED, name
     assert not root_of(ssh, "lab-c").exists()
-    lab("up", "lab-c")
 
 
 def test_audit_over_ssh_only_the_drifted_host_differs(ssh, tmp_path, three_labs):
