@@ -31,7 +31,7 @@ wrapper() {
 
 build_kubernetes() {
   have_all kube-apiserver kube-controller-manager kube-scheduler kubectl && return
-  log "building Kubernetes v$K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl); cold: ~10-15 min on 2 cores"
+  log "building Kubernetes v$K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl); cold: about 5 min on 2 cores"
   local dir mod minor
   dir=$(wrapper kubernetes)
   mod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')

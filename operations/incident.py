@@ -20,7 +20,7 @@ from gpuop.reports import render, stamp_holds
 
 from .files import text
 from .kube import daemonset_and_pods, deleted, live, node_gpus
-from .reports import moment_holds
+from .reports import moment_holds, recorded
 
 
 def _drop(stamp: str):
@@ -90,20 +90,22 @@ def before_toolkit_upgrade(report: str, stamp: str, inputs: dict, path: str, ini
         before_toolkit_upgrade(report=".../out/rollout.txt", stamp=..., inputs={...},
                                path=".../k8s/toolkit-ds.yaml", initial=ds_v1162, upgrade=ds_v1170)
     """
-    if moment_holds(report, stamp, inputs) and _rollout_is_captured(stamp, inputs, upgrade, context):
+    report_text, stamp_text = recorded(report, stamp)
+    if (stamp_holds(stamp_text, report_text, inputs)
+            and _rollout_is_captured(stamp_text, inputs, upgrade, context)):
         return
     yield from text._inner(path=path, content=initial, backup=False)
     yield kubectl(context, "apply", "--filename", path)
     yield _drop(stamp)
 
 
-def _rollout_is_captured(stamp: str, inputs: dict, upgrade: str, context: str) -> bool:
+def _rollout_is_captured(stamp_text: str, inputs: dict, upgrade: str, context: str) -> bool:
+    """Whether the live DaemonSet runs the upgrade and its rollout reads as the one stamped."""
     want = yaml.safe_load(upgrade)
     ds, pods = daemonset_and_pods(want["metadata"]["name"], want["metadata"]["namespace"], context)
     if ds is None or differences(want, ds):
         return False
-    recorded = host.get_fact(Files, paths=(stamp,)).get(stamp, {}).get("text")
-    return stamp_holds(recorded, render(rollout_lines(ds, pods)), inputs)
+    return stamp_holds(stamp_text, render(rollout_lines(ds, pods)), inputs)
 
 
 @operation(is_idempotent=False)

@@ -34,11 +34,15 @@ def _unreadable(path: str, why: str):
     return f"# {path}: read from the live lab once the steps before it have run"
 
 
+def recorded(report_path: str, stamp_path: str):
+    """A moment report on the target and its stamp, ``(report, stamp)`` texts or None, in one read."""
+    found = host.get_fact(Files, paths=(report_path, stamp_path))
+    return found.get(report_path, {}).get("text"), found.get(stamp_path, {}).get("text")
+
+
 def moment_holds(report_path: str, stamp_path: str, inputs: dict) -> bool:
     """Whether a moment report on the target is still exactly what was captured for ``inputs``."""
-    found = host.get_fact(Files, paths=(report_path, stamp_path))
-    report = found.get(report_path, {}).get("text")
-    stamp = found.get(stamp_path, {}).get("text")
+    report, stamp = recorded(report_path, stamp_path)
     return stamp_holds(stamp, report, inputs)
 
 
