@@ -27,23 +27,37 @@ exists() {
   kwokctl get clusters 2>/dev/null | grep -qx "$name"
 }
 
+create_cluster() {
+  log "creating cluster: Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, kwok v$KWOK_VERSION"
+  KWOK_KUBE_VERSION=v$K8S_VERSION KWOK_KUBECTL_BINARY=$bin/kubectl \
+    kwokctl create cluster --name "$name" --runtime binary \
+    --etcd-binary "$bin/etcd" \
+    --kube-apiserver-binary "$bin/kube-apiserver" \
+    --kube-controller-manager-binary "$bin/kube-controller-manager" \
+    --kube-scheduler-binary "$bin/kube-scheduler" \
+    --kwok-controller-binary "$bin/kwok" \
+    --timeout 3m --wait 3m >"$log_file" 2>&1 || { cat "$log_file" >&2; return 1; }
+}
+
 start_cluster() {
+  log_file=$(mktemp)
   if reachable; then
     log "running (context $context)"
   elif exists; then
+    # Its processes are gone (a new session, a reboot): stop clears their stale pid files.
     log "starting the stopped cluster"
-    kwokctl start cluster --name "$name" --timeout 2m --wait 2m
+    kwokctl stop cluster --name "$name" >"$log_file" 2>&1 || true
+    kwokctl start cluster --name "$name" --timeout 2m --wait 2m >>"$log_file" 2>&1 || true
+    if ! reachable; then
+      log "it did not come back; recreating it (the lab's state is disposable)"
+      kwokctl delete cluster --name "$name" >>"$log_file" 2>&1 || true
+      create_cluster
+    fi
   else
-    log "creating cluster: Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, kwok v$KWOK_VERSION"
-    KWOK_KUBE_VERSION=v$K8S_VERSION KWOK_KUBECTL_BINARY=$bin/kubectl \
-      kwokctl create cluster --name "$name" --runtime binary \
-      --etcd-binary "$bin/etcd" \
-      --kube-apiserver-binary "$bin/kube-apiserver" \
-      --kube-controller-manager-binary "$bin/kube-controller-manager" \
-      --kube-scheduler-binary "$bin/kube-scheduler" \
-      --kwok-controller-binary "$bin/kwok" \
-      --timeout 3m --wait 3m
+    create_cluster
   fi
+  rm -f "$log_file"
+  reachable || { log "the cluster does not answer on context $context"; exit 1; }
   kubectl config use-context "$context" >/dev/null
 }
 

@@ -131,6 +131,11 @@ def test_a_second_lab_runs_beside_the_first_and_goes_away():
         first_url = core("kwok-gpuop-lab").api_client.configuration.host
         assert second.api_client.configuration.host != first_url
         assert "running" in lab_sh("status", "gpuop-lab-second").stderr
+        # A new session finds the lab's state but none of its processes: lab-up brings it back.
+        subprocess.run(["pkill", "-9", "-f", "/clusters/gpuop-lab-second/"], check=True)
+        eventually("the processes gone", lambda: not apiserver_pids("gpuop-lab-second"))
+        assert "starting the stopped cluster" in lab_sh("up", "gpuop-lab-second").stderr
+        assert sorted(n.metadata.name for n in core("kwok-gpuop-lab-second").list_node().items) == list(LAB_NODES)
     finally:
         lab_sh("down", "gpuop-lab-second")
         subprocess.run(["kubectl", "config", "use-context", "kwok-gpuop-lab"], check=True,
