@@ -12,7 +12,7 @@ from gpuop.objects import differences
 from gpuop.scheduling import pod_scheduled
 
 from .files import text
-from .poll import failure, until
+from .poll import awaited, failure, until
 
 
 def live(resource, namespace=None, context=""):
@@ -152,10 +152,9 @@ def pod_scheduling_decided(pod: str, namespace: str, context: str = "", timeout_
 
         pod_scheduling_decided(pod="cuda-probe", namespace="gpu-lab")
     """
-    probe = lambda: live(f"pod/{pod}", namespace, context)  # noqa: E731
-    if pod_scheduled(probe() or {}) is None:
-        yield until(f"the scheduler's decision on Pod {namespace}/{pod}", probe,
-                    lambda seen: (bool(seen and pod_scheduled(seen)), _pod_state(seen)), timeout_s)
+    yield from awaited(f"the scheduler's decision on Pod {namespace}/{pod}",
+                       lambda: live(f"pod/{pod}", namespace, context),
+                       lambda seen: (bool(seen and pod_scheduled(seen)), _pod_state(seen)), timeout_s)
 
 
 @operation()
@@ -167,11 +166,9 @@ def pod_running(pod: str, namespace: str, context: str = "", timeout_s: int = 12
 
         pod_running(pod="cuda-probe", namespace="gpu-lab")
     """
-    probe = lambda: live(f"pod/{pod}", namespace, context)  # noqa: E731
-    running = lambda seen: bool(seen and seen["status"].get("phase") == "Running")  # noqa: E731
-    if not running(probe()):
-        yield until(f"Pod {namespace}/{pod} Running", probe,
-                    lambda seen: (running(seen), _pod_state(seen)), timeout_s)
+    yield from awaited(f"Pod {namespace}/{pod} Running", lambda: live(f"pod/{pod}", namespace, context),
+                       lambda seen: (bool(seen and seen["status"].get("phase") == "Running"),
+                                     _pod_state(seen)), timeout_s)
 
 
 def deleted(resources: str, namespace=None, context: str = "") -> StringCommand:
@@ -198,10 +195,10 @@ def daemonset_ready(daemonset: str, namespace: str, context: str = "", timeout_s
 
         daemonset_ready(daemonset="nvidia-container-toolkit", namespace="gpu-operator")
     """
-    probe = lambda: daemonset_and_pods(daemonset, namespace, context)  # noqa: E731
-    done = lambda seen: (bool(seen[0]) and rollout_complete(seen[0]), describe_rollout(*seen))  # noqa: E731
-    if not done(probe())[0]:
-        yield until(f"all Pods of DaemonSet {namespace}/{daemonset} Ready", probe, done, timeout_s)
+    yield from awaited(f"all Pods of DaemonSet {namespace}/{daemonset} Ready",
+                       lambda: daemonset_and_pods(daemonset, namespace, context),
+                       lambda seen: (bool(seen[0]) and rollout_complete(seen[0]), describe_rollout(*seen)),
+                       timeout_s)
 
 
 @operation()
@@ -214,8 +211,7 @@ def daemonset_settled(daemonset: str, namespace: str, context: str = "", timeout
 
         daemonset_settled(daemonset="nvidia-container-toolkit", namespace="gpu-operator")
     """
-    probe = lambda: daemonset_and_pods(daemonset, namespace, context)  # noqa: E731
-    done = lambda seen: (bool(seen[0]) and rollout_settled(*seen), describe_rollout(*seen))  # noqa: E731
-    if not done(probe())[0]:
-        yield until(f"the rollout of DaemonSet {namespace}/{daemonset} to complete or stall",
-                    probe, done, timeout_s)
+    yield from awaited(f"the rollout of DaemonSet {namespace}/{daemonset} to complete or stall",
+                       lambda: daemonset_and_pods(daemonset, namespace, context),
+                       lambda seen: (bool(seen[0]) and rollout_settled(*seen), describe_rollout(*seen)),
+                       timeout_s)

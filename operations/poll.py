@@ -9,41 +9,56 @@ from pyinfra.api import FunctionCommand
 PROGRESS_EVERY_S = 5
 
 
-def until(what: str, probe, done, timeout_s: int, interval_s: float = 0.5) -> FunctionCommand:
-    """A command that polls ``probe()`` on the host until ``done(seen)`` holds.
+def poll(host, what: str, probe, done, timeout_s: int, interval_s: float = 0.5):
+    """Poll ``probe()`` until ``done(seen)`` holds or ``timeout_s`` passes, logging progress
+    every few seconds. Returns ``(held, words)``: whether it held, and the last state in words.
 
-    + what: what is awaited, for progress and failure messages
-    + probe: callable reading live state (facts); its result is ``seen``
+    + what: what is awaited, for progress messages
+    + probe: callable reading live state on the host; its result is ``seen``
     + done: callable ``done(seen) -> (bool, str)``: whether it holds, and the state in words
-    + timeout_s: give up after this long, naming ``what`` and the last state seen
 
-        yield until("Pod gpu-lab/cuda-probe scheduling decided",
-                    lambda: host.get_fact(KubeObjects, resource="pod/cuda-probe", namespace="gpu-lab"),
-                    lambda pods: (bool(pods and pod_scheduled(pods[0])), describe(pods)), 60)
+        held, last = poll(host, "the lab lock", try_lock, lambda said: (said == "taken", said), 60)
+    """
+    start = time.monotonic()
+    next_report = start + PROGRESS_EVERY_S
+    while True:
+        held, words = done(probe())
+        elapsed = time.monotonic() - start
+        if held or elapsed >= timeout_s:
+            return held, words
+        if time.monotonic() >= next_report:
+            next_report = time.monotonic() + PROGRESS_EVERY_S
+            logger.info(f"{host.print_prefix}waiting for {what} ({elapsed:.0f}s): {words}")
+        gevent.sleep(interval_s)
+
+
+def until(what: str, probe, done, timeout_s: int) -> FunctionCommand:
+    """A command that polls a live condition on the host (see ``poll``) and fails the host on
+    timeout, naming ``what`` and the last state seen.
+
+        yield until("Pod gpu-lab/cuda-probe Running",
+                    lambda: host.get_fact(KubeObjects, resources="pod/cuda-probe", namespace="gpu-lab"),
+                    lambda pods: (running(pods), describe(pods)), 60)
     """
 
     def wait(state, host):
         start = time.monotonic()
-        reported = start
-        while True:
-            ok, seen = done(probe())
-            elapsed = time.monotonic() - start
-            if ok:
-                logger.info(f"{host.print_prefix}{what}: after {elapsed:.1f}s ({seen})")
-                return True
-            if elapsed >= timeout_s:
-                logger.error(
-                    f"{host.print_prefix}timed out after {timeout_s}s waiting for {what}; "
-                    f"last seen: {seen}"
-                )
-                return False
-            if time.monotonic() - reported >= PROGRESS_EVERY_S:
-                reported = time.monotonic()
-                logger.info(f"{host.print_prefix}waiting for {what} ({elapsed:.0f}s): {seen}")
-            gevent.sleep(interval_s)
+        held, words = poll(host, what, probe, done, timeout_s)
+        if held:
+            logger.info(f"{host.print_prefix}{what}: after {time.monotonic() - start:.1f}s ({words})")
+        else:
+            logger.error(f"{host.print_prefix}timed out after {timeout_s}s waiting for {what}; "
+                         f"last seen: {words}")
+        return held
 
     wait.__name__ = f"wait for {what}"
     return FunctionCommand(wait, (), {})
+
+
+def awaited(what: str, probe, done, timeout_s: int):
+    """Yield a wait for ``done`` only when it does not hold already (an operation's body)."""
+    if not done(probe())[0]:
+        yield until(what, probe, done, timeout_s)
 
 
 def failure(message: str) -> FunctionCommand:

@@ -16,11 +16,10 @@ import shlex
 import socket
 import time
 
-import gevent
 from pyinfra import logger
 from pyinfra.api.state import BaseStateCallback
 
-PROGRESS_EVERY_S = 5
+from .poll import poll
 
 
 def lock_path(context: str) -> str:
@@ -54,29 +53,30 @@ def _run(host, command):
 def _acquire(host, path, timeout_s) -> bool:
     q = shlex.quote(path)
     take = f"mkdir {q} 2>/dev/null && printf '%s\\n' {shlex.quote(_owner())} > {q}/owner && echo taken || cat {q}/owner 2>/dev/null"
-    start = next_report = time.monotonic()
-    while True:
-        _, said = _run(host, take)
-        if said == "taken":
-            return True
-        holder = said or "an unknown holder"
-        if holder.startswith(f"{socket.gethostname()} pid {os.getpid()} "):
-            logger.error(f"{host.print_prefix}another host of this run already drives this lab "
-                         f"({path}); give each host its own kube_context")
-            return False
-        if _holder_gone(holder):
-            logger.warning(f"{host.print_prefix}taking over {path} from a run that is gone ({holder})")
+    ours = f"{socket.gethostname()} pid {os.getpid()} "
+
+    def try_take():
+        said = _run(host, take)[1] or "an unknown holder"
+        if _holder_gone(said):
+            logger.warning(f"{host.print_prefix}taking over {path} from a run that is gone ({said})")
             _run(host, f"rm -rf {q}")
-            continue
-        waited = time.monotonic() - start
-        if waited >= timeout_s:
-            logger.error(f"{host.print_prefix}another gpuop run holds {path} ({holder}); gave up "
-                         f"after {timeout_s}s. If no run is active, remove {path} on the host.")
-            return False
-        if time.monotonic() >= next_report:
-            next_report = time.monotonic() + PROGRESS_EVERY_S
-            logger.info(f"{host.print_prefix}waiting for the lab lock {path}, held by {holder} ({waited:.0f}s)")
-        gevent.sleep(0.5)
+            said = _run(host, take)[1] or "an unknown holder"
+        return said
+
+    # A lock held by this very run ends the wait at once: waiting on ourselves would never end.
+    held, said = poll(host, f"the lab lock {path}", try_take,
+                      lambda said: (said == "taken" or said.startswith(ours),
+                                    said if said == "taken" else f"held by {said}"),
+                      timeout_s)
+    if said == "taken":
+        return True
+    if held:
+        logger.error(f"{host.print_prefix}another host of this run already drives this lab "
+                     f"({path}); give each host its own kube_context")
+    else:
+        logger.error(f"{host.print_prefix}another gpuop run holds {path} ({said.removeprefix('held by ')}); "
+                     f"gave up after {timeout_s}s. If no run is active, remove {path} on the host.")
+    return False
 
 
 class _RunLock(BaseStateCallback):
