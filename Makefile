@@ -3,8 +3,18 @@ SHELL := /bin/bash
 VENV := .venv
 LAB ?= gpuop-lab
 PYTEST_ARGS ?=
+include lab/versions.env
+# The lab node's containerd: debian (the package's 1.6.20) or $(CONTAINERD2_VERSION) (built from its Go module).
+CONTAINERD ?= debian
+ifeq ($(CONTAINERD),debian)
+CONTAINERD_DATA =
+else ifeq ($(CONTAINERD),$(CONTAINERD2_VERSION))
+CONTAINERD_DATA = --data containerd_binary=$$(lab/build.sh containerd2)/containerd
+else
+$(error CONTAINERD=$(CONTAINERD): expected debian or $(CONTAINERD2_VERSION))
+endif
 
-.PHONY: setup deps lab-up lab-down lab-status test unit run audit bench
+.PHONY: setup deps containerd2 lab-up lab-down lab-status test unit run audit bench
 
 setup: $(VENV)/.installed
 
@@ -15,6 +25,9 @@ $(VENV)/.installed: requirements.txt
 
 deps:
 	lab/deps.sh
+
+containerd2:
+	lab/build.sh containerd2 >/dev/null
 
 lab-up:
 	lab/lab.sh up $(LAB)
@@ -28,14 +41,14 @@ lab-status:
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-test: setup deps lab-up
+test: setup deps containerd2 lab-up
 	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
 
-run: setup lab-up
-	$(VENV)/bin/pyinfra inventory.py deploy.py -y
+run: setup deps lab-up
+	$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA)
 
-audit: setup lab-up
-	$(VENV)/bin/pyinfra inventory.py audit.py -y
+audit: setup deps lab-up
+	$(VENV)/bin/pyinfra inventory.py audit.py -y $(CONTAINERD_DATA)
 
 bench: setup deps lab-up
 	bench/lab_start.sh

@@ -1,6 +1,7 @@
 """The incident's eight steps, each a named deploy (see deploy.py for the runbook order)."""
 
 import os
+import shlex
 
 import tomli_w
 import yaml
@@ -17,9 +18,11 @@ from gpuop.layout import Layout
 from gpuop.scheduling import pod_scheduled
 from gpuop.slots import replicas_of, sharing_config, slot_lines
 from operations import audit as audits
+from operations import containerd as lab_containerd
 from operations import incident, kube, reports
 from operations import preflight as checks
 from operations.files import text
+from operations.containerd import LabDaemon
 from operations.kube import daemonset_and_pods, live, of_kind
 from operations.runlock import hold_during_run
 
@@ -34,7 +37,7 @@ TOOLKIT = "nvidia-container-toolkit"
 
 
 def manifest(name: str, **values) -> str:
-    """A manifest rendered from templates/<name>.j2."""
+    """A manifest or script rendered from templates/<name>.j2."""
     return get_template(os.path.join(HERE, "templates", name + ".j2")).render(**values)
 
 
@@ -42,6 +45,15 @@ def toolkit_manifest(lab, version: str, memory: str) -> str:
     return manifest("toolkit-ds.yaml", daemonset=TOOLKIT, namespace=OPERATOR_NAMESPACE,
                     image=f"{lab.toolkit_image}:{version}", memory=memory,
                     max_unavailable=lab.max_unavailable)
+
+
+def lab_daemon(lab, at: Layout):
+    """The lab node's own containerd daemon, or None where the knobs say the lab runs none."""
+    if not lab.containerd_binary:
+        return None
+    return LabDaemon(binary=lab.containerd_binary, crictl=lab.crictl_binary, config=at.main_config,
+                     socket=at.containerd_socket, state=at.containerd_state,
+                     root=at.containerd_root, pidfile=at.containerd_pid, log=at.containerd_log)
 
 
 def checked_knobs(host):
@@ -59,9 +71,11 @@ def preflight(lab):
     hold_during_run(host, context=lab.kube_context, timeout_s=lab.wait_timeout_s)
     checks.lab_reachable(name="kubectl reaches the lab cluster and its nodes",
                          nodes=lab.lab_nodes, context=lab.kube_context)
+    checks.containerd_askable(name="the lab containerd can be asked through CRI",
+                              binary=lab.containerd_binary, crictl=lab.crictl_binary)
 
 
-REPORTS = ("merge.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
+REPORTS = ("merge.txt", "restart.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
 MANIFESTS = ("runtimeclass.yaml", "gpu-pod.yaml", "time-slicing.yaml", "toolkit-ds.yaml")
 
 
@@ -72,6 +86,10 @@ def reset_lab(lab, at: Layout):
                    namespaces=[GPU_NAMESPACE, OPERATOR_NAMESPACE],
                    cluster_objects=[f"runtimeclass/{RUNTIME_CLASS}"], nodes=lab.lab_nodes,
                    context=lab.kube_context)
+    daemon = lab_daemon(lab, at)
+    if daemon:
+        lab_containerd.stopped(name="Stop the lab containerd", daemon=daemon,
+                               timeout_s=lab.wait_timeout_s)
 
 
 @deploy("Step 1: containerd main config")
@@ -80,22 +98,34 @@ def main_config(lab, at: Layout):
          content=tomli_w.dumps(containerd.main_config(at.dropin_glob)))
 
 
-@deploy("Step 2: the toolkit's nvidia drop-in")
+@deploy("Step 2: the toolkit's nvidia drop-in, and nobody restarts containerd")
 def nvidia_dropin(lab, at: Layout):
+    daemon = lab_daemon(lab, at)
+    if daemon:
+        lab_containerd.incident_daemon(
+            name="The lab containerd runs, started before the drop-in existed",
+            daemon=daemon, dropin_glob=at.dropin_glob, aside=at.dropins_aside,
+            timeout_s=lab.wait_timeout_s)
     text(name="conf.d/99-nvidia.toml", path=at.nvidia_dropin,
          content=tomli_w.dumps(containerd.nvidia_dropin()))
 
 
-@deploy("Step 3: what merges, and what is loaded")
+@deploy("Step 3: what merges, what is loaded, and what a restart would load")
 def merge_report(lab, at: Layout):
+    views = (at.main_config, lab.loaded_runtimes_observed, lab_daemon(lab, at))
     reports.live(name="merge.txt", path=at.report("merge.txt"),
-                 capture=lambda: reports.containerd_merge(at.main_config, lab.loaded_runtimes_observed))
+                 capture=lambda: reports.containerd_merge(*views))
+    reports.live(name="restart.txt", path=at.report("restart.txt"),
+                 capture=lambda: reports.containerd_restart(*views))
 
 
-@deploy("Step 4: a check of the loaded config")
+@deploy("Step 4: checks of the config: what a restart loads, and what is loaded")
 def check_script(lab, at: Layout):
     with open(os.path.join(HERE, "files", "check-runtime.sh")) as f:
         text(name="check-runtime.sh", path=at.check_script, content=f.read(), mode="755")
+    text(name="check-loaded.sh", path=at.check_loaded_script, mode="755",
+         content=manifest("check-loaded.sh", endpoint=shlex.quote(f"unix://{at.containerd_socket}"),
+                          crictl=shlex.quote(lab.crictl_binary)))
 
 
 @deploy("Step 5: RuntimeClass and a GPU Pod that cannot schedule")
@@ -205,6 +235,7 @@ def audit(lab, at: Layout):
     checks.lab_reachable(name="kubectl reaches the lab cluster and its nodes",
                          nodes=lab.lab_nodes, context=lab.kube_context)
     audits.findings(name="Findings", path=at.report("audit.json"), main_config=at.main_config,
-                    observed=lab.loaded_runtimes_observed, context=lab.kube_context,
+                    observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at),
+                    context=lab.kube_context,
                     time_slicing={"node": lab.timeslice_node, "physical_gpus": lab.physical_gpus,
                                   "configmap": f"{OPERATOR_NAMESPACE}/{TIME_SLICING}"})

@@ -34,25 +34,47 @@ def _active(pod) -> bool:
     return pod["status"].get("phase") not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
 
 
-def audit(written: list, loaded: list, loaded_source: str, objects: list, time_slicing: dict) -> dict:
+def _loaded_view(runtime: dict) -> str:
+    """Which view the loaded handlers come from, in words."""
+    return {"cri": f"loaded, live through CRI of containerd {runtime['version']}",
+            "cri-down": f"loaded: containerd {runtime['version']} runs but its CRI does not answer",
+            }.get(runtime["loaded_from"], "recorded: the incident day's observation, no lab containerd here")
+
+
+def _runtime_gaps(runtime: dict) -> list:
+    gaps = []
+    restart = runtime.get("restart")
+    if restart is not None and not restart["cri_ok"]:
+        gaps.append({"kind": "restart-takes-cri-down", "subject": "containerd",
+                     "detail": f"a restart of containerd on this node takes CRI down: {restart['reason']} "
+                               f"(after restart: containerd {runtime['version']}'s own merge of the files)"})
+    if runtime["loaded_from"] == "cri-down":
+        gaps.append({"kind": "cri-down", "subject": "containerd",
+                     "detail": f"containerd runs but its CRI does not answer ({_loaded_view(runtime)}): "
+                               "no Pod can start on this node"})
+    for handler in runtime["written"]:
+        if handler not in runtime["loaded"]:
+            gaps.append({"kind": "handler-not-loaded", "subject": handler,
+                         "detail": f"runtime handler {handler} is written but not loaded ({_loaded_view(runtime)})"})
+    return gaps
+
+
+def audit(runtime: dict, objects: list, time_slicing: dict) -> dict:
     """Findings and readings for one host.
 
-    + written: runtime handlers the main config and its drop-ins define
-    + loaded: handlers containerd holds
-    + loaded_source: "live" (containerd config dump) or "recorded" (no containerd on the host)
+    + runtime: the runtime handlers in each view: {"written": [...], "loaded": [...],
+      "loaded_from": "cri" | "cri-down" | "recorded", "version": containerd's release or "none",
+      "restart": {"runtimes", "cri_ok", "reason"} or None where there is no lab containerd}
     + objects: live RuntimeClasses, Nodes, Pods, DaemonSets and ConfigMaps (kubectl's JSON)
     + time_slicing: {"node", "physical_gpus", "configmap": "ns/name"} of the time-sliced node
 
-        audit(["runc", "nvidia"], ["runc"], "recorded", objects, {...})["gaps"]
-        -> [{"kind": "handler-not-loaded", "subject": "nvidia", ...}, ...]
+        audit({"written": ["runc", "nvidia"], "loaded": ["runc"], "loaded_from": "cri", ...},
+              objects, {...})["gaps"]
+        -> [{"kind": "restart-takes-cri-down", ...}, {"kind": "handler-not-loaded", ...}, ...]
     """
-    gaps = []
+    gaps = _runtime_gaps(runtime)
     pods = _of_kind(objects, "Pod")
-
-    not_loaded = [h for h in written if h not in loaded]
-    for handler in not_loaded:
-        gaps.append({"kind": "handler-not-loaded", "subject": handler,
-                     "detail": f"runtime handler {handler} is written but not loaded ({loaded_source})"})
+    loaded = runtime["loaded"]
 
     classes = []
     for rc in _of_kind(objects, "RuntimeClass"):
@@ -106,7 +128,12 @@ def audit(written: list, loaded: list, loaded_source: str, objects: list, time_s
                                    f"{status['DESIRED']} updated, blocker {status['BLOCKER']}"})
 
     return {
-        "handlers": {"written": written, "loaded": loaded, "loaded_source": loaded_source},
+        "handlers": {"written": runtime["written"], "loaded": loaded,
+                     "loaded_source": {"cri": "live"}.get(runtime["loaded_from"], runtime["loaded_from"]),
+                     "containerd_version": runtime["version"],
+                     "after_restart": runtime["restart"]["runtimes"] if runtime.get("restart") else None,
+                     "restart_cri": ("unknown" if not runtime.get("restart")
+                                     else "ok" if runtime["restart"]["cri_ok"] else "fails")},
         "runtimeclasses": classes,
         "nodes": nodes,
         "pending": {reason: sorted(refs) for reason, refs in sorted(pending.items())},
@@ -118,8 +145,16 @@ def audit(written: list, loaded: list, loaded_source: str, objects: list, time_s
 def table(result: dict) -> list:
     """The findings as a compact table, what a person reads first."""
     h = result["handlers"]
-    rows = [("handlers", f"written {','.join(h['written']) or '-'}; loaded {','.join(h['loaded']) or '-'} "
-                         f"({h['loaded_source']})")]
+    source = {"live": f"live, through CRI of containerd {h['containerd_version']}",
+              "cri-down": f"containerd {h['containerd_version']} runs, its CRI does not answer"}
+    rows = [("written", f"{','.join(h['written']) or '-'} (the main config and its drop-ins)"),
+            ("loaded", f"{','.join(h['loaded']) or '-'} ({source.get(h['loaded_source'], 'recorded')})")]
+    if h["after_restart"] is None:
+        rows.append(("after restart", "unknown (no lab containerd here to ask)"))
+    else:
+        rows.append(("after restart", f"{','.join(h['after_restart']) or '-'}; CRI "
+                                      f"{'loads' if h['restart_cri'] == 'ok' else 'FAILS'} "
+                                      f"(containerd {h['containerd_version']}'s own merge of the files)"))
     for rc in result["runtimeclasses"]:
         rows.append(("runtimeclass", f"{rc['name']} -> {rc['handler']} "
                                      f"({'loaded' if rc['loaded'] else 'NOT loaded'}); pods: {','.join(rc['pods']) or '-'}"))

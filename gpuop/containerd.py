@@ -1,6 +1,7 @@
 """containerd configs: the incident's main config and drop-in, and what merging them means."""
 
 import os
+import re
 from dataclasses import dataclass
 
 from .tomlpath import find_tables, key_path, tables
@@ -55,6 +56,26 @@ def nvidia_dropin(binary: str = "/usr/bin/nvidia-container-runtime") -> dict:
             },
         },
     }
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    merged = dict(base)
+    for key, value in over.items():
+        merged[key] = (_deep_merge(merged[key], value)
+                       if isinstance(value, dict) and isinstance(merged.get(key), dict) else value)
+    return merged
+
+
+def dropin_keeping_cri(main_doc: dict, dropin_doc: dict) -> dict:
+    """A drop-in that survives containerd 1.x's merge: every plugin section the drop-in names is
+    carried whole, the main config's own settings of it included (runc, the default runtime), with
+    the drop-in's added, as the NVIDIA toolkit 1.18 writes it. 1.x then loads both runtimes.
+
+        dropin_keeping_cri(main_config("/x"), nvidia_dropin())  # runtimes runc and nvidia
+    """
+    main_plugins, plugins = main_doc.get("plugins", {}), dropin_doc.get("plugins", {})
+    return {**dropin_doc, "plugins": {name: _deep_merge(main_plugins.get(name, {}), section)
+                                      for name, section in plugins.items()}}
 
 
 def import_globs(main_doc: dict, main_path: str) -> list:
@@ -142,3 +163,92 @@ def merge_lines(analysis: MergeAnalysis, loaded_runtimes: list) -> list:
         "LOADED_RUNTIMES=" + ",".join(loaded_runtimes),
     ]
 
+
+
+def cri_runtimes_table(doc: dict):
+    """The ``containerd`` table of a config that holds ``runtimes``, wherever this version keeps it
+    (``plugins."io.containerd.grpc.v1.cri".containerd`` on 1.x,
+    ``plugins."io.containerd.cri.v1.runtime".containerd`` on 2.x); None when there is none.
+
+        cri_runtimes_table(main_config("/x"))["default_runtime_name"] -> "runc"
+    """
+    found = find_tables(doc, ("containerd",))
+    with_runtimes = [t for _, t in found if isinstance(t.get("runtimes"), dict)]
+    return with_runtimes[0] if with_runtimes else (found[0][1] if found else None)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What this containerd would load at its next start."""
+    runtimes: list
+    default_runtime: str
+    cri_ok: bool
+    reason: str
+
+
+def restart_forecast(dump_doc: dict) -> Forecast:
+    """What a restart loads, from the binary's own ``config dump`` of the files on disk, judged by
+    the CRI plugin's rule: its ``default_runtime_name`` must name a configured runtime, or the
+    plugin refuses to load (and the node serves no Pods).
+
+        restart_forecast(tomllib.loads(dump)) -> Forecast(["nvidia"], "runc", False, "...")
+    """
+    table = cri_runtimes_table(dump_doc) or {}
+    runtimes = runtime_names(dump_doc)
+    default = table.get("default_runtime_name", "")
+    if not default:
+        return Forecast(runtimes, default, False, "the CRI plugin has no default_runtime_name")
+    if default not in runtimes:
+        return Forecast(runtimes, default, False,
+                        f'default_runtime_name "{default}" has no runtime in containerd.runtimes '
+                        f'(configured: {",".join(runtimes) or "none"})')
+    return Forecast(runtimes, default, True, "")
+
+
+def unreadable_config(error: str) -> Forecast:
+    """The forecast when the binary cannot even read its config: containerd will not start."""
+    return Forecast([], "", False, f"containerd cannot read its config: {error}")
+
+
+def binary_version(version_line: str) -> str:
+    """The release in ``containerd --version``, as the project names it.
+
+        binary_version("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1")
+        -> "1.6.20"
+        binary_version("containerd github.com/containerd/containerd/v2 v2.4.2 ") -> "2.4.2"
+    """
+    words = version_line.split()
+    release = words[2] if len(words) > 2 else (words[-1] if words else "unknown")
+    return re.split(r"[~+-]", release.lstrip("v"), maxsplit=1)[0] or "unknown"
+
+
+def cri_runtimes(info: dict) -> tuple:
+    """Handler names and default runtime a running daemon reports through CRI (``crictl info``).
+
+        cri_runtimes({"config": {"containerd": {"runtimes": {"runc": {}}, "defaultRuntimeName": "runc"}}})
+        -> (["runc"], "runc")
+    """
+    cri = (info.get("config") or {}).get("containerd") or {}
+    return list((cri.get("runtimes") or {}).keys()), cri.get("defaultRuntimeName", "")
+
+
+def restart_lines(version: str, loaded: list, loaded_from: str, forecast: Forecast | None) -> list:
+    """The lines of restart.txt: what this node's containerd holds, and what a restart would load.
+
+    + version: the lab containerd's release, or "none"
+    + loaded: handlers it holds now
+    + loaded_from: "cri" (asked live), "cri-down" (it runs, its CRI does not answer) or "recorded"
+    + forecast: the restart forecast, None where there is no binary to ask
+
+        restart_lines("1.6.20", ["runc"], "cri", restart_forecast(dump))
+        -> ["CONTAINERD_VERSION=1.6.20", "LOADED_RUNTIMES=runc", "LOADED_FROM=cri",
+            "RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails", "RESTART_REASON=..."]
+    """
+    lines = [f"CONTAINERD_VERSION={version}", "LOADED_RUNTIMES=" + ",".join(loaded),
+             f"LOADED_FROM={loaded_from}"]
+    if forecast is None:
+        return lines + ["RESTART_RUNTIMES=", "RESTART_CRI=unknown",
+                        "RESTART_REASON=no lab containerd on this host to ask"]
+    lines += ["RESTART_RUNTIMES=" + ",".join(forecast.runtimes),
+              "RESTART_CRI=" + ("ok" if forecast.cri_ok else "fails")]
+    return lines + ([] if forecast.cri_ok else [f"RESTART_REASON={forecast.reason}"])

@@ -87,6 +87,20 @@ def _runtimes(key, value):
     return tuple(items)
 
 
+def _binary_path(key, value):
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or not value.startswith("/") or any(c.isspace() for c in value):
+        raise KnobError(key, value, "an absolute path to a binary, or empty for none")
+    return posixpath.normpath(value)
+
+
+def _command(key, value):
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise KnobError(key, value, "a command name or an absolute path, without spaces")
+    return value
+
+
 def _context(key, value):
     if value is None:
         return ""
@@ -121,6 +135,8 @@ class Knobs:
     toolkit_memory_upgrade: str
     max_unavailable: int
     loaded_runtimes_observed: tuple
+    containerd_binary: str
+    crictl_binary: str
     kube_context: str
     wait_timeout_s: int
     replay: bool
@@ -142,6 +158,8 @@ PARSERS = {
     "toolkit_memory_upgrade": _quantity,
     "max_unavailable": _int(1),
     "loaded_runtimes_observed": _runtimes,
+    "containerd_binary": _binary_path,
+    "crictl_binary": _command,
     "kube_context": _context,
     "wait_timeout_s": _int(1),
     "replay": _bool,
@@ -156,7 +174,7 @@ def parse_knobs(data) -> Knobs:
     values = {}
     for field in fields(Knobs):
         raw = data.get(field.name)
-        if raw is None and field.name != "kube_context":
+        if raw is None and field.name not in ("kube_context", "containerd_binary"):
             raise KnobError(field.name, raw, "a value (set in group_data/all.py or with --data)")
         values[field.name] = PARSERS[field.name](field.name, raw)
     for key in ("gpu_node", "timeslice_node"):

@@ -29,8 +29,38 @@ class Layout:
         return self._at("etc", "containerd", "conf.d", "99-nvidia.toml")
 
     @property
+    def dropins_aside(self):
+        """Where drop-ins wait while the lab's containerd starts with the main config alone."""
+        return self._at(".gpuop", "conf.d-aside")
+
+    @property
+    def containerd_socket(self):
+        """The lab containerd's own socket, state, root, pid and log: never the host's."""
+        return self._at("run", "containerd", "containerd.sock")
+
+    @property
+    def containerd_state(self):
+        return self._at("run", "containerd")
+
+    @property
+    def containerd_root(self):
+        return self._at("var", "lib", "containerd")
+
+    @property
+    def containerd_pid(self):
+        return self._at("run", "containerd.pid")
+
+    @property
+    def containerd_log(self):
+        return self._at("var", "log", "containerd.log")
+
+    @property
     def check_script(self):
         return self._at("bin", "check-runtime.sh")
+
+    @property
+    def check_loaded_script(self):
+        return self._at("bin", "check-loaded.sh")
 
     def manifest(self, name):
         return self._at("k8s", name)
@@ -44,6 +74,6 @@ class Layout:
 
     def owned_files(self, manifests, reports):
         """Every file the playbook writes (backups excluded: those are never removed)."""
-        return ([self.main_config, self.nvidia_dropin, self.check_script]
+        return ([self.main_config, self.nvidia_dropin, self.check_script, self.check_loaded_script]
                 + [self.manifest(m) for m in manifests]
                 + [p for r in reports for p in (self.report(r), self.stamp(r))])

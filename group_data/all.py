@@ -15,7 +15,9 @@ toolkit_version_upgrade = "v1.17.0"  # step 8: tag of the upgrade that stalls
 toolkit_memory_initial = "128Mi"  # step 8: memory request before the upgrade
 toolkit_memory_upgrade = "64Gi"  # step 8: memory request of the upgrade (nodes have 32Gi)
 max_unavailable = 1  # step 8: the DaemonSet's rollingUpdate.maxUnavailable
-loaded_runtimes_observed = "runc"  # step 3: handlers `containerd config dump` showed on the day, used where containerd is absent
+containerd_binary = "/usr/bin/containerd"  # the lab node's containerd daemon (Debian's 1.6.20); a containerd 2.x path selects that one (make CONTAINERD=2.4.2); empty, or absent on the host: none, use loaded_runtimes_observed
+crictl_binary = "crictl"  # asks the lab containerd what it holds, through CRI
+loaded_runtimes_observed = "runc"  # step 3: handlers the node's containerd held on the incident day, "recorded", used only where no lab containerd runs
 kube_context = ""  # kubeconfig context on the target; empty: its current context
 wait_timeout_s = 180  # longest wait for any live condition (scheduling, Ready Pods, the stall)
 replay = False  # true: reset the lab to before step 1 (owned files, objects, GPU advertisements) and replay it all

@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# Build the lab's pinned binaries from their Go modules into a cache outside the repo.
-# Prints the bin directory. Rebuilds only what is missing.
-#   lab/build.sh            -> ~/.cache/gpuop-lab/k8s-1.36.3_kwok-0.8.0_etcd-3.6.8/bin
+# Build the lab's pinned binaries from their Go modules into caches outside the repo, one folder
+# per component and version. Prints that component's bin directory. Rebuilds only what is missing.
+#   lab/build.sh [cluster]  kube-apiserver, -controller-manager, -scheduler, kubectl, etcd, kwok, kwokctl
+#                           -> ~/.cache/gpuop-lab/k8s-1.36.3_kwok-0.8.0_etcd-3.6.8/bin
+#   lab/build.sh crictl     -> ~/.cache/gpuop-lab/cri-tools-1.37.0/bin
+#   lab/build.sh containerd2 (containerd 2.x for the lab node) -> ~/.cache/gpuop-lab/containerd-2.4.2/bin
+# Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
+# cache, whose tail is printed only when a build fails.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 
+component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION}
+case $component in
+cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
+crictl) cache=$cache_root/cri-tools-$CRICTL_VERSION ;;
+containerd2) cache=$cache_root/containerd-$CONTAINERD2_VERSION ;;
+*) echo "usage: $0 [cluster|crictl|containerd2]" >&2; exit 2 ;;
+esac
 bin=$cache/bin
 mkdir -p "$bin"
+build_log=$cache/build.log
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
 log() { echo "lab/build: $*" >&2; }
@@ -18,6 +30,19 @@ log() { echo "lab/build: $*" >&2; }
 have_all() {
   local b
   for b in "$@"; do [ -x "$bin/$b" ] || return 1; done
+}
+
+# built WHAT FUNCTION: run FUNCTION with the Go tool's chatter in the build log, then say how long
+# it took; on failure show the log's tail and stop.
+built() {
+  local what=$1 start=$SECONDS
+  log "building $what ..."
+  if ! "$2" >>"$build_log" 2>&1; then
+    log "building $what FAILED after $((SECONDS - start))s; the end of $build_log:"
+    tail -n 30 "$build_log" >&2
+    exit 1
+  fi
+  log "built $what in $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s"
 }
 
 # A throwaway wrapper module lets `go build` pick main packages out of modules whose own go.mod
@@ -30,9 +55,7 @@ wrapper() {
 }
 
 build_kubernetes() {
-  have_all kube-apiserver kube-controller-manager kube-scheduler kubectl && return
-  log "building Kubernetes v$K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl); cold: about 5 min on 2 cores"
-  local dir mod minor
+  local dir mod minor ldflags=""
   dir=$(wrapper kubernetes)
   mod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   # k8s.io/kubernetes replaces each staging module with ./staging/...; pin each to its v0.x release.
@@ -43,38 +66,47 @@ build_kubernetes() {
   } >>"$dir/go.mod"
   minor=${K8S_VERSION#1.}; minor=${minor%%.*}
   local pkgs=(k8s.io/kubernetes/cmd/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl})
-  (
-    cd "$dir"
-    go get "${pkgs[@]/%/@v$K8S_VERSION}" >&2
-    local v
-    for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldflags+=" -X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
-    done
-    go build -trimpath -ldflags "-s -w$ldflags" -o "$bin/" "${pkgs[@]}"
-  )
+  cd "$dir"
+  go get "${pkgs[@]/%/@v$K8S_VERSION}"
+  local v
+  for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+  done
+  go build -trimpath -ldflags "-s -w$ldflags" -o "$bin/" "${pkgs[@]}"
 }
 
 build_etcd() {
-  have_all etcd && return
-  log "building etcd v$ETCD_VERSION"
-  local dir
-  dir=$(wrapper etcd)
-  (
-    cd "$dir"
-    go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >&2
-    go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
-  )
+  cd "$(wrapper etcd)"
+  go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION"
+  go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
 }
 
 build_kwok() {
-  have_all kwok kwokctl && return
-  log "building kwok and kwokctl v$KWOK_VERSION"
   GOBIN=$bin go install -trimpath -ldflags "-s -w" \
     "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@v$KWOK_VERSION"
 }
 
-build_kwok
-build_etcd
-build_kubernetes
+build_crictl() {
+  GOBIN=$bin go install -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=v$CRICTL_VERSION" \
+    "sigs.k8s.io/cri-tools/cmd/crictl@v$CRICTL_VERSION"
+}
+
+build_containerd2() {
+  # cgo on, as containerd's own release builds; no_btrfs: no btrfs headers needed.
+  CGO_ENABLED=1 GOBIN=$bin go install -trimpath -tags no_btrfs \
+    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD2_VERSION" \
+    "github.com/containerd/containerd/v2/cmd/containerd@v$CONTAINERD2_VERSION"
+}
+
+case $component in
+cluster)
+  have_all kwok kwokctl || built "kwok and kwokctl v$KWOK_VERSION" build_kwok
+  have_all etcd || built "etcd v$ETCD_VERSION" build_etcd
+  have_all kube-apiserver kube-controller-manager kube-scheduler kubectl ||
+    built "Kubernetes v$K8S_VERSION (apiserver, controller-manager, scheduler, kubectl)" build_kubernetes
+  ;;
+crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
+containerd2) have_all containerd || built "containerd v$CONTAINERD2_VERSION" build_containerd2 ;;
+esac
 rm -rf "$cache/src"
 echo "$bin"

@@ -4,7 +4,7 @@
 #   lab/lab.sh down [NAME]    stop it and remove its state
 #   lab/lab.sh status [NAME]  say what runs
 # Environment: LAB_NODES (default "lab-node-0 lab-node-1 lab-node-2"), LAB_BIN_LINK (directory that
-# gets a kubectl symlink, default /usr/local/bin; empty to skip).
+# gets kubectl and crictl symlinks, default /usr/local/bin; empty to skip).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-status}
@@ -14,7 +14,8 @@ nodes=${LAB_NODES:-lab-node-0 lab-node-1 lab-node-2}
 
 log() { echo "lab[$name]: $*" >&2; }
 
-bin=$("$here/build.sh")
+bin=$("$here/build.sh" cluster)
+crictl_bin=$("$here/build.sh" crictl)
 export PATH=$bin:$PATH
 # shellcheck source=versions.env
 . "$here/versions.env"
@@ -101,20 +102,22 @@ ensure_nodes() {
   "${k[@]}" get nodes -o wide >&2
 }
 
-link_kubectl() {
-  local dir=${LAB_BIN_LINK-/usr/local/bin}
+link_tools() {
+  local dir=${LAB_BIN_LINK-/usr/local/bin} tool
   [ -n "$dir" ] || return 0
-  if [ "$(readlink "$dir/kubectl" 2>/dev/null)" != "$bin/kubectl" ]; then
-    ln -sfn "$bin/kubectl" "$dir/kubectl"
-    log "kubectl v$K8S_VERSION linked at $dir/kubectl"
-  fi
+  for tool in "$bin/kubectl" "$crictl_bin/crictl"; do
+    if [ "$(readlink "$dir/${tool##*/}" 2>/dev/null)" != "$tool" ]; then
+      ln -sfn "$tool" "$dir/${tool##*/}"
+      log "${tool##*/} linked at $dir/${tool##*/}"
+    fi
+  done
 }
 
 case $cmd in
 up)
   start_cluster
   ensure_nodes
-  link_kubectl
+  link_tools
   ;;
 down)
   if exists; then

@@ -11,13 +11,14 @@ from gpuop.containerd import analyze_merge
 
 from .files import text
 from .poll import failure
-from .reports import Unobservable, containerd_state
+from .reports import Unobservable, containerd_views
 
 
 @operation()
-def findings(path: str, main_config: str, observed, time_slicing: dict, context: str = ""):
+def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, context: str = ""):
     """
-    Audit a lab host, read-only: handlers written against loaded, RuntimeClasses whose handler
+    Audit a lab host, read-only: handlers written against loaded (live through CRI, or recorded)
+    against what a restart of containerd would load, RuntimeClasses whose handler
     is not loaded and the Pods using them, GPUs advertised against requested per node (and the
     time-sliced node against physical x replicas), Pending Pods by reason, stalled rollouts.
     The findings go to ``path`` as JSON (rewritten only when they change) and to the log as a
@@ -25,26 +26,32 @@ def findings(path: str, main_config: str, observed, time_slicing: dict, context:
 
     + path: the audit report on the target
     + main_config: the containerd main config whose drop-ins are followed
-    + observed: handlers recorded on the incident day, for a host without containerd
+    + observed: handlers recorded on the incident day, for a host without a lab containerd
+    + daemon: the lab's containerd (``LabDaemon``), or None
     + time_slicing: {"node", "physical_gpus", "configmap": "namespace/name"}
     + context: kubeconfig context, empty for the current one
 
     .. code:: python
 
         findings(path="/root/gpuop/out/audit.json", main_config=".../config.toml",
-                 observed=("runc",), time_slicing={"node": "lab-node-1", "physical_gpus": 4,
+                 observed=("runc",), daemon=LabDaemon(...), time_slicing={"node": "lab-node-1", "physical_gpus": 4,
                                                    "configmap": "gpu-operator/time-slicing-config"})
     """
     try:
-        main_doc, dropin_docs, loaded, source = containerd_state(main_config, observed)
+        views = containerd_views(main_config, observed, daemon)
     except Unobservable as e:
         yield failure(f"audit: {e}")
         return
-    merged = analyze_merge(main_doc, dropin_docs)
+    merged = analyze_merge(views.main_doc, views.dropin_docs)
     written = merged.main_runtimes + [n for n in merged.dropin_runtimes if n not in merged.main_runtimes]
+    forecast = views.forecast
+    runtime = {"written": written, "loaded": views.loaded, "loaded_from": views.loaded_from,
+               "version": views.version,
+               "restart": forecast and {"runtimes": forecast.runtimes, "cri_ok": forecast.cri_ok,
+                                        "reason": forecast.reason}}
     objects = host.get_fact(KubeObjects, resources="runtimeclasses,nodes,pods,daemonsets,configmaps",
                             all_namespaces=True, context=context)
-    result = audit(written, loaded, source, objects, time_slicing)
+    result = audit(runtime, objects, time_slicing)
     yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n",
                            backup=False)
     if host.state.is_executing:

@@ -35,3 +35,23 @@ def lab_reachable(nodes, context: str = ""):
     if missing:
         yield failure(f"preflight: lab nodes {', '.join(missing)} not in the cluster of {where} "
                       f"(it has: {', '.join(reach['nodes']) or 'none'}); nothing was changed")
+
+
+@operation()
+def containerd_askable(binary: str, crictl: str):
+    """
+    Fail the host, before anything is changed, when it has the lab's containerd but no crictl to
+    ask it through CRI (without one, "loaded" could only be guessed). A host without that
+    containerd passes: it runs the lab on the recorded observation.
+
+    + binary: the lab containerd, empty for none
+    + crictl: the crictl command
+
+    .. code:: python
+
+        containerd_askable(binary="/usr/bin/containerd", crictl="crictl")
+    """
+    if binary and host.get_fact(Which, command=binary) and not host.get_fact(Which, command=crictl):
+        yield failure(f"preflight: {crictl} not found, and it is what asks the lab containerd "
+                      f"({binary}) what it holds; install cri-tools, or set containerd_binary= to "
+                      "run on the recorded observation; nothing was changed")

@@ -1,16 +1,17 @@
 """Report files computed from live facts at the moment they are captured."""
 
 import tomllib
+from dataclasses import dataclass
 
 from pyinfra import host
 from pyinfra.api import operation
-from pyinfra.facts.server import Which
 
-from facts.containerd import LoadedRuntimes
+from facts.containerd import ContainerdRestart
 from facts.files import Files
-from gpuop.containerd import analyze_merge, import_globs, merge_lines
+from gpuop.containerd import Forecast, analyze_merge, import_globs, merge_lines, restart_lines
 from gpuop.reports import render, stamp_holds, stamp_text
 
+from .containerd import LabDaemon
 from .files import text
 from .poll import failure
 
@@ -99,16 +100,30 @@ def _toml(path: str, content: str) -> dict:
         raise Unobservable(f"{path} is not valid TOML: {e}") from None
 
 
-def containerd_state(main_config: str, observed):
+@dataclass(frozen=True)
+class ContainerdViews:
+    """The three views of a lab node's runtimes, read on the target now (see ``containerd_views``)."""
+    main_doc: dict
+    dropin_docs: list
+    loaded: list
+    loaded_from: str  # "cri": the daemon answered; "cri-down": it did not; "recorded": no lab containerd
+    version: str  # the lab containerd's release, "none" without one
+    forecast: Forecast | None  # what a restart loads; None without a lab containerd
+
+
+def containerd_views(main_config: str, observed, daemon: LabDaemon | None) -> ContainerdViews:
     """
-    What containerd was given and what it holds, read on the target now: the main config and
-    the drop-ins its imports reach (expanded on the target), parsed with tomllib; the handlers
-    loaded, live from ``containerd config dump`` where containerd runs, else the recorded
-    ``observed`` ones. Returns ``(main_doc, dropin_docs, loaded, "live" | "recorded")``.
+    What containerd was given and what it holds, read on the target now:
+    - written: the main config and the drop-ins its imports reach (expanded on the target),
+      parsed with tomllib;
+    - loaded: the lab daemon's own answer through CRI; where the host has no lab containerd
+      (``daemon`` None, or its binary absent), the ``observed`` handlers, "recorded";
+    - after a restart: the binary's own ``config dump`` of the same files, judged by the CRI
+      plugin's rule.
 
     .. code:: python
 
-        containerd_state("/root/gpuop/etc/containerd/config.toml", ("runc",))
+        containerd_views("/root/gpuop/etc/containerd/config.toml", ("runc",), LabDaemon(...))
     """
     main = host.get_fact(Files, paths=(main_config,)).get(main_config)
     if main is None:
@@ -116,20 +131,37 @@ def containerd_state(main_config: str, observed):
     main_doc = _toml(main_config, main["text"])
     dropins = host.get_fact(Files, paths=tuple(import_globs(main_doc, main_config)))
     dropin_docs = [_toml(p, f["text"]) for p, f in sorted(dropins.items())]
-    if host.get_fact(Which, command="containerd"):
-        return main_doc, dropin_docs, host.get_fact(LoadedRuntimes), "live"
-    return main_doc, dropin_docs, list(observed), "recorded"
+    restart = host.get_fact(ContainerdRestart, binary=daemon.binary, config=daemon.config) if daemon else None
+    if restart is None:
+        return ContainerdViews(main_doc, dropin_docs, list(observed), "recorded", "none", None)
+    seen = daemon.loaded()
+    forecast = Forecast(**{k: restart[k] for k in ("runtimes", "default_runtime", "cri_ok", "reason")})
+    return ContainerdViews(main_doc, dropin_docs, seen["runtimes"],
+                           "cri" if seen["cri"] == "ok" else "cri-down", restart["version"], forecast)
 
 
-def containerd_merge(main_config: str, observed) -> list:
+def containerd_merge(main_config: str, observed, daemon: LabDaemon | None) -> list:
     """
-    The lines of merge.txt: what the main config and its drop-ins define, and what containerd
-    holds (see ``containerd_state``).
+    The lines of merge.txt: what the main config and its drop-ins define, and what the lab's
+    containerd holds (see ``containerd_views``).
 
     .. code:: python
 
         live(path=".../out/merge.txt",
-             capture=lambda: containerd_merge(".../etc/containerd/config.toml", ("runc",)))
+             capture=lambda: containerd_merge(".../etc/containerd/config.toml", ("runc",), daemon))
     """
-    main_doc, dropin_docs, loaded, _ = containerd_state(main_config, observed)
-    return merge_lines(analyze_merge(main_doc, dropin_docs), loaded)
+    views = containerd_views(main_config, observed, daemon)
+    return merge_lines(analyze_merge(views.main_doc, views.dropin_docs), views.loaded)
+
+
+def containerd_restart(main_config: str, observed, daemon: LabDaemon | None) -> list:
+    """
+    The lines of restart.txt: what the lab's containerd holds, and what a restart would load.
+
+    .. code:: python
+
+        live(path=".../out/restart.txt",
+             capture=lambda: containerd_restart(".../etc/containerd/config.toml", ("runc",), daemon))
+    """
+    views = containerd_views(main_config, observed, daemon)
+    return restart_lines(views.version, views.loaded, views.loaded_from, views.forecast)

@@ -5,3 +5,15 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.chdir(ROOT)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def lab_daemons_stop_at_the_end(tmp_path_factory):
+    """Every run's lab containerd lives under pytest's temporary roots; none outlives the tests."""
+    yield
+    from tests.playbook import stop_daemons_under
+
+    stop_daemons_under(tmp_path_factory.getbasetemp())

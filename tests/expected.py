@@ -26,3 +26,13 @@ BLOCKER=insufficient-memory
 # A `containerd config dump` in which the nvidia handler is loaded (for a fake containerd).
 LOADED_NVIDIA = ('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
                  '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n')
+
+# restart.txt on the incident lab with Debian's containerd 1.6.20: the drop-in replaces the CRI
+# section at the next start, runc is gone, and the CRI plugin refuses to load.
+RESTART = """CONTAINERD_VERSION=1.6.20
+LOADED_RUNTIMES=runc
+LOADED_FROM=cri
+RESTART_RUNTIMES=nvidia
+RESTART_CRI=fails
+RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes (configured: nvidia)
+"""

@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import time
 import sys
 from dataclasses import dataclass
 
@@ -41,10 +42,17 @@ def deploy(root, *data, env=None, dry=False, script="deploy.py", inventory="inve
     return Run(result.returncode, doc, result.stderr)
 
 
+# The lab containerd's own runtime state under a root (pid, socket, state, its root, log): the
+# daemon's, not files the playbook writes.
+DAEMON_DIRS = ("run", "var")
+
+
 def tree(root) -> dict:
-    """Every file and directory under root: path -> (mode, mtime_ns, bytes)."""
+    """Every file and directory under root but the daemon's: path -> (mode, mtime_ns, bytes)."""
     found = {}
     for base, dirs, files in os.walk(root):
+        if base == str(root):
+            dirs[:] = [d for d in dirs if d not in DAEMON_DIRS]
         for name in dirs + files:
             path = os.path.join(base, name)
             st = os.stat(path)
@@ -75,3 +83,35 @@ def fake_containerd(directory, dump_text):
     fake.write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'config dump' ] && exec /bin/cat {dump}\nexit 2\n")
     fake.chmod(0o755)
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}, dump
+
+
+def lab_daemon_pid(root):
+    """The pid of the lab containerd a run started under ``root`` while it runs, else None."""
+    try:
+        pid = int((root / "run/containerd.pid").read_text())
+        os.kill(pid, 0)
+        return pid
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+
+
+def wait_gone(pid, timeout_s=30):
+    """Wait until process ``pid`` has exited; fail naming it if it has not in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} still runs after {timeout_s}s")
+
+
+def stop_daemons_under(path):
+    """Stop every lab containerd whose socket is under ``path`` (a test's roots), and wait."""
+    found = subprocess.run(["pgrep", "-f", "--", f"--address {path}/"], capture_output=True, text=True)
+    pids = [int(p) for p in found.stdout.split()]
+    for pid in pids:
+        os.kill(pid, 15)
+    for pid in pids:
+        wait_gone(pid)

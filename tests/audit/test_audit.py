@@ -6,8 +6,8 @@ import re
 import pytest
 
 from tests.kube import get, reset_lab, set_gpus
-from tests.expected import LOADED_NVIDIA
-from tests.playbook import deploy, fake_containerd, fresh_incident, tree
+from tests.labcontainerd import DEBIAN, restart, write_dropin_keeping_runc
+from tests.playbook import deploy, fresh_incident, tree
 
 AUDIT = "audit.py"
 
@@ -42,29 +42,36 @@ def incident(tmp_path_factory):
     return fresh_incident(tmp_path_factory, "audit")
 
 
-def test_incident_end_state_names_exactly_the_three_gaps(incident):
+def test_incident_end_state_names_exactly_its_four_gaps(incident):
     root = incident
     before = (cluster_snapshot(), without_audit_json(root))
     run = audit(root)
     assert run.code != 0
     result = json.loads((root / "out/audit.json").read_text())
     assert [(g["kind"], g["subject"]) for g in result["gaps"]] == [
+        ("restart-takes-cri-down", "containerd"),
         ("handler-not-loaded", "nvidia"),
         ("runtimeclass-handler-not-loaded", "nvidia"),
         ("rollout-stalled", "gpu-operator/nvidia-container-toolkit"),
     ]
     assert result["handlers"] == {"written": ["runc", "nvidia"], "loaded": ["runc"],
-                                  "loaded_source": "recorded"}
+                                  "loaded_source": "live", "containerd_version": "1.6.20",
+                                  "after_restart": ["nvidia"], "restart_cri": "fails"}
     assert result["runtimeclasses"] == [{"name": "nvidia", "handler": "nvidia", "loaded": False,
                                          "pods": ["gpu-lab/cuda-probe"]}]
-    assert "cuda-probe" in result["gaps"][1]["detail"]
-    assert "insufficient-memory" in result["gaps"][2]["detail"]
+    assert result["gaps"][0]["detail"].startswith(
+        'a restart of containerd on this node takes CRI down: default_runtime_name "runc" has no runtime')
+    assert "cuda-probe" in result["gaps"][2]["detail"]
+    assert "insufficient-memory" in result["gaps"][3]["detail"]
     assert {n["name"]: (n["advertised"], n["requested"]) for n in result["nodes"]} == {
         "lab-node-0": (4, 1), "lab-node-1": (20, 0), "lab-node-2": (0, 0)}
     assert list(result["pending"]) == ["Insufficient memory", "node(s) didn't satisfy plugin(s) [NodeAffinity]"]
-    # The table a person reads first, and the verdict.
-    assert "[@local] GAP" in run.log and re.search(r"\[@local\] verdict +3 gap\(s\)", run.log)
-    assert "[@local] audit: 3 gap(s) between written and live" in run.log
+    # The table a person reads first, each line naming its view, and the verdict.
+    assert re.search(r"\[@local\] written +runc,nvidia \(the main config and its drop-ins\)", run.log)
+    assert re.search(r"\[@local\] loaded +runc \(live, through CRI of containerd 1.6.20\)", run.log)
+    assert re.search(r"\[@local\] after restart +nvidia; CRI FAILS", run.log)
+    assert "[@local] GAP" in run.log and re.search(r"\[@local\] verdict +4 gap\(s\)", run.log)
+    assert "[@local] audit: 4 gap(s) between written and live" in run.log
     # Read-only: nothing in the lab changed, and a second audit changes nothing at all.
     assert (cluster_snapshot(), without_audit_json(root)) == before
     mtime = (root / "out/audit.json").stat().st_mtime_ns
@@ -86,14 +93,29 @@ def test_drift_shows_up_as_its_own_gap(incident):
 
 
 def test_healthy_variant_finds_nothing(tmp_path):
-    """containerd (a fake one on PATH) holds nvidia, and the toolkit upgrade fits."""
+    """The lab's containerd restarted with a drop-in that keeps runc (it holds nvidia, and would
+    again after a restart), and a toolkit upgrade that fits."""
     reset_lab()
-    env, _ = fake_containerd(tmp_path, LOADED_NVIDIA)
     root = tmp_path / "gpuop"
-    assert deploy(root, "toolkit_memory_upgrade=256Mi", env=env).code == 0
-    run = audit(root, "toolkit_memory_upgrade=256Mi", env=env)
+    assert deploy(root, "toolkit_memory_upgrade=256Mi").code == 0
+    write_dropin_keeping_runc(root)
+    restart(root, DEBIAN)
+    run = audit(root, "toolkit_memory_upgrade=256Mi")
     assert run.code == 0, run.log
     result = json.loads((root / "out/audit.json").read_text())
     assert result["gaps"] == []
-    assert result["handlers"]["loaded_source"] == "live"
+    assert result["handlers"] == {"written": ["runc", "nvidia"], "loaded": ["nvidia", "runc"],
+                                  "loaded_source": "live", "containerd_version": "1.6.20",
+                                  "after_restart": ["runc", "nvidia"], "restart_cri": "ok"}
     assert "no gap: written is loaded is scheduled" in run.log
+
+
+def test_without_a_lab_containerd_every_line_says_recorded(incident):
+    run = audit(incident, "containerd_binary=")
+    result = json.loads((incident / "out/audit.json").read_text())
+    assert result["handlers"]["loaded_source"] == "recorded"
+    assert result["gaps"][0]["kind"] == "handler-not-loaded"
+    assert "(recorded: the incident day's observation, no lab containerd here)" in result["gaps"][0]["detail"]
+    assert re.search(r"\[@local\] loaded +runc \(recorded\)", run.log)
+    assert re.search(r"\[@local\] after restart +unknown", run.log)
+    audit(incident)  # audit.json back to the live views

@@ -158,14 +158,17 @@ def test_other_knobs_follow_the_live_values(tmp_path):
     assert again.code == 0 and again.changed == 0, again.changed_ops()
 
 
-def test_live_containerd_is_read_where_it_runs(tmp_path):
-    """A fake containerd on the target's PATH: LOADED_RUNTIMES comes from its dump, and the
-    deployed check script judges the same dump."""
+def test_a_containerd_first_on_path_is_not_the_lab_s(tmp_path):
+    """Another containerd first on the target's PATH (a fake whose dump holds nvidia, standing for
+    the host's own) changes nothing the playbook reports: loaded is the lab daemon's answer. The
+    deployed check-runtime.sh asks `containerd config dump` through PATH by its contract, so it
+    judges that binary's dump."""
     env, dump = fake_containerd(tmp_path, LOADED_NVIDIA)
     root = tmp_path / "gpuop"
     run = deploy(root, env=env)
     assert run.code == 0, run.log
-    assert read(root, "out/merge.txt").splitlines()[-1] == "LOADED_RUNTIMES=runc,nvidia"
+    assert read(root, "out/merge.txt") == MERGE
+    assert read(root, "out/restart.txt").startswith("CONTAINERD_VERSION=1.6.20\nLOADED_RUNTIMES=runc\n")
     check = lambda: subprocess.run([str(root / "bin/check-runtime.sh")],  # noqa: E731
                                    env={**os.environ, **env}, capture_output=True)
     assert check().returncode == 0

@@ -9,12 +9,13 @@ import threading
 
 import pytest
 
-from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
+from tests.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
 from tests.kube import get, kubectl, reset_lab, set_gpus
+from tests.labcontainerd import DEBIAN, kill, loaded, restart
 from tests.playbook import PYINFRA, deploy, fresh_incident, tree
 
 DS = "daemonset/nvidia-container-toolkit"
-REPORTS = ("merge.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
+REPORTS = ("merge.txt", "restart.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
 MANIFESTS = ("runtimeclass.yaml", "gpu-pod.yaml", "time-slicing.yaml", "toolkit-ds.yaml")
 
 
@@ -37,8 +38,9 @@ def modes_of(root):
 def assert_incident_end_state(root, fresh):
     assert files_of(root) == fresh
     out = {r: (root / "out" / r).read_text() for r in REPORTS}
-    assert (out["merge.txt"], out["node-gpu.txt"], out["slots.txt"], out["rollout.txt"]) == (
-        MERGE, NODE_GPU, SLOTS, ROLLOUT)
+    assert (out["merge.txt"], out["restart.txt"], out["node-gpu.txt"], out["slots.txt"],
+            out["rollout.txt"]) == (MERGE, RESTART, NODE_GPU, SLOTS, ROLLOUT)
+    assert loaded(root) == ["runc"]  # the lab containerd holds runc alone, the drop-in on disk
     assert os.access(root / "bin/check-runtime.sh", os.X_OK)
     pod = get("pod/cuda-probe", "gpu-lab")
     assert (pod["status"]["phase"], pod["spec"]["nodeName"]) == ("Running", "lab-node-0")
@@ -117,11 +119,14 @@ DRIFTS = {
     "DaemonSet rolled back": rollback,
     "a toolkit Pod deleted": delete_old_toolkit_pod,
     "namespace gpu-operator deleted": k("delete", "namespace", "gpu-operator", "--wait=false"),
+    "lab containerd killed": kill,
+    "lab containerd restarted after the drop-in": lambda root: restart(root, DEBIAN),
 }
 
 
 def all_at_once(root):
     # The cluster first (deleting namespaces last), then the files.
+    DRIFTS["lab containerd restarted after the drop-in"](root)
     for name in ("DaemonSet rolled back", "ConfigMap replicas changed", "lab-node-1 back to 4",
                  "lab-node-0 advertises no GPU", "RuntimeClass deleted",
                  "namespace gpu-lab deleted", "namespace gpu-operator deleted"):

@@ -7,9 +7,9 @@ import subprocess
 import pytest
 import yaml
 
-from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
+from tests.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
 from tests.kube import get, kubectl, reset_lab, set_gpus
-from tests.playbook import deploy, tree
+from tests.playbook import deploy, stop_daemons_under, tree
 from tests.ssh import Sshd, free_port, keygen
 
 LABS = {"lab-a": "gpuop-lab", "lab-b": "gpuop-lab-b", "lab-c": "gpuop-lab-c"}
@@ -49,14 +49,15 @@ def root_of(ssh, name):
 
 def reports(root):
     return {name: (root / "out" / name).read_text()
-            for name in ("merge.txt", "node-gpu.txt", "slots.txt", "rollout.txt")}
+            for name in ("merge.txt", "restart.txt", "node-gpu.txt", "slots.txt", "rollout.txt")}
 
 
-EXPECTED = {"merge.txt": MERGE, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS, "rollout.txt": ROLLOUT}
+EXPECTED = {"merge.txt": MERGE, "restart.txt": RESTART, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS, "rollout.txt": ROLLOUT}
 
 
 def clean(ssh, *names):
     for name in names:
+        stop_daemons_under(root_of(ssh, name))
         subprocess.run(["rm", "-rf", str(root_of(ssh, name))], check=True)
 
 
@@ -195,7 +196,7 @@ def test_audit_over_ssh_only_the_drifted_host_differs(ssh, tmp_path, three_labs)
     gaps = {n: json.loads((root_of(ssh, n) / "out/audit.json").read_text())["gaps"] for n in names}
     assert gaps["lab-a"] == gaps["lab-c"]
     assert [(g["kind"], g["subject"]) for g in gaps["lab-a"]] == [
-        ("handler-not-loaded", "nvidia"), ("runtimeclass-handler-not-loaded", "nvidia"),
+        ("restart-takes-cri-down", "containerd"), ("handler-not-loaded", "nvidia"), ("runtimeclass-handler-not-loaded", "nvidia"),
         ("rollout-stalled", "gpu-operator/nvidia-container-toolkit")]
     extra = [(g["kind"], g["subject"]) for g in gaps["lab-b"] if g not in gaps["lab-a"]]
     assert extra == [("time-slicing-mismatch", "lab-node-1")]

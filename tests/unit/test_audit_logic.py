@@ -36,22 +36,50 @@ def configmap(replicas):
 RC = {"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
 
 
+def runtime(written, loaded, loaded_from="cri", restart=None):
+    return {"written": written, "loaded": loaded, "loaded_from": loaded_from, "version": "1.6.20",
+            "restart": restart}
+
+
 def kinds(result):
     return [(g["kind"], g["subject"]) for g in result["gaps"]]
 
 
 def test_written_but_not_loaded_and_the_runtimeclass_that_needs_it():
     objects = [RC, pod("probe", "n0", 1, runtime_class="nvidia"), node("n0", 4), node("n1", 20), configmap(5)]
-    result = audit(["runc", "nvidia"], ["runc"], "recorded", objects, TS)
+    result = audit(runtime(["runc", "nvidia"], ["runc"], "recorded"), objects, TS)
     assert kinds(result) == [("handler-not-loaded", "nvidia"), ("runtimeclass-handler-not-loaded", "nvidia")]
     assert result["runtimeclasses"][0]["pods"] == ["ns/probe"]
-    assert "(recorded)" in result["gaps"][0]["detail"]
+    assert "(recorded: the incident day's observation" in result["gaps"][0]["detail"]
+    assert any(line.startswith("after restart") and "unknown" in line for line in table(result))
+
+
+def test_a_restart_that_takes_cri_down_is_the_first_gap():
+    objects = [RC, pod("probe", "n0", 1, runtime_class="nvidia"), node("n0", 4), node("n1", 20), configmap(5)]
+    restart = {"runtimes": ["nvidia"], "cri_ok": False, "reason": 'default_runtime_name "runc" has no runtime'}
+    result = audit(runtime(["runc", "nvidia"], ["runc"], restart=restart), objects, TS)
+    assert kinds(result) == [("restart-takes-cri-down", "containerd"), ("handler-not-loaded", "nvidia"),
+                             ("runtimeclass-handler-not-loaded", "nvidia")]
+    assert result["gaps"][0]["detail"].startswith(
+        'a restart of containerd on this node takes CRI down: default_runtime_name "runc" has no runtime')
+    assert "(loaded, live through CRI of containerd 1.6.20)" in result["gaps"][1]["detail"]
+    assert result["handlers"]["after_restart"] == ["nvidia"] and result["handlers"]["restart_cri"] == "fails"
+    rows = {line.split("  ")[0].strip(): line for line in table(result)}
+    assert "runc (live, through CRI of containerd 1.6.20)" in rows["loaded"]
+    assert "nvidia; CRI FAILS" in rows["after restart"]
+    assert "runc,nvidia (the main config and its drop-ins)" in rows["written"]
+
+
+def test_a_daemon_whose_cri_is_down_is_a_gap_of_its_own():
+    result = audit(runtime(["runc"], [], "cri-down"), [node("n0", 4), node("n1", 20), configmap(5)], TS)
+    assert kinds(result) == [("cri-down", "containerd"), ("handler-not-loaded", "runc")]
+    assert result["handlers"]["loaded_source"] == "cri-down"
 
 
 def test_gpu_overcommit_and_time_slicing_mismatch():
     objects = [node("n0", 1), node("n1", 4), configmap(5),
                pod("a", "n0", 1), pod("b", "n0", 1), pod("c", "n1", 0)]
-    result = audit(["runc"], ["runc"], "live", objects, TS)
+    result = audit(runtime(["runc"], ["runc"]), objects, TS)
     assert kinds(result) == [("gpus-overcommitted", "n0"), ("time-slicing-mismatch", "n1")]
     assert {n["name"]: (n["advertised"], n["requested"]) for n in result["nodes"]} == {"n0": (1, 2), "n1": (4, 0)}
     assert "4 x 5 = 20" in result["gaps"][1]["detail"]
@@ -60,7 +88,8 @@ def test_gpu_overcommit_and_time_slicing_mismatch():
 def test_pending_pods_grouped_by_reason_and_a_healthy_lab_has_no_gap():
     objects = [node("n0", 4), node("n1", 20), configmap(5), pod("p1", pending_message=MEMORY),
                pod("p2", pending_message=MEMORY)]
-    result = audit(["runc", "nvidia"], ["runc", "nvidia"], "live", objects, TS)
+    ok = {"runtimes": ["runc", "nvidia"], "cri_ok": True, "reason": ""}
+    result = audit(runtime(["runc", "nvidia"], ["runc", "nvidia"], restart=ok), objects, TS)
     assert result["gaps"] == []
     assert result["pending"]["Insufficient memory"] == ["ns/p1", "ns/p2"]
     assert table(result)[-1].endswith("no gap: written is loaded is scheduled")

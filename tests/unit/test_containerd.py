@@ -82,3 +82,76 @@ def test_key_quoting():
     assert quote_key('a"b') == '"a\\"b"'
     path = key_path(("plugins", "io.containerd.grpc.v1.cri", "containerd"))
     assert tomllib.loads(f"[{path}]\nk = 1\n")["plugins"]["io.containerd.grpc.v1.cri"]["containerd"] == {"k": 1}
+
+
+DATA = "tests/unit/data"
+
+
+def dump(name):
+    """A real `containerd config dump` (see tests/unit/data/README)."""
+    with open(f"{DATA}/{name}", "rb") as f:
+        return tomllib.load(f)
+
+
+def test_restart_forecast_of_the_incident_on_1_6_replaces_the_cri_section():
+    forecast = containerd.restart_forecast(dump("dump-1.6.20-incident.toml"))
+    assert forecast.runtimes == ["nvidia"] and forecast.default_runtime == "runc"
+    assert not forecast.cri_ok
+    assert forecast.reason == ('default_runtime_name "runc" has no runtime in containerd.runtimes '
+                               "(configured: nvidia)")
+
+
+def test_restart_forecast_of_the_main_config_alone_loads():
+    forecast = containerd.restart_forecast(dump("dump-1.6.20-main-only.toml"))
+    assert (forecast.runtimes, forecast.default_runtime, forecast.cri_ok, forecast.reason) == (
+        ["runc"], "runc", True, "")
+
+
+def test_restart_forecast_without_a_default_runtime_fails():
+    doc = {"plugins": {"io.containerd.grpc.v1.cri": {"containerd": {"runtimes": {"runc": {}}}}}}
+    forecast = containerd.restart_forecast(doc)
+    assert not forecast.cri_ok and "no default_runtime_name" in forecast.reason
+
+
+def test_unreadable_config_is_a_failed_start():
+    forecast = containerd.unreadable_config("toml: line 3: expected '='")
+    assert (forecast.runtimes, forecast.cri_ok) == ([], False)
+    assert forecast.reason == "containerd cannot read its config: toml: line 3: expected '='"
+
+
+def test_binary_version():
+    assert containerd.binary_version(
+        "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3") == "1.6.20"
+    assert containerd.binary_version("containerd github.com/containerd/containerd/v2 v2.4.2 ") == "2.4.2"
+    assert containerd.binary_version("") == "unknown"
+
+
+def test_cri_runtimes_reads_the_handlers_crictl_reports():
+    info = {"config": {"containerd": {"runtimes": {"runc": {"runtimeType": "io.containerd.runc.v2"},
+                                                   "nvidia": {}},
+                                      "defaultRuntimeName": "runc"}}}
+    assert containerd.cri_runtimes(info) == (["runc", "nvidia"], "runc")
+    assert containerd.cri_runtimes({}) == ([], "")
+
+
+def test_restart_lines():
+    fails = containerd.restart_forecast(dump("dump-1.6.20-incident.toml"))
+    assert containerd.restart_lines("1.6.20", ["runc"], "cri", fails) == [
+        "CONTAINERD_VERSION=1.6.20", "LOADED_RUNTIMES=runc", "LOADED_FROM=cri",
+        "RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails",
+        'RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes (configured: nvidia)']
+    ok = containerd.Forecast(["nvidia", "runc"], "runc", True, "")
+    assert containerd.restart_lines("2.4.2", ["runc"], "cri", ok)[3:] == [
+        "RESTART_RUNTIMES=nvidia,runc", "RESTART_CRI=ok"]
+    assert containerd.restart_lines("none", ["runc"], "recorded", None) == [
+        "CONTAINERD_VERSION=none", "LOADED_RUNTIMES=runc", "LOADED_FROM=recorded",
+        "RESTART_RUNTIMES=", "RESTART_CRI=unknown", "RESTART_REASON=no lab containerd on this host to ask"]
+
+
+def test_dropin_keeping_cri_carries_the_main_config_section():
+    doc = roundtrip(containerd.dropin_keeping_cri(MAIN, DROPIN))
+    cri = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert cri["default_runtime_name"] == "runc"
+    assert list(cri["runtimes"]) == ["runc", "nvidia"]
+    assert "imports" not in doc and "version" not in doc
+    assert MAIN["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"].keys() == {"runc"}

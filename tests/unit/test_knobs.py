@@ -56,3 +56,14 @@ def test_missing_knob_is_named():
     del data["replicas"]
     with pytest.raises(KnobError, match="replicas"):
         parse_knobs(data)
+
+
+def test_lab_containerd_knobs():
+    lab = knobs()
+    assert (lab.containerd_binary, lab.crictl_binary) == ("/usr/bin/containerd", "crictl")
+    assert knobs(containerd_binary="").containerd_binary == ""
+    assert knobs(containerd_binary=None).containerd_binary == ""
+    with pytest.raises(KnobError, match="containerd_binary='containerd': expected an absolute path"):
+        knobs(containerd_binary="containerd")
+    with pytest.raises(KnobError, match="crictl_binary='crictl x'"):
+        knobs(crictl_binary="crictl x")

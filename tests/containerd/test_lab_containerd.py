@@ -1,0 +1,141 @@
+"""The lab node's real containerd: loaded is what the daemon holds, a restart is forecast (issue 9).
+
+Every test runs against a real daemon, once with Debian's containerd 1.6.20 and once with 2.4.2
+built from its Go module; they merge the drop-in differently, and the forecast must say so.
+"""
+
+import pytest
+
+from tests.expected import MERGE
+from tests.kube import reset_lab
+from tests.labcontainerd import (binary, check_loaded, crictl_info, kill, loaded, restart,
+                                 write_dropin_keeping_runc)
+from tests.playbook import deploy, lab_daemon_pid, tree
+
+# What a restart of each version's daemon loads, with the incident's files on disk.
+FORECAST = {
+    "1.6.20": ["RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails",
+               'RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes '
+               "(configured: nvidia)"],
+    "2.4.2": ["RESTART_RUNTIMES=nvidia,runc", "RESTART_CRI=ok"],
+}
+
+
+@pytest.fixture(scope="module", params=sorted(FORECAST))
+def lab(request, tmp_path_factory):
+    """A fresh incident whose lab node runs containerd ``version``; (root, version, data)."""
+    version = request.param
+    data = (f"containerd_binary={binary(version)}",)
+    reset_lab()
+    root = tmp_path_factory.mktemp(f"containerd-{version}") / "gpuop"
+    run = deploy(root, *data)
+    assert run.code == 0, run.log
+    return root, version, data
+
+
+def report(root, name):
+    return (root / "out" / name).read_text()
+
+
+def files(root):
+    return {rel: body for rel, (_, _, body) in tree(root).items()
+            if body is not None and ".gpuop-bak." not in rel}
+
+
+def restart_lines(version):
+    return [f"CONTAINERD_VERSION={version}", "LOADED_RUNTIMES=runc", "LOADED_FROM=cri",
+            *FORECAST[version]]
+
+
+def assert_incident_daemon(root, version):
+    """The daemon holds runc alone while the drop-in declaring nvidia is on disk; the reports say so."""
+    assert loaded(root) == ["runc"]
+    assert 'runtimes.nvidia]' in (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
+    assert report(root, "merge.txt") == MERGE
+    assert report(root, "restart.txt").splitlines() == restart_lines(version)
+
+
+def test_loaded_is_the_daemon_s_answer_and_a_restart_is_forecast(lab):
+    root, version, data = lab
+    assert_incident_daemon(root, version)
+    code, info = crictl_info(root)
+    assert info["config"]["containerd"]["defaultRuntimeName"] == "runc"
+    # The recorded observation is not what merge.txt reports where a daemon answers.
+    run = deploy(root, *data, "loaded_runtimes_observed=bogus")
+    assert run.code == 0 and run.changed == 0, run.changed_ops()
+    assert report(root, "merge.txt") == MERGE
+
+
+def test_check_loaded_says_the_incident_daemon_lacks_nvidia(lab):
+    root, _, _ = lab
+    result = check_loaded(root)
+    assert result.returncode == 1, result
+    assert "nvidia runtime NOT loaded; the daemon holds: runc" in result.stderr
+
+
+def test_a_real_restart_does_what_the_forecast_said_and_a_rerun_replays_the_incident(lab):
+    root, version, data = lab
+    fresh = files(root)
+    restart(root, binary(version))
+    code, info = crictl_info(root)
+    if version == "1.6.20":
+        # The CRI plugin refused to load: the node can run no Pod at all.
+        assert code != 0 and "unknown service runtime.v1.RuntimeService" in info
+        checked = check_loaded(root)
+        assert checked.returncode == 2
+        assert "the CRI of containerd at unix://" in checked.stderr and "does not answer" in checked.stderr
+    else:
+        assert code == 0 and sorted(info["config"]["containerd"]["runtimes"]) == ["nvidia", "runc"]
+        assert check_loaded(root).returncode == 0
+    run = deploy(root, *data)
+    assert run.code == 0, run.log
+    assert "the lab containerd is not the incident's" in run.log
+    assert_incident_daemon(root, version)
+    assert files(root) == fresh
+    again = deploy(root, *data)
+    assert again.code == 0 and again.changed == 0, again.changed_ops()
+
+
+def test_a_killed_daemon_is_brought_back_at_its_moment(lab):
+    root, version, data = lab
+    fresh = files(root)
+    kill(root)
+    run = deploy(root, *data)
+    assert run.code == 0, run.log
+    assert "it is not running" in run.log
+    assert_incident_daemon(root, version)
+    assert files(root) == fresh
+    assert not list((root / ".gpuop/conf.d-aside").iterdir())  # the drop-in is back, nothing left aside
+    again = deploy(root, *data)
+    assert again.code == 0 and again.changed == 0, again.changed_ops()
+
+
+def test_a_drop_in_that_keeps_runc_loads_nvidia_after_a_restart(lab):
+    root, version, data = lab
+    write_dropin_keeping_runc(root)
+    restart(root, binary(version))
+    assert loaded(root) == ["nvidia", "runc"]
+    result = check_loaded(root)
+    assert result.returncode == 0, result
+    assert "nvidia runtime loaded" in result.stdout
+    # The rerun replays the incident: the seed's drop-in is back (the other one kept), runc only.
+    run = deploy(root, *data)
+    assert run.code == 0, run.log
+    assert_incident_daemon(root, version)
+    assert list((root / "etc/containerd/conf.d").glob("99-nvidia.toml.gpuop-bak.*"))
+
+
+@pytest.mark.parametrize("containerd_binary", ["", "/nonexistent/containerd"])
+def test_without_a_lab_containerd_loaded_is_the_recorded_observation(tmp_path, containerd_binary):
+    reset_lab()
+    root = tmp_path / "gpuop"
+    data = (f"containerd_binary={containerd_binary}", "loaded_runtimes_observed=runc,bogus")
+    run = deploy(root, *data)
+    assert run.code == 0, run.log
+    assert report(root, "merge.txt").splitlines()[-1] == "LOADED_RUNTIMES=runc,bogus"
+    assert report(root, "restart.txt") == (
+        "CONTAINERD_VERSION=none\nLOADED_RUNTIMES=runc,bogus\nLOADED_FROM=recorded\nRESTART_RUNTIMES=\n"
+        "RESTART_CRI=unknown\nRESTART_REASON=no lab containerd on this host to ask\n")
+    assert lab_daemon_pid(root) is None
+    again = deploy(root, *data)
+    assert again.code == 0 and again.changed == 0, again.changed_ops()

@@ -1,0 +1,87 @@
+"""The lab's real containerd daemon, seen and handled from a test as an operator would."""
+
+import json
+import os
+import subprocess
+import time
+
+import tomli_w
+
+from gpuop import containerd
+from tests.playbook import lab_daemon_pid, wait_gone
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEBIAN = "/usr/bin/containerd"
+
+
+def containerd2() -> str:
+    """containerd 2.x as the project builds it (cached after the first build)."""
+    out = subprocess.run([os.path.join(HERE, "lab/build.sh"), "containerd2"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    return os.path.join(out, "containerd")
+
+
+BINARIES = {"1.6.20": DEBIAN, "2.4.2": None}  # None: built on first use
+
+
+def binary(version: str) -> str:
+    return BINARIES[version] or containerd2()
+
+
+def socket(root):
+    return root / "run/containerd/containerd.sock"
+
+
+def crictl_info(root):
+    """``crictl info`` against the lab daemon: (exit code, parsed JSON or crictl's error text)."""
+    run = subprocess.run(["crictl", "--config", "/dev/null", "--runtime-endpoint",
+                          f"unix://{socket(root)}", "--timeout", "3s", "info"],
+                         capture_output=True, text=True)
+    return run.returncode, (json.loads(run.stdout) if run.returncode == 0 else run.stderr)
+
+
+def loaded(root) -> list:
+    code, info = crictl_info(root)
+    assert code == 0, info
+    return sorted(info["config"]["containerd"]["runtimes"])
+
+
+def kill(root):
+    """The lab daemon dies (as in a crash): SIGKILL, no clean shutdown."""
+    pid = lab_daemon_pid(root)
+    assert pid, "no lab containerd runs under " + str(root)
+    os.kill(pid, 9)
+    wait_gone(pid)
+
+
+def restart(root, containerd_binary):
+    """Restart the lab daemon by hand, with the files as they are now on disk: what an operator
+    (or a node reboot) does. Waits until it answers on its socket, CRI or not."""
+    pid = lab_daemon_pid(root)
+    if pid:
+        os.kill(pid, 15)
+        wait_gone(pid)
+    args = [containerd_binary, "--config", f"{root}/etc/containerd/config.toml",
+            "--root", f"{root}/var/lib/containerd", "--state", f"{root}/run/containerd",
+            "--address", str(socket(root))]
+    with open(root / "var/log/containerd.log", "a") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    (root / "run/containerd.pid").write_text(f"{proc.pid}\n")
+    for _ in range(300):
+        if socket(root).exists() and "connect: " not in str(crictl_info(root)[1]):  # dialled
+            return proc.pid
+        time.sleep(0.1)
+    raise AssertionError(f"restarted containerd does not answer: {crictl_info(root)}")
+
+
+def write_dropin_keeping_runc(root):
+    """Replace the drop-in with one in the toolkit 1.18 style: the whole CRI section, runc kept."""
+    main = containerd.main_config(f"{root}/etc/containerd/conf.d/*.toml")
+    text = tomli_w.dumps(containerd.dropin_keeping_cri(main, containerd.nvidia_dropin()))
+    (root / "etc/containerd/conf.d/99-nvidia.toml").write_text(text)
+
+
+def check_loaded(root):
+    """The deployed bin/check-loaded.sh, run for real."""
+    return subprocess.run([str(root / "bin/check-loaded.sh")], capture_output=True, text=True)
