@@ -14,7 +14,7 @@ else
 $(error CONTAINERD=$(CONTAINERD): expected debian or $(CONTAINERD2_VERSION))
 endif
 
-.PHONY: setup deps containerd2 lab-up lab-down lab-status test unit run audit bench
+.PHONY: setup deps containerd2 lab-up lab-down lab-status test unit run fix audit bench
 
 setup: $(VENV)/.installed
 
@@ -47,6 +47,9 @@ test: setup deps containerd2 lab-up
 run: setup deps lab-up
 	$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA)
 
+fix: setup deps lab-up
+	$(VENV)/bin/pyinfra inventory.py fix.py -y $(CONTAINERD_DATA)
+
 audit: setup deps lab-up
 	$(VENV)/bin/pyinfra inventory.py audit.py -y $(CONTAINERD_DATA)
 
@@ -54,4 +57,5 @@ bench: setup deps lab-up
 	bench/lab_start.sh
 	bench/rerun.sh
 	bench/audit.sh
+	bench/fix.sh
 	$(VENV)/bin/python bench/hosts.py

@@ -41,6 +41,17 @@ def manifest(name: str, **values) -> str:
     return get_template(os.path.join(HERE, "templates", name + ".j2")).render(**values)
 
 
+def gpu_pod_manifest() -> str:
+    return manifest("gpu-pod.yaml", pod=GPU_POD, namespace=GPU_NAMESPACE, runtime_class=RUNTIME_CLASS)
+
+
+def runtime_class_and_pod_manifests(lab, at: Layout):
+    """The RuntimeClass nvidia and the GPU Pod that names it, applied where they differ."""
+    runtime_class = manifest("runtimeclass.yaml", runtime_class=RUNTIME_CLASS, handler="nvidia")
+    for file_name, content in (("runtimeclass.yaml", runtime_class), ("gpu-pod.yaml", gpu_pod_manifest())):
+        kube.manifest(name=file_name, path=at.manifest(file_name), content=content, context=lab.kube_context)
+
+
 def toolkit_manifest(lab, version: str, memory: str) -> str:
     return manifest("toolkit-ds.yaml", daemonset=TOOLKIT, namespace=OPERATOR_NAMESPACE,
                     image=f"{lab.toolkit_image}:{version}", memory=memory,
@@ -131,8 +142,7 @@ def check_script(lab, at: Layout):
 @deploy("Step 5: RuntimeClass and a GPU Pod that cannot schedule")
 def runtime_class_and_pod(lab, at: Layout):
     ctx, timeout = lab.kube_context, lab.wait_timeout_s
-    runtime_class = manifest("runtimeclass.yaml", runtime_class=RUNTIME_CLASS, handler="nvidia")
-    pod = manifest("gpu-pod.yaml", pod=GPU_POD, namespace=GPU_NAMESPACE, runtime_class=RUNTIME_CLASS)
+    pod = gpu_pod_manifest()
     inputs = {"nodes": lab.lab_nodes, "pod": pod}
     report, stamp = at.report("unscheduled.txt"), at.stamp("unscheduled.txt")
 
@@ -141,8 +151,7 @@ def runtime_class_and_pod(lab, at: Layout):
                                 nodes=lab.lab_nodes, context=ctx)
     kube.namespace(name=f"Namespace {GPU_NAMESPACE}", namespace_name=GPU_NAMESPACE, context=ctx,
                    timeout_s=timeout)
-    for file_name, content in (("runtimeclass.yaml", runtime_class), ("gpu-pod.yaml", pod)):
-        kube.manifest(name=file_name, path=at.manifest(file_name), content=content, context=ctx)
+    runtime_class_and_pod_manifests(lab, at)
     kube.pod_scheduling_decided(name="Scheduler's decision on the GPU Pod", pod=GPU_POD,
                                 namespace=GPU_NAMESPACE, context=ctx, timeout_s=timeout)
 
@@ -238,4 +247,5 @@ def audit(lab, at: Layout):
                     observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at),
                     context=lab.kube_context,
                     time_slicing={"node": lab.timeslice_node, "physical_gpus": lab.physical_gpus,
+                                  "vram_per_gpu_gib": lab.vram_per_gpu_gib,
                                   "configmap": f"{OPERATOR_NAMESPACE}/{TIME_SLICING}"})

@@ -29,20 +29,24 @@ class LabContainerd(FactBase):
 
         host.get_fact(LabContainerd, pidfile="/root/gpuop/run/containerd.pid",
                       socket="/root/gpuop/run/containerd/containerd.sock")
-        {"pid": 4167, "exe": "/usr/bin/containerd", "args": ["containerd", "--config", ...],
-         "cri": "ok", "runtimes": ["runc"], "default_runtime": "runc", "error": ""}
+        {"pid": 4167, "last_pid": 4167, "exe": "/usr/bin/containerd",
+         "args": ["containerd", "--config", ...], "cri": "ok", "runtimes": ["runc"],
+         "default_runtime": "runc", "error": ""}
+
+    ``pid`` is None unless the lab daemon runs; ``last_pid`` is what its pid file says (None when
+    the lab never started one), so a daemon that died can be told from one never started.
     """
 
     @staticmethod
     def default():
-        return {"pid": None, "exe": "", "args": [], "cri": "down", "runtimes": [],
+        return {"pid": None, "last_pid": None, "exe": "", "args": [], "cri": "down", "runtimes": [],
                 "default_runtime": "", "error": "not asked"}
 
     def command(self, pidfile, socket, crictl="crictl"):
         # The pid counts only while its process still serves the lab's socket (a pid is reused).
         pid = shlex.quote(pidfile)
         return (
-            f'pid=$(cat {pid} 2>/dev/null); '
+            f'pid=$(cat {pid} 2>/dev/null); echo "$pid"; '
             f'if [ -n "$pid" ] && tr "\\0" "\\n" </proc/"$pid"/cmdline 2>/dev/null '
             f'| grep -qxF -- {shlex.quote(socket)}; then '
             'echo "$pid"; readlink /proc/"$pid"/exe; tr "\\0" "\\n" </proc/"$pid"/cmdline | base64 -w0; echo; '
@@ -53,10 +57,11 @@ class LabContainerd(FactBase):
         )
 
     def process(self, output):
-        pid, exe, args = output[0].strip(), output[1].strip(), output[2].strip()
+        last, pid, exe, args = (line.strip() for line in output[:4])
         cri_at = output.index(_CRI)
         answer, status = "\n".join(output[cri_at + 1:-1]), output[-1].strip()
-        found = {"pid": int(pid) if pid else None, "exe": exe,
+        found = {"pid": int(pid) if pid else None, "last_pid": int(last) if last.isdigit() else None,
+                 "exe": exe,
                  "args": base64.b64decode(args).decode().split("\n")[:-1] if args else []}
         if status != "0":
             return {**found, "cri": "down", "runtimes": [], "default_runtime": "",

@@ -66,13 +66,14 @@ def audit(runtime: dict, objects: list, time_slicing: dict) -> dict:
       "loaded_from": "cri" | "cri-down" | "recorded", "version": containerd's release or "none",
       "restart": {"runtimes", "cri_ok", "reason"} or None where there is no lab containerd}
     + objects: live RuntimeClasses, Nodes, Pods, DaemonSets and ConfigMaps (kubectl's JSON)
-    + time_slicing: {"node", "physical_gpus", "configmap": "ns/name"} of the time-sliced node
+    + time_slicing: {"node", "physical_gpus", "vram_per_gpu_gib", "configmap": "ns/name"} of the
+      time-sliced node
 
         audit({"written": ["runc", "nvidia"], "loaded": ["runc"], "loaded_from": "cri", ...},
               objects, {...})["gaps"]
         -> [{"kind": "restart-takes-cri-down", ...}, {"kind": "handler-not-loaded", ...}, ...]
     """
-    gaps = _runtime_gaps(runtime)
+    gaps, warnings = _runtime_gaps(runtime), []
     pods = _of_kind(objects, "Pod")
     loaded = runtime["loaded"]
 
@@ -103,6 +104,11 @@ def audit(runtime: dict, objects: list, time_slicing: dict) -> dict:
             expected = time_slicing["physical_gpus"] * replicas
             entry["time_sliced"] = {"physical": time_slicing["physical_gpus"], "replicas": replicas,
                                     "expected": expected}
+            warnings.append({"kind": "time-sliced-memory-shared", "subject": name,
+                             "detail": f"node {name}: {replicas} time-sliced slots per GPU share the GPU's "
+                                       f"whole {time_slicing['vram_per_gpu_gib']} GiB; a slot is guaranteed "
+                                       "0 GiB, with no memory or fault isolation (time-slicing's design, "
+                                       "not a fault to repair)"})
             if advertised != expected:
                 gaps.append({"kind": "time-slicing-mismatch", "subject": name,
                              "detail": f"node {name} advertises {advertised} GPUs, but {ts_ref} gives "
@@ -139,6 +145,7 @@ def audit(runtime: dict, objects: list, time_slicing: dict) -> dict:
         "pending": {reason: sorted(refs) for reason, refs in sorted(pending.items())},
         "daemonsets": daemonsets,
         "gaps": gaps,
+        "warnings": warnings,
     }
 
 
@@ -168,6 +175,7 @@ def table(result: dict) -> list:
         rows.append(("daemonset", f"{ds['name']} {ds['updated']}/{ds['desired']} updated, {ds['ready']} ready, "
                                   f"maxUnavailable {ds['max_unavailable']}"
                                   + (f", STALLED: {ds['blocker']}" if ds["stalled"] else "")))
+    rows += [("warning", w["detail"]) for w in result["warnings"]]
     rows += [("GAP", g["detail"]) for g in result["gaps"]]
     rows.append(("verdict", f"{len(result['gaps'])} gap(s)" if result["gaps"] else "no gap: written is loaded is scheduled"))
     width = max(len(k) for k, _ in rows)

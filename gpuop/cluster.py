@@ -145,3 +145,19 @@ def describe_rollout(ds: dict | None, pods: list) -> str:
         f"desired {s.get('desiredNumberScheduled', 0)}, updated {s.get('updatedNumberScheduled', 0)}, "
         f"ready {s.get('numberReady', 0)}, unavailable {s.get('numberUnavailable', 0)}"
     )
+
+
+def nodes_too_small(nodes: list, names, memory: str) -> list:
+    """The lab nodes whose allocatable memory is below a Pod's memory request, as
+    ``(name, allocatable)``: a DaemonSet asking ``memory`` completes only where this is empty.
+
+        nodes_too_small(nodes, ["lab-node-0"], "64Gi") -> [("lab-node-0", "32Gi")]
+    """
+    want = parse_quantity(memory)
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    small = []
+    for name in names:
+        have = ((by_name.get(name) or {}).get("status") or {}).get("allocatable", {}).get("memory", "0")
+        if parse_quantity(have) < want:
+            small.append((name, have))
+    return small

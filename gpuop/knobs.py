@@ -133,6 +133,7 @@ class Knobs:
     toolkit_version_upgrade: str
     toolkit_memory_initial: str
     toolkit_memory_upgrade: str
+    toolkit_memory_fix: str
     max_unavailable: int
     loaded_runtimes_observed: tuple
     containerd_binary: str
@@ -156,6 +157,7 @@ PARSERS = {
     "toolkit_version_upgrade": _tag,
     "toolkit_memory_initial": _quantity,
     "toolkit_memory_upgrade": _quantity,
+    "toolkit_memory_fix": _quantity,
     "max_unavailable": _int(1),
     "loaded_runtimes_observed": _runtimes,
     "containerd_binary": _binary_path,

@@ -14,6 +14,7 @@ toolkit_version_initial = "v1.16.2"  # step 8: tag rolled out first, on every no
 toolkit_version_upgrade = "v1.17.0"  # step 8: tag of the upgrade that stalls
 toolkit_memory_initial = "128Mi"  # step 8: memory request before the upgrade
 toolkit_memory_upgrade = "64Gi"  # step 8: memory request of the upgrade (nodes have 32Gi)
+toolkit_memory_fix = "256Mi"  # fix.py: memory request the repaired upgrade asks, one every lab node can take
 max_unavailable = 1  # step 8: the DaemonSet's rollingUpdate.maxUnavailable
 containerd_binary = "/usr/bin/containerd"  # the lab node's containerd daemon (Debian's 1.6.20); a containerd 2.x path selects that one (make CONTAINERD=2.4.2); empty, or absent on the host: none, use loaded_runtimes_observed
 crictl_binary = "crictl"  # asks the lab containerd what it holds, through CRI

@@ -3,6 +3,8 @@
 import posixpath
 import shlex
 import tomllib
+
+import tomli_w
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -10,11 +12,12 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 from pyinfra.facts.server import Which
 
-from facts.containerd import LabContainerd
+from facts.containerd import ContainerdRestart, LabContainerd
 from facts.files import Files
-from gpuop.containerd import runtime_names
+from gpuop.containerd import repaired_dropin, runtime_names
 
-from .poll import until
+from .files import text
+from .poll import failure, until
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,15 @@ class LabDaemon:
         return StringCommand(f"kill {pid}")
 
 
+def _stop(daemon: LabDaemon, pid, timeout_s: int):
+    """Stop the lab daemon running as ``pid`` (if any) and wait until it is gone."""
+    if pid is None:
+        return
+    yield daemon.stop(pid)
+    yield until(f"the lab containerd (pid {pid}) to stop", daemon.loaded,
+                lambda now: (now["pid"] != pid, describe(now)), timeout_s)
+
+
 def describe(seen: dict) -> str:
     """The loaded view in words, for progress and errors."""
     if seen["pid"] is None:
@@ -77,7 +89,7 @@ def _main_config_runtimes(config: str):
 def _incident_drift(daemon: LabDaemon, seen: dict, want) -> str:
     """Why the live daemon is not the incident's, in words; empty when it is."""
     if seen["pid"] is None:
-        return "it is not running"
+        return f"it died (pid {seen['last_pid']} is gone)" if seen["last_pid"] else "never started"
     if seen["args"][1:] != daemon.args()[1:] or seen["exe"] != posixpath.realpath(daemon.binary):
         return f"pid {seen['pid']} runs another binary or config ({' '.join(seen['args'])})"
     if seen["cri"] != "ok":
@@ -118,17 +130,16 @@ def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: 
     seen = daemon.loaded()
     why = _incident_drift(daemon, seen, _main_config_runtimes(daemon.config))
     if why:
-        if host.state.is_executing:
+        if host.state.is_executing and why == "never started":
+            logger.info(f"{host.print_prefix}starting the lab containerd ({daemon.binary}) with the "
+                        "main config alone, before the drop-in exists")
+        elif host.state.is_executing:
             logger.warning(f"{host.print_prefix}the lab containerd is not the incident's: {why}; "
                            "replaying its start with the main config alone (drop-ins set aside, "
                            "then put back)")
         yield StringCommand(f"mkdir -p {shlex.quote(aside)} && for f in {_glob(dropin_glob)}; do "
                             f'[ -f "$f" ] && mv "$f" {shlex.quote(aside)}/; done; true')
-        if seen["pid"] is not None:
-            pid = seen["pid"]
-            yield daemon.stop(pid)
-            yield until(f"the lab containerd (pid {pid}) to stop", daemon.loaded,
-                        lambda now: (now["pid"] != pid, describe(now)), timeout_s)
+        yield from _stop(daemon, seen["pid"], timeout_s)
         yield daemon.start()
         yield until(f"the lab containerd's CRI on {daemon.socket}", daemon.loaded,
                     lambda now: (now["cri"] == "ok", describe(now)), timeout_s)
@@ -162,9 +173,70 @@ def stopped(daemon: LabDaemon, timeout_s: int = 120):
         stopped(daemon=LabDaemon(...))
     """
     seen = daemon.loaded()
-    if seen["pid"] is None:
+    yield from _stop(daemon, seen["pid"], timeout_s)
+
+
+def _forecast(daemon: LabDaemon):
+    return host.get_fact(ContainerdRestart, binary=daemon.binary, config=daemon.config)
+
+
+@operation()
+def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict):
+    """
+    Ensure the nvidia drop-in is one this containerd's merge keeps the node whole with: on 1.x it
+    carries the main config's CRI section (runc, the default runtime) beside the nvidia runtime,
+    as the NVIDIA toolkit 1.18 writes it; on 2.x the toolkit's minimal drop-in. A drop-in it
+    replaces is kept as ``<path>.gpuop-bak.<time>``.
+
+    + path: the drop-in
+    + daemon: the lab's containerd, whose binary's version decides
+    + main_doc: the main config, as written
+
+    .. code:: python
+
+        surviving_dropin(path=".../conf.d/99-nvidia.toml", daemon=LabDaemon(...), main_doc=main)
+    """
+    restart = _forecast(daemon)
+    version = restart["version"] if restart else "unknown"
+    yield from text._inner(path=path, content=tomli_w.dumps(repaired_dropin(version, main_doc)))
+
+
+@operation()
+def restarted_into(daemon: LabDaemon, runtimes, timeout_s: int = 120):
+    """
+    Ensure the lab's containerd holds ``runtimes`` through CRI, restarting it once if it does not,
+    and only when the restart forecast (the binary's own ``config dump`` of the files now on disk)
+    says its CRI loads them. A forecast that fails stops the host before anything is restarted,
+    naming why. After the restart the daemon itself is asked again.
+
+    + daemon: the lab's containerd
+    + runtimes: the handlers it must hold, e.g. ("runc", "nvidia")
+    + timeout_s: how long to wait for it to stop, and for its CRI to answer
+
+    .. code:: python
+
+        restarted_into(daemon=LabDaemon(...), runtimes=("runc", "nvidia"))
+    """
+    want = set(runtimes)
+    seen = daemon.loaded()
+    if seen["cri"] == "ok" and want <= set(seen["runtimes"]):
         return
-    pid = seen["pid"]
-    yield daemon.stop(pid)
-    yield until(f"the lab containerd (pid {pid}) to stop", daemon.loaded,
-                lambda now: (now["pid"] != pid, describe(now)), timeout_s)
+    restart = _forecast(daemon)
+    if restart is None:
+        yield failure(f"no containerd at {daemon.binary} on this host: nothing to restart; nothing was restarted")
+        return
+    if not restart["cri_ok"]:
+        yield failure(f"the restart forecast fails: {restart['reason']}; a restart would take CRI down, "
+                      f"so nothing was restarted ({describe(seen)})")
+        return
+    if not want <= set(restart["runtimes"]):
+        yield failure(f"after a restart containerd {restart['version']} would hold "
+                      f"{','.join(restart['runtimes'])}, not {','.join(sorted(want))}; nothing was restarted")
+        return
+    if host.state.is_executing:
+        logger.info(f"{host.print_prefix}restarting the lab containerd once ({describe(seen)}): its "
+                    f"forecast loads {','.join(restart['runtimes'])} with CRI ok")
+    yield from _stop(daemon, seen["pid"], timeout_s)
+    yield daemon.start()
+    yield until(f"the restarted lab containerd to hold {','.join(sorted(want))} through CRI", daemon.loaded,
+                lambda now: (now["cri"] == "ok" and want <= set(now["runtimes"]), describe(now)), timeout_s)

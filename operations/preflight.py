@@ -4,7 +4,8 @@ from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.facts.server import Which
 
-from facts.kube import ClusterReach
+from facts.kube import ClusterReach, KubeObjects
+from gpuop.cluster import nodes_too_small
 
 from .poll import failure
 
@@ -55,3 +56,39 @@ def containerd_askable(binary: str, crictl: str):
         yield failure(f"preflight: {crictl} not found, and it is what asks the lab containerd "
                       f"({binary}) what it holds; install cri-tools, or set containerd_binary= to "
                       "run on the recorded observation; nothing was changed")
+
+
+@operation()
+def lab_containerd_present(binary: str):
+    """
+    Fail the host, before anything is changed, unless it runs the lab's own containerd: the
+    repair restarts that daemon, and never another one.
+
+    .. code:: python
+
+        lab_containerd_present(binary="/usr/bin/containerd")
+    """
+    if not binary or not host.get_fact(Which, command=binary):
+        yield failure(f"preflight: the repair restarts the lab's own containerd, and this host has "
+                      f"none (containerd_binary={binary!r}); nothing was changed")
+
+
+@operation()
+def memory_fits(knob: str, memory: str, nodes, context: str = ""):
+    """
+    Fail the host, before anything is changed, when a DaemonSet Pod asking ``memory`` does not
+    fit every lab node's allocatable memory (its rollout could never complete).
+
+    + knob: the knob the request comes from, for the message
+    + memory: the memory request, e.g. "256Mi"
+    + nodes: the lab nodes
+
+    .. code:: python
+
+        memory_fits(knob="toolkit_memory_fix", memory="256Mi", nodes=lab_nodes)
+    """
+    small = nodes_too_small(host.get_fact(KubeObjects, resources="nodes", context=context), nodes, memory)
+    if small:
+        compared = ", ".join(f"{name} {have}" for name, have in small)
+        yield failure(f"preflight: {knob}={memory} does not fit every lab node: compared against each "
+                      f"node's allocatable memory, {compared} cannot take it; nothing was changed")

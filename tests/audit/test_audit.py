@@ -106,7 +106,7 @@ def test_healthy_variant_finds_nothing(tmp_path):
     assert result["gaps"] == []
     assert result["handlers"] == {"written": ["runc", "nvidia"], "loaded": ["nvidia", "runc"],
                                   "loaded_source": "live", "containerd_version": "1.6.20",
-                                  "after_restart": ["runc", "nvidia"], "restart_cri": "ok"}
+                                  "after_restart": ["nvidia", "runc"], "restart_cri": "ok"}
     assert "no gap: written is loaded is scheduled" in run.log
 
 

@@ -102,7 +102,7 @@ def test_a_killed_daemon_is_brought_back_at_its_moment(lab):
     kill(root)
     run = deploy(root, *data)
     assert run.code == 0, run.log
-    assert "it is not running" in run.log
+    assert "the lab containerd is not the incident's: it died (pid " in run.log
     assert_incident_daemon(root, version)
     assert files(root) == fresh
     assert not list((root / ".gpuop/conf.d-aside").iterdir())  # the drop-in is back, nothing left aside

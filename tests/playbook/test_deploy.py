@@ -51,7 +51,7 @@ def test_modes(incident):
     for rel, (mode, _, body) in tree(root).items():
         if rel.startswith(".gpuop"):
             continue
-        want = "0o755" if body is None or rel == "bin/check-runtime.sh" else "0o644"
+        want = "0o755" if body is None or rel.startswith("bin/") else "0o644"
         assert mode == want, rel
 
 

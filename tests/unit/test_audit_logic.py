@@ -6,7 +6,7 @@ from gpuop.audit import audit, table
 from gpuop.slots import sharing_config
 
 MEMORY = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
-TS = {"node": "n1", "physical_gpus": 4, "configmap": "gpu-operator/ts"}
+TS = {"node": "n1", "physical_gpus": 4, "vram_per_gpu_gib": 40, "configmap": "gpu-operator/ts"}
 
 
 def node(name, gpus=None):
@@ -91,5 +91,9 @@ def test_pending_pods_grouped_by_reason_and_a_healthy_lab_has_no_gap():
     ok = {"runtimes": ["runc", "nvidia"], "cri_ok": True, "reason": ""}
     result = audit(runtime(["runc", "nvidia"], ["runc", "nvidia"], restart=ok), objects, TS)
     assert result["gaps"] == []
+    # Time-slicing shares memory by design: a warning, never a gap.
+    assert [(w["kind"], w["subject"]) for w in result["warnings"]] == [("time-sliced-memory-shared", "n1")]
+    assert "a slot is guaranteed 0 GiB" in result["warnings"][0]["detail"]
+    assert any(line.startswith("warning") and "share the GPU's whole 40 GiB" in line for line in table(result))
     assert result["pending"]["Insufficient memory"] == ["ns/p1", "ns/p2"]
     assert table(result)[-1].endswith("no gap: written is loaded is scheduled")

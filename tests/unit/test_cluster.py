@@ -77,3 +77,16 @@ def test_rollout_in_progress_is_not_settled():
     moving = ds(2, "tk:v1.17.0", {**STALL_STATUS, "numberUnavailable": 1})
     pods = [pod("a", 1, "tk:v1.16.2"), pod("b", 1, "tk:v1.16.2"), pod("c", 2, "tk:v1.17.0", ready=False)]
     assert not rollout_settled(moving, pods)
+
+
+def test_nodes_too_small_for_a_memory_request():
+    from gpuop.cluster import nodes_too_small
+
+    def mem(name, memory):
+        return {"metadata": {"name": name}, "status": {"allocatable": {"memory": memory}}}
+
+    nodes = [mem("a", "32Gi"), mem("b", "64Gi"), mem("c", "33554432Ki")]
+    assert nodes_too_small(nodes, ["a", "b", "c"], "256Mi") == []
+    assert nodes_too_small(nodes, ["a", "b", "c"], "32Gi") == []
+    assert nodes_too_small(nodes, ["a", "b", "c"], "64Gi") == [("a", "32Gi"), ("c", "33554432Ki")]
+    assert nodes_too_small(nodes, ["a", "missing"], "1Mi") == [("missing", "0")]

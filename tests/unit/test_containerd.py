@@ -155,3 +155,11 @@ def test_dropin_keeping_cri_carries_the_main_config_section():
     assert list(cri["runtimes"]) == ["runc", "nvidia"]
     assert "imports" not in doc and "version" not in doc
     assert MAIN["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"].keys() == {"runc"}
+
+
+def test_repaired_dropin_follows_the_version_s_merge():
+    assert containerd.repaired_dropin("2.4.2", MAIN) == containerd.nvidia_dropin()
+    on_1x = containerd.repaired_dropin("1.6.20", MAIN)
+    assert on_1x == containerd.dropin_keeping_cri(MAIN, containerd.nvidia_dropin())
+    assert containerd.repaired_dropin("unknown", MAIN) == on_1x  # when in doubt, the safe one
+    assert containerd.release_major("1.6.20") == 1 and containerd.release_major("x") == 0

@@ -1,0 +1,23 @@
+"""
+Repair a lab host: ``pyinfra inventory.py fix.py``.
+
+From the incident (or any drift of it) to a healthy GPU node: a drop-in this containerd's merge
+keeps whole, one controlled restart only when the restart forecast says its CRI loads, the GPU
+Pod running with its RuntimeClass, the toolkit upgrade rolled out with a memory request every
+node can take. Every step decides from live facts; the audit at the end proves it. Rerun freely:
+a repaired lab changes nothing. ``deploy.py`` brings the incident back.
+"""
+
+from pyinfra import host
+
+import repair
+import steps
+
+lab, at = steps.checked_knobs(host)  # every knob parsed and checked: a bad one stops the run here
+steps.preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
+repair.preflight(lab)  # the lab's own containerd to restart; a toolkit request every node can take
+repair.runtime(lab, at)  # 1. a drop-in that survives the merge; restart once, if the forecast is ok
+repair.gpu_pod(lab, at)  # 2. RuntimeClass nvidia's handler is loaded; the GPU Pod runs
+repair.toolkit(lab, at)  # 3. the toolkit upgrade rolls out 3/3, asking memory the nodes have
+steps.merge_report(lab, at)  # the runtime reports, read again from the repaired node
+steps.audit(lab, at)  # written is loaded is scheduled: the audit comes back clean
