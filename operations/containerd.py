@@ -3,11 +3,10 @@
 import posixpath
 import shlex
 import tomllib
-
-import tomli_w
 from dataclasses import dataclass
 from datetime import datetime
 
+import tomli_w
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 from pyinfra.facts.server import Which

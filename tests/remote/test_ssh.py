@@ -9,7 +9,7 @@ import yaml
 
 from tests.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
 from tests.kube import get, kubectl, reset_lab, set_gpus
-from tests.playbook import deploy, stop_daemons_under, tree
+from tests.playbook import deploy, lab_daemon_pid, stop_daemons_under, tree
 from tests.ssh import Sshd, free_port, keygen
 
 LABS = {"lab-a": "gpuop-lab", "lab-b": "gpuop-lab-b", "lab-c": "gpuop-lab-c"}
@@ -201,3 +201,21 @@ def test_audit_over_ssh_only_the_drifted_host_differs(ssh, tmp_path, three_labs)
     extra = [(g["kind"], g["subject"]) for g in gaps["lab-b"] if g not in gaps["lab-a"]]
     assert extra == [("time-slicing-mismatch", "lab-node-1")]
     assert all(g in gaps["lab-b"] for g in gaps["lab-a"])
+
+
+def test_fix_over_ssh_repairs_every_host_and_only_its_own_containerd(ssh, tmp_path, three_labs):
+    names = list(LABS)
+    env = fresh_hosts(ssh, tmp_path, names)
+    assert deploy(None, env=env).code == 0
+    pids = {n: lab_daemon_pid(root_of(ssh, n)) for n in names}
+    run = deploy(None, env=env, script="fix.py")
+    assert run.code == 0, run.log
+    for name in names:
+        result = json.loads((root_of(ssh, name) / "out/audit.json").read_text())
+        assert result["gaps"] == [], name
+        assert sorted(result["handlers"]["loaded"]) == ["nvidia", "runc"], name
+        # Each host restarted its own lab containerd once; none of them is another's.
+        assert lab_daemon_pid(root_of(ssh, name)) not in pids.values(), name
+    assert len({lab_daemon_pid(root_of(ssh, n)) for n in names}) == 3
+    again = deploy(None, env=env, script="fix.py")
+    assert again.code == 0 and again.changed == 0, again.changed_ops()
