@@ -125,7 +125,8 @@ def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: 
                            "runs without a containerd daemon, and what is loaded is the recorded observation")
         return
     conf_d = posixpath.dirname(dropin_glob)
-    left_aside = host.get_fact(Files, paths=(posixpath.join(aside, "*"),))
+    if host.get_fact(Files, paths=(posixpath.join(aside, "*"),)):
+        yield _put_back(aside, conf_d)  # an interrupted run's drop-ins come back first
     seen = daemon.loaded()
     why = _incident_drift(daemon, seen, _main_config_runtimes(daemon.config))
     if why:
@@ -142,7 +143,6 @@ def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: 
         yield daemon.start()
         yield until(f"the lab containerd's CRI on {daemon.socket}", daemon.loaded,
                     lambda now: (now["cri"] == "ok", describe(now)), timeout_s)
-    if why or left_aside:
         yield _put_back(aside, conf_d)
 
 

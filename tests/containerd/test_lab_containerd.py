@@ -139,3 +139,23 @@ def test_without_a_lab_containerd_loaded_is_the_recorded_observation(tmp_path, c
     assert lab_daemon_pid(root) is None
     again = deploy(root, *data)
     assert again.code == 0 and again.changed == 0, again.changed_ops()
+
+
+def test_drop_ins_left_aside_by_an_interrupted_run_come_back_and_nothing_is_lost(lab):
+    """A run stopped between setting the drop-in aside and putting it back; meanwhile someone
+    wrote another drop-in of the same name. The rerun loses neither."""
+    root, version, data = lab
+    aside = root / ".gpuop/conf.d-aside"
+    aside.mkdir(parents=True, exist_ok=True)
+    dropin = root / "etc/containerd/conf.d/99-nvidia.toml"
+    seed = dropin.read_text()
+    dropin.rename(aside / "99-nvidia.toml")
+    kill(root)
+    dropin.write_text(seed + "# written by hand meanwhile\n")
+    run = deploy(root, *data)
+    assert run.code == 0, run.log
+    assert_incident_daemon(root, version)
+    assert not list(aside.iterdir())
+    kept = sorted(p.read_text() for p in dropin.parent.glob("99-nvidia.toml.gpuop-bak.*"))
+    assert seed in kept and seed + "# written by hand meanwhile\n" in kept
+    assert dropin.read_text() == seed

@@ -163,3 +163,10 @@ def test_repaired_dropin_follows_the_version_s_merge():
     assert on_1x == containerd.dropin_keeping_cri(MAIN, containerd.nvidia_dropin())
     assert containerd.repaired_dropin("unknown", MAIN) == on_1x  # when in doubt, the safe one
     assert containerd.release_major("1.6.20") == 1 and containerd.release_major("x") == 0
+
+
+def test_restart_forecast_of_the_incident_on_2_4_merges_deeply():
+    doc = dump("dump-2.4.2-incident.toml")
+    assert doc["version"] == 4 and "io.containerd.cri.v1.runtime" in doc["plugins"]
+    forecast = containerd.restart_forecast(doc)
+    assert (forecast.runtimes, forecast.default_runtime, forecast.cri_ok) == (["nvidia", "runc"], "runc", True)
