@@ -11,4 +11,5 @@ from pyinfra import host
 import steps
 
 lab, at = steps.checked_knobs(host)
+steps.reachable(lab)  # read-only: no run lock, but the cluster must answer
 steps.audit(lab, at)

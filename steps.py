@@ -80,8 +80,7 @@ def checked_knobs(host):
 @deploy("Preflight")
 def preflight(lab):
     hold_during_run(host, context=lab.kube_context, timeout_s=lab.wait_timeout_s)
-    checks.lab_reachable(name="kubectl reaches the lab cluster and its nodes",
-                         nodes=lab.lab_nodes, context=lab.kube_context)
+    reachable(lab)
     checks.containerd_askable(name="the lab containerd can be asked through CRI",
                               binary=lab.containerd_binary, crictl=lab.crictl_binary)
 
@@ -123,11 +122,9 @@ def nvidia_dropin(lab, at: Layout):
 
 @deploy("Step 3: what merges, what is loaded, and what a restart would load")
 def merge_report(lab, at: Layout):
-    views = (at.main_config, lab.loaded_runtimes_observed, lab_daemon(lab, at))
-    reports.live(name="merge.txt", path=at.report("merge.txt"),
-                 capture=lambda: reports.containerd_merge(*views))
-    reports.live(name="restart.txt", path=at.report("restart.txt"),
-                 capture=lambda: reports.containerd_restart(*views))
+    reports.containerd(name="merge.txt and restart.txt", merge=at.report("merge.txt"),
+                       restart=at.report("restart.txt"), main_config=at.main_config,
+                       observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at))
 
 
 @deploy("Step 4: checks of the config: what a restart loads, and what is loaded")
@@ -239,10 +236,14 @@ def toolkit_rollout(lab, at: Layout):
     reports.moment(name="rollout.txt", path=report, stamp=stamp, capture=rollout, inputs=inputs)
 
 
-@deploy("Audit: written against loaded against scheduled")
-def audit(lab, at: Layout):
+@deploy("Preflight: the lab cluster answers")
+def reachable(lab):
     checks.lab_reachable(name="kubectl reaches the lab cluster and its nodes",
                          nodes=lab.lab_nodes, context=lab.kube_context)
+
+
+@deploy("Audit: written against loaded against scheduled")
+def audit(lab, at: Layout):
     audits.findings(name="Findings", path=at.report("audit.json"), main_config=at.main_config,
                     observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at),
                     context=lab.kube_context,

@@ -140,28 +140,30 @@ def containerd_views(main_config: str, observed, daemon: LabDaemon | None) -> Co
                            "cri" if seen["cri"] == "ok" else "cri-down", restart["version"], forecast)
 
 
-def containerd_merge(main_config: str, observed, daemon: LabDaemon | None) -> list:
+@operation()
+def containerd(merge: str, restart: str, main_config: str, observed, daemon: LabDaemon | None):
     """
-    The lines of merge.txt: what the main config and its drop-ins define, and what the lab's
-    containerd holds (see ``containerd_views``).
+    Ensure merge.txt and restart.txt hold what the three views say now, read once for both (see
+    ``containerd_views``): what the files define and the daemon holds, and what a restart loads.
+    Each is rewritten only when it differs.
+
+    + merge: merge.txt's path
+    + restart: restart.txt's path
+    + main_config: the lab's main config
+    + observed: the recorded handlers, for a host without a lab containerd
+    + daemon: the lab's containerd (``LabDaemon``), or None
 
     .. code:: python
 
-        live(path=".../out/merge.txt",
-             capture=lambda: containerd_merge(".../etc/containerd/config.toml", ("runc",), daemon))
+        containerd(merge=".../out/merge.txt", restart=".../out/restart.txt",
+                   main_config=".../etc/containerd/config.toml", observed=("runc",), daemon=daemon)
     """
-    views = containerd_views(main_config, observed, daemon)
-    return merge_lines(analyze_merge(views.main_doc, views.dropin_docs), views.loaded)
-
-
-def containerd_restart(main_config: str, observed, daemon: LabDaemon | None) -> list:
-    """
-    The lines of restart.txt: what the lab's containerd holds, and what a restart would load.
-
-    .. code:: python
-
-        live(path=".../out/restart.txt",
-             capture=lambda: containerd_restart(".../etc/containerd/config.toml", ("runc",), daemon))
-    """
-    views = containerd_views(main_config, observed, daemon)
-    return restart_lines(views.version, views.loaded, views.loaded_from, views.forecast)
+    try:
+        views = containerd_views(main_config, observed, daemon)
+    except Unobservable as e:
+        yield _unreadable(merge, str(e))
+        return
+    merged = merge_lines(analyze_merge(views.main_doc, views.dropin_docs), views.loaded)
+    forecast = restart_lines(views.version, views.loaded, views.loaded_from, views.forecast)
+    for path, lines in ((merge, merged), (restart, forecast)):
+        yield from text._inner(path=path, content=render(lines), backup=False)
