@@ -24,13 +24,13 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 deps:
-	lab/deps.sh
+	@lab/deps.sh
 
 containerd2:
 	lab/build.sh containerd2 >/dev/null
 
 lab-up:
-	lab/lab.sh up $(LAB)
+	@lab/lab.sh up $(LAB)
 
 lab-down:
 	lab/lab.sh down $(LAB)
@@ -45,7 +45,7 @@ test: setup deps containerd2 lab-up
 	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
 
 run: setup deps lab-up
-	$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA)
+	@$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA)
 
 fix: setup deps lab-up
 	$(VENV)/bin/pyinfra inventory.py fix.py -y $(CONTAINERD_DATA)
@@ -58,4 +58,4 @@ bench: setup deps lab-up
 	bench/rerun.sh
 	bench/audit.sh
 	bench/fix.sh
-	$(VENV)/bin/python bench/hosts.py
+	$(VENV)/bin/python bench/roundtrips.py

@@ -1,6 +1,7 @@
 """The incident's eight steps, each a named deploy (see deploy.py for the runbook order)."""
 
 import os
+import posixpath
 import shlex
 
 import tomli_w
@@ -10,7 +11,6 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.api.util import get_template
 
-from facts.kube import KubeObjects
 from gpuop import containerd
 from gpuop.cluster import allocatable_count, node_gpu_lines, rollout_lines
 from gpuop.knobs import KnobError, parse_knobs
@@ -19,12 +19,13 @@ from gpuop.scheduling import pod_scheduled
 from gpuop.slots import replicas_of, sharing_config, slot_lines
 from operations import audit as audits
 from operations import containerd as lab_containerd
-from operations import incident, kube, reports
+from operations import incident, kube, reads, reports
 from operations import preflight as checks
 from operations.files import text
 from operations.containerd import LabDaemon
-from operations.kube import daemonset_and_pods, live, of_kind
+from operations.kube import daemonset_and_pods, found, live, of_kind
 from operations.runlock import hold_during_run
+from operations.summary import at_end
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,12 +70,17 @@ def lab_daemon(lab, at: Layout):
 
 def checked_knobs(host):
     """The host's knobs, parsed and checked, and its layout; a bad knob stops the run before
-    anything is changed, naming the host, the key, the value and what was expected."""
+    anything is changed, naming the host, the key, the value and what was expected. What the
+    run reads of the host is declared here, to be read in one round trip (see operations.reads)."""
     try:
         lab = parse_knobs(host.data)
     except KnobError as bad:
         raise DeployError(f"{host.name}: {bad} (nothing was changed)") from None
-    return lab, Layout(lab.gpuop_root)
+    at = Layout(lab.gpuop_root)
+    lab_files = (*at.owned_files(MANIFESTS, REPORTS), at.report("audit.json"), at.dropin_glob,
+                 posixpath.join(at.dropins_aside, "*"))
+    reads.declare(host, files=lab_files, context=lab.kube_context, daemon=lab_daemon(lab, at))
+    return lab, at
 
 
 @deploy("Preflight")
@@ -177,8 +183,7 @@ def advertise_gpus(lab, at: Layout):
     kube.pod_running(name="The GPU Pod binds and runs", pod=GPU_POD, namespace=GPU_NAMESPACE,
                      context=ctx, timeout_s=lab.wait_timeout_s)
     reports.moment(name="node-gpu.txt", path=report, stamp=stamp, inputs=inputs,
-                   capture=lambda: node_gpu_lines(
-                       host.get_fact(KubeObjects, resources="nodes", context=ctx), lab.lab_nodes))
+                   capture=lambda: node_gpu_lines(found("nodes", context=ctx), lab.lab_nodes))
 
 
 @deploy("Step 7: time-slicing, and what a slot really gets")
@@ -196,9 +201,9 @@ def time_slicing(lab, at: Layout):
                    node=lab.timeslice_node, count=lab.physical_gpus * lab.replicas, context=ctx)
 
     def slots():
-        found = host.get_fact(KubeObjects, namespace=OPERATOR_NAMESPACE, context=ctx,
-                              resources=(f"configmap/{TIME_SLICING}", f"node/{lab.timeslice_node}"))
-        cm, node = of_kind(found, "ConfigMap"), of_kind(found, "Node")
+        objects = found((f"configmap/{TIME_SLICING}", f"node/{lab.timeslice_node}"),
+                        namespace=OPERATOR_NAMESPACE, context=ctx)
+        cm, node = of_kind(objects, "ConfigMap"), of_kind(objects, "Node")
         if not cm or not node:
             raise reports.Unobservable(f"ConfigMap {TIME_SLICING} or node {lab.timeslice_node} absent")
         return slot_lines(lab.physical_gpus, replicas_of(cm[0]["data"]["any"]),
@@ -234,6 +239,11 @@ def toolkit_rollout(lab, at: Layout):
         return rollout_lines(ds, pods)
 
     reports.moment(name="rollout.txt", path=report, stamp=stamp, capture=rollout, inputs=inputs)
+
+
+def summary(lab, at: Layout):
+    """After pyinfra's results: the incident's key lines on this host, and where its reports are."""
+    at_end(host, os.path.dirname(at.report(REPORTS[0])), REPORTS)
 
 
 @deploy("Preflight: the lab cluster answers")

@@ -31,16 +31,17 @@ class LabContainerd(FactBase):
                       socket="/root/gpuop/run/containerd/containerd.sock")
         {"pid": 4167, "last_pid": 4167, "exe": "/usr/bin/containerd",
          "args": ["containerd", "--config", ...], "cri": "ok", "runtimes": ["runc"],
-         "default_runtime": "runc", "error": ""}
+         "default_runtime": "runc", "error": "", "crictl": True}
 
     ``pid`` is None unless the lab daemon runs; ``last_pid`` is what its pid file says (None when
     the lab never started one), so a daemon that died can be told from one never started.
+    ``crictl`` is False when there is no crictl to ask with.
     """
 
     @staticmethod
     def default():
         return {"pid": None, "last_pid": None, "exe": "", "args": [], "cri": "down", "runtimes": [],
-                "default_runtime": "", "error": "not asked"}
+                "default_runtime": "", "error": "not asked", "crictl": True}
 
     def command(self, pidfile, socket, crictl="crictl"):
         # The pid counts only while its process still serves the lab's socket (a pid is reused).
@@ -62,7 +63,8 @@ class LabContainerd(FactBase):
         answer, status = "\n".join(output[cri_at + 1:-1]), output[-1].strip()
         found = {"pid": int(pid) if pid else None, "last_pid": int(last) if last.isdigit() else None,
                  "exe": exe,
-                 "args": base64.b64decode(args).decode().split("\n")[:-1] if args else []}
+                 "args": base64.b64decode(args).decode().split("\n")[:-1] if args else [],
+                 "crictl": status != "127"}
         if status != "0":
             return {**found, "cri": "down", "runtimes": [], "default_runtime": "",
                     "error": answer.strip().splitlines()[-1] if answer.strip() else f"exit {status}"}

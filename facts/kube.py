@@ -15,6 +15,13 @@ def kubectl(context: str, *args) -> str:
     return shlex.join(("kubectl", *pinned, *args))
 
 
+class ClusterUnanswered(Exception):
+    """The cluster did not answer a read (see ``KubeObjects``): kubectl's own words."""
+
+
+UNANSWERED = "gpuop-cluster-unanswered:"
+
+
 class KubeObjects(FactBase):
     """
     Live objects as kubectl returns them: a list of plain dicts to query with jmespath, empty
@@ -28,44 +35,69 @@ class KubeObjects(FactBase):
         [{"kind": "Pod", "metadata": {"name": "cuda-probe", ...}, "status": {...}}]
         host.get_fact(KubeObjects, resources=("namespace/gpu-lab", "serviceaccount/default"),
                       namespace="gpu-lab", context="kwok-gpuop-lab")
+
+    With ``unanswered_raises=True`` a cluster that does not answer raises ``ClusterUnanswered``
+    with kubectl's words instead of failing the host: a wait reports an API server down for a
+    while and outlasts it, or names it when it gives up; a preflight says why a host is not ready.
     """
 
     @staticmethod
     def default():
         return []
 
-    def command(self, resources, namespace=None, context="", all_namespaces=False):
+    def command(self, resources, namespace=None, context="", all_namespaces=False,
+                unanswered_raises=False):
         args = ["get", *([resources] if isinstance(resources, str) else resources)]
         args += ["--namespace", namespace] if namespace else []
         args += ["--all-namespaces"] if all_namespaces else []
-        return kubectl(context, *args, "--output", "json", "--ignore-not-found")
+        if not unanswered_raises:
+            return kubectl(context, *args, "--output", "json", "--ignore-not-found")
+        # a hung API server must not outlast a wait
+        get = kubectl(context, *args, "--output", "json", "--ignore-not-found", "--request-timeout=10s")
+        # stdout (the JSON) passes through fd 3; stderr is kept to report a failure in words
+        return f"{{ err=$({get} 2>&1 >&3); }} 3>&1 || printf '{UNANSWERED} %s\\n' \"$err\""
 
     def process(self, output):
+        for at, line in enumerate(output):
+            if line.startswith(UNANSWERED):
+                lines = [line.removeprefix(UNANSWERED), *output[at + 1:]]
+                # kubectl may say the same line more than once (it retries discovery)
+                raise ClusterUnanswered(" ".join(dict.fromkeys(" ".join(x.split()) for x in lines if x.strip())))
         doc = json.loads("\n".join(output))
         return doc["items"] if "items" in doc else [doc]
 
 
-class ClusterReach(FactBase):
+class ServerAnswer(FactBase):
     """
-    Whether the target's kubectl reaches its cluster, and the nodes it sees there; never fails,
-    so a preflight can say exactly why a host is not ready.
+    What the API server answers to applying a manifest file, asked with server-side dry runs (so
+    nothing changes). When it refuses the update, it is asked to create the same objects anew:
+    "already exists" means they are valid as written, so what it refused is a change of a field
+    that cannot change in place (a RuntimeClass's handler, a DaemonSet's selector, a Pod's spec,
+    an immutable ConfigMap's data), and only a recreation converges.
 
     .. code:: python
 
-        host.get_fact(ClusterReach, context="kwok-gpuop-lab")
-        {"ok": True, "nodes": ["lab-node-0", "lab-node-1", "lab-node-2"], "error": ""}
+        host.get_fact(ServerAnswer, path="/root/gpuop/k8s/runtimeclass.yaml", context="kwok-gpuop-lab")
+        {"refused": 'The RuntimeClass "nvidia" is invalid: handler: ... field is immutable',
+         "recreate": True}
     """
 
     @staticmethod
     def default():
-        return {"ok": False, "nodes": [], "error": "no answer"}
+        return {"refused": "", "recreate": False}
 
-    def command(self, context=""):
-        get = kubectl(context, "get", "nodes", "--request-timeout=10s",
-                      "--output", "jsonpath={.items[*].metadata.name}")
-        return f'out=$({get} 2>&1); echo "$?"; printf "%s\\n" "$out"'
+    def command(self, path, context=""):
+        def dry_run(verb):
+            return kubectl(context, verb, "--dry-run=server", "--filename", path, "--output", "name")
+
+        return (f"if out=$({dry_run('apply')} 2>&1); then echo update-accepted; "
+                f"else printf '%s\\n' \"$out\" | sed 's/^/refused /'; "
+                f"{dry_run('create')} 2>&1 | sed 's/^/create /'; fi")
 
     def process(self, output):
-        ok = output[0].strip() == "0"
-        rest = "\n".join(output[1:]).strip()
-        return {"ok": ok, "nodes": rest.split() if ok else [], "error": "" if ok else rest}
+        if output[0] == "update-accepted":
+            return self.default()
+        # its first line names the object and the field; a Pod's goes on with a diff of its spec
+        refused = next((line.removeprefix("refused ") for line in output if line.startswith("refused ")), "")
+        created = [line for line in output if line.startswith("create ")]
+        return {"refused": refused, "recreate": any("(AlreadyExists)" in line for line in created)}

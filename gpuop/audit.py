@@ -4,7 +4,7 @@ A finding is a gap between what was written and what is live; everything else th
 (loaded handlers, GPU use per node, Pending Pods by reason, rollouts) is reported beside them.
 """
 
-from kubernetes.utils import parse_quantity
+from .quantity import parse_quantity
 
 from .cluster import GPU, allocatable_count, rollout_complete, rollout_settled, rollout_status
 from .scheduling import pod_scheduled, reasons, unschedulable

@@ -1,7 +1,7 @@
 """Reading live Kubernetes objects (plain dicts from ``kubectl -o json``) with jmespath."""
 
 import jmespath
-from kubernetes.utils import parse_quantity
+from .quantity import parse_quantity
 
 from .scheduling import blocker, pod_scheduled, unschedulable
 
@@ -51,9 +51,16 @@ def owned_pods(ds: dict, pods: list) -> list:
     ]
 
 
+# The generation of the DaemonSet's template: its metadata.generation also counts changes outside
+# the template (maxUnavailable), which start no rollout.
+_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+
+
 def updated_pods(ds: dict, pods: list) -> list:
-    """Pods of the DaemonSet's current template (the controller labels each with its generation)."""
-    gen = str(ds["metadata"]["generation"])
+    """Pods of the DaemonSet's current template (the controller labels each with the template's
+    generation, which it keeps in an annotation of the DaemonSet)."""
+    meta = ds["metadata"]
+    gen = (meta.get("annotations") or {}).get(_TEMPLATE_GENERATION, str(meta["generation"]))
     return [
         p for p in owned_pods(ds, pods)
         if p["metadata"].get("labels", {}).get("pod-template-generation") == gen

@@ -17,8 +17,9 @@ import yaml
 
 from .knobs import PARSERS
 
+# _sudo: a login that is not root gets sudo, unless it is a uid-0 account that says false.
 SSH_KEYS = {"ssh_hostname", "ssh_port", "ssh_user", "ssh_key", "ssh_known_hosts_file",
-            "ssh_strict_host_key_checking"}
+            "ssh_strict_host_key_checking", "_sudo"}
 # Secrets never live in a project file: keys and an agent, not passwords.
 SECRET_KEYS = {"ssh_password", "ssh_key_password", "sudo_password", "_sudo_password",
                "_su_password", "password"}
@@ -60,7 +61,7 @@ def host_data(name: str, spec: dict, source: str) -> dict:
     for key, value in spec.items():
         data[key] = _expand(value) if key in ("ssh_key", "ssh_known_hosts_file") else value
     if data.get("ssh_user", "root") != "root":
-        data["_sudo"] = True  # the lab's paths are under /root
+        data.setdefault("_sudo", True)  # the lab's paths are under /root (a uid-0 login sets false)
     return data
 
 

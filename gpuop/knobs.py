@@ -8,7 +8,7 @@ import posixpath
 import re
 from dataclasses import dataclass, fields
 
-from kubernetes.utils import parse_quantity
+from .quantity import parse_quantity
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")

@@ -1,6 +1,6 @@
 """Desired against live Kubernetes objects: which fields the playbook sets differ on the cluster."""
 
-from kubernetes.utils import parse_quantity
+from .quantity import parse_quantity
 
 # Under these keys values are quantities: "1" and 1, or "0.5Gi" and "512Mi", are the same.
 _QUANTITY_PARENTS = {"limits", "requests", "capacity", "allocatable"}

@@ -37,3 +37,46 @@ def stamp_holds(stamp: str | None, report_text: str | None, inputs: dict) -> boo
     if stamp is None or report_text is None:
         return False
     return stamp == stamp_text(report_text, inputs)
+
+
+def key_values(text: str) -> dict:
+    """A ``KEY=VALUE`` report as a dict (lines without ``=`` are skipped).
+
+        key_values("A=1\\nB=x=y\\n") -> {"A": "1", "B": "x=y"}
+    """
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def incident_summary(where: str, out_dir: str, reports: dict) -> list:
+    """What the incident showed, in a few lines naming the report each comes from: the run's last
+    words. ``reports`` maps report file names to their texts, as the run wrote or found them.
+
+        incident_summary("@local", "/root/gpuop/out", {"merge.txt": "MAIN_RUNTIMES=runc\\n...", ...})
+        -> ["What the incident showed on @local (reports in /root/gpuop/out):",
+            "  written    main config runc; drop-in nvidia, which replaces ... (merge.txt)", ...]
+    """
+    merge, restart = key_values(reports["merge.txt"]), key_values(reports["restart.txt"])
+    slots, rollout = key_values(reports["slots.txt"]), key_values(reports["rollout.txt"])
+    reason, message = (reports["unscheduled.txt"].splitlines() + ["", ""])[:2]
+    gpus = reports["node-gpu.txt"].splitlines()[1:]
+    dropin = f"drop-in {merge['DROPIN_RUNTIMES']}"
+    if merge["CONFLICT"] == "yes":
+        dropin += f", which replaces {merge['CONFLICT_TABLE']}"
+    after = f"containerd {restart['CONTAINERD_VERSION']} would load {restart['RESTART_RUNTIMES']}"
+    if restart["RESTART_CRI"] == "fails":
+        after += f"; its CRI fails: {restart.get('RESTART_REASON', 'no reason given')}"
+    else:
+        after += f"; CRI {restart['RESTART_CRI']}"
+    return [
+        f"What the incident showed on {where} (reports in {out_dir}):",
+        f"  written    main config {merge['MAIN_RUNTIMES']}; {dropin} (merge.txt)",
+        f"  loaded     {merge['LOADED_RUNTIMES']}, from {restart['LOADED_FROM']} (merge.txt, restart.txt)",
+        f"  restart    {after} (restart.txt)",
+        f"  scheduled  the GPU Pod Pending, {reason}: {message} (unscheduled.txt)",
+        f"  GPUs       {', '.join(gpus)} (node-gpu.txt)",
+        f"  slots      {slots['ADVERTISED']} advertised from {slots['PHYSICAL_GPUS']} GPUs x "
+        f"{slots['REPLICAS']}; {slots['VRAM_GUARANTEED_PER_SLOT_GIB']} GiB guaranteed per slot, "
+        f"isolation {slots['ISOLATION']} (slots.txt)",
+        f"  rollout    {rollout['UPDATED']}/{rollout['DESIRED']} updated, {rollout['READY']} Ready, "
+        f"{rollout['OLD_IMAGE_PODS']} on the old image; blocker {rollout['BLOCKER']} (rollout.txt)",
+    ]

@@ -28,10 +28,30 @@ exists() {
   kwokctl get clusters 2>/dev/null | grep -qx "$name"
 }
 
+# The stopped kwok controller's node leases outlive it; the new one manages a node only once it
+# holds its lease, so it would leave Pods Pending until they expire. Drop them and wait until
+# the running controller holds them again.
+release_node_leases() {
+  local k=(kubectl --context "$context" --namespace kube-node-lease) waited=0
+  # shellcheck disable=SC2086
+  "${k[@]}" delete lease $nodes --ignore-not-found >/dev/null
+  # shellcheck disable=SC2086
+  until "${k[@]}" get lease $nodes >/dev/null 2>&1; do
+    if [ "$waited" -ge 120 ]; then
+      log "the kwok controller took no node lease in 120s"
+      return 1
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  log "kwok holds the node leases again (${waited}s)"
+}
+
 create_cluster() {
   log "creating cluster: Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, kwok v$KWOK_VERSION"
   KWOK_KUBE_VERSION=v$K8S_VERSION KWOK_KUBECTL_BINARY=$bin/kubectl \
     kwokctl create cluster --name "$name" --runtime binary \
+    --node-lease-duration-seconds 8 \
     --etcd-binary "$bin/etcd" \
     --kube-apiserver-binary "$bin/kube-apiserver" \
     --kube-controller-manager-binary "$bin/kube-controller-manager" \
@@ -49,7 +69,9 @@ start_cluster() {
     log "starting the stopped cluster"
     kwokctl stop cluster --name "$name" >"$log_file" 2>&1 || true
     kwokctl start cluster --name "$name" --timeout 2m --wait 2m >>"$log_file" 2>&1 || true
-    if ! reachable; then
+    if reachable; then
+      release_node_leases
+    else
       log "it did not come back; recreating it (the lab's state is disposable)"
       kwokctl delete cluster --name "$name" >>"$log_file" 2>&1 || true
       create_cluster
@@ -91,7 +113,7 @@ ensure_nodes() {
   for n in $("${k[@]}" get nodes -o name); do
     [[ " $nodes " == *" ${n#node/} "* ]] || { log "deleting stray $n"; "${k[@]}" delete "$n"; }
   done
-  node_manifests | "${k[@]}" apply -f - | grep -v unchanged >&2 || true
+  node_manifests | "${k[@]}" apply -f - >/dev/null
   local base='{"cpu":"8","memory":"32Gi","pods":"110"}'
   for n in $nodes; do
     "${k[@]}" patch node "$n" --subresource=status --type=merge \
@@ -99,7 +121,7 @@ ensure_nodes() {
   done
   # shellcheck disable=SC2046
   "${k[@]}" wait --for=condition=Ready --timeout=60s $(printf 'node/%s ' $nodes) >/dev/null
-  "${k[@]}" get nodes -o wide >&2
+  log "nodes Ready: $nodes (context $context)"
 }
 
 link_tools() {

@@ -5,11 +5,11 @@ import json
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from facts.kube import KubeObjects
 from gpuop.audit import audit, table
 from gpuop.containerd import analyze_merge
 
 from .files import text
+from .kube import found
 from .poll import failure
 from .reports import Unobservable, containerd_views
 
@@ -49,8 +49,8 @@ def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, 
                "version": views.version,
                "restart": forecast and {"runtimes": forecast.runtimes, "cri_ok": forecast.cri_ok,
                                         "reason": forecast.reason}}
-    objects = host.get_fact(KubeObjects, resources="runtimeclasses,nodes,pods,daemonsets,configmaps",
-                            all_namespaces=True, context=context)
+    objects = found("runtimeclasses,nodes,pods,daemonsets,configmaps", context=context,
+                    all_namespaces=True)
     result = audit(runtime, objects, time_slicing)
     yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n",
                            backup=False)

@@ -9,12 +9,10 @@ from datetime import datetime
 import tomli_w
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
-from pyinfra.facts.server import Which
-
-from facts.containerd import ContainerdRestart, LabContainerd
-from facts.files import Files
+from facts.containerd import LabContainerd
 from gpuop.containerd import repaired_dropin, runtime_names
 
+from . import reads
 from .files import text
 from .poll import failure, until
 
@@ -43,7 +41,7 @@ class LabDaemon:
                 "--address", self.socket]
 
     def loaded(self) -> dict:
-        """The loaded view, live: the daemon and what it holds, through CRI."""
+        """The loaded view, live (for waits): the daemon and what it holds, through CRI."""
         return host.get_fact(LabContainerd, pidfile=self.pidfile, socket=self.socket, crictl=self.crictl)
 
     def start(self) -> StringCommand:
@@ -51,11 +49,17 @@ class LabDaemon:
         dirs = [self.state, self.root, posixpath.dirname(self.pidfile), posixpath.dirname(self.log)]
         inner = (f"echo $$ >{shlex.quote(self.pidfile)}; exec {shlex.join(self.args())} "
                  f">>{shlex.quote(self.log)} 2>&1 </dev/null")
-        return StringCommand(f"mkdir -p {shlex.join(dirs)} && setsid -f sh -c {shlex.quote(inner)}")
+        return reads.containerd_changes(
+            StringCommand(f"mkdir -p {shlex.join(dirs)} && setsid -f sh -c {shlex.quote(inner)}"))
 
     def stop(self, pid: int) -> StringCommand:
         """Stop the lab daemon by its own pid (never by name: the host may run a containerd too)."""
-        return StringCommand(f"kill {pid}")
+        return reads.containerd_changes(StringCommand(f"kill {pid}"))
+
+
+def _views() -> dict:
+    """The lab containerd as the run read it: ``{"loaded": ..., "restart": ...}`` (see ``reads``)."""
+    return reads.containerd()
 
 
 def _stop(daemon: LabDaemon, pid, timeout_s: int):
@@ -78,7 +82,7 @@ def describe(seen: dict) -> str:
 
 def _main_config_runtimes(config: str):
     """Handlers the main config alone defines (what the daemon held on the incident day)."""
-    found = host.get_fact(Files, paths=(config,)).get(config)
+    found = reads.files((config,)).get(config)
     try:
         return runtime_names(tomllib.loads(found["text"])) if found else None
     except tomllib.TOMLDecodeError:
@@ -119,15 +123,16 @@ def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: 
         incident_daemon(daemon=LabDaemon(...), dropin_glob="/root/gpuop/etc/containerd/conf.d/*.toml",
                         aside="/root/gpuop/.gpuop/conf.d-aside")
     """
-    if not host.get_fact(Which, command=daemon.binary):
+    views = _views()
+    if views["restart"] is None:  # the binary is not on this host
         if host.state.is_executing:
             logger.warning(f"{host.print_prefix}no containerd at {daemon.binary} on this host: the lab "
                            "runs without a containerd daemon, and what is loaded is the recorded observation")
         return
     conf_d = posixpath.dirname(dropin_glob)
-    if host.get_fact(Files, paths=(posixpath.join(aside, "*"),)):
+    if reads.files((posixpath.join(aside, "*"),)):
         yield _put_back(aside, conf_d)  # an interrupted run's drop-ins come back first
-    seen = daemon.loaded()
+    seen = views["loaded"]
     why = _incident_drift(daemon, seen, _main_config_runtimes(daemon.config))
     if why:
         if host.state.is_executing and why == "never started":
@@ -137,8 +142,9 @@ def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: 
             logger.warning(f"{host.print_prefix}the lab containerd is not the incident's: {why}; "
                            "replaying its start with the main config alone (drop-ins set aside, "
                            "then put back)")
-        yield StringCommand(f"mkdir -p {shlex.quote(aside)} && for f in {_glob(dropin_glob)}; do "
-                            f'[ -f "$f" ] && mv "$f" {shlex.quote(aside)}/; done; true')
+        yield reads.containerd_changes(StringCommand(
+            f"mkdir -p {shlex.quote(aside)} && for f in {_glob(dropin_glob)}; do "
+            f'[ -f "$f" ] && mv "$f" {shlex.quote(aside)}/; done; true'))
         yield from _stop(daemon, seen["pid"], timeout_s)
         yield daemon.start()
         yield until(f"the lab containerd's CRI on {daemon.socket}", daemon.loaded,
@@ -155,11 +161,11 @@ def _glob(pattern: str) -> str:
 def _put_back(aside: str, conf_d: str) -> StringCommand:
     """Move set-aside drop-ins back; one whose place was taken meanwhile is kept as a backup."""
     stamp = f"{datetime.now():%Y%m%dT%H%M%S.%f}"
-    return StringCommand(
+    return reads.containerd_changes(StringCommand(
         f"for f in {shlex.quote(aside)}/*; do [ -f \"$f\" ] || continue; "
         f"t={shlex.quote(conf_d)}/$(basename \"$f\"); "
         f"if [ -e \"$t\" ]; then mv \"$f\" \"$t.gpuop-bak.{stamp}\"; else mv \"$f\" \"$t\"; fi; done"
-    )
+    ))
 
 
 @operation()
@@ -171,12 +177,7 @@ def stopped(daemon: LabDaemon, timeout_s: int = 120):
 
         stopped(daemon=LabDaemon(...))
     """
-    seen = daemon.loaded()
-    yield from _stop(daemon, seen["pid"], timeout_s)
-
-
-def _forecast(daemon: LabDaemon):
-    return host.get_fact(ContainerdRestart, binary=daemon.binary, config=daemon.config)
+    yield from _stop(daemon, _views()["loaded"]["pid"], timeout_s)
 
 
 @operation()
@@ -195,7 +196,7 @@ def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict):
 
         surviving_dropin(path=".../conf.d/99-nvidia.toml", daemon=LabDaemon(...), main_doc=main)
     """
-    restart = _forecast(daemon)
+    restart = _views()["restart"]
     version = restart["version"] if restart else "unknown"
     yield from text._inner(path=path, content=tomli_w.dumps(repaired_dropin(version, main_doc)))
 
@@ -217,10 +218,10 @@ def restarted_into(daemon: LabDaemon, runtimes, timeout_s: int = 120):
         restarted_into(daemon=LabDaemon(...), runtimes=("runc", "nvidia"))
     """
     want = set(runtimes)
-    seen = daemon.loaded()
+    views = _views()
+    seen, restart = views["loaded"], views["restart"]
     if seen["cri"] == "ok" and want <= set(seen["runtimes"]):
         return
-    restart = _forecast(daemon)
     if restart is None:
         yield failure(f"no containerd at {daemon.binary} on this host: nothing to restart; nothing was restarted")
         return

@@ -9,21 +9,20 @@ ordinary operations replay the moment and its capture sees it live.
 import shlex
 
 import yaml
-from pyinfra import host
 from pyinfra.api import operation
 
-from facts.files import Files
-from facts.kube import KubeObjects, kubectl
 from gpuop.cluster import rollout_lines
 from gpuop.objects import differences
 from gpuop.reports import render, stamp_holds
 
+from . import reads
 from .files import text
-from .kube import daemonset_and_pods, deleted, live, node_gpus
+from .kube import applied, daemonset_and_pods, deleted, found, live, node_gpus
 from .reports import moment_holds, recorded
 
 
 def _drop(stamp: str):
+    reads.removed(stamp)
     return f"rm -f {shlex.quote(stamp)}"
 
 
@@ -91,21 +90,14 @@ def before_toolkit_upgrade(report: str, stamp: str, inputs: dict, path: str, ini
                                path=".../k8s/toolkit-ds.yaml", initial=ds_v1162, upgrade=ds_v1170)
     """
     report_text, stamp_text = recorded(report, stamp)
-    if (stamp_holds(stamp_text, report_text, inputs)
-            and _rollout_is_captured(stamp_text, inputs, upgrade, context)):
-        return
-    yield from text._inner(path=path, content=initial, backup=False)
-    yield kubectl(context, "apply", "--filename", path)
-    yield _drop(stamp)
-
-
-def _rollout_is_captured(stamp_text: str, inputs: dict, upgrade: str, context: str) -> bool:
-    """Whether the live DaemonSet runs the upgrade and its rollout reads as the one stamped."""
     want = yaml.safe_load(upgrade)
     ds, pods = daemonset_and_pods(want["metadata"]["name"], want["metadata"]["namespace"], context)
-    if ds is None or differences(want, ds):
-        return False
-    return stamp_holds(stamp_text, render(rollout_lines(ds, pods)), inputs)
+    if (stamp_holds(stamp_text, report_text, inputs) and ds is not None and not differences(want, ds)
+            and stamp_holds(stamp_text, render(rollout_lines(ds, pods)), inputs)):
+        return  # the live DaemonSet runs the upgrade, and its rollout reads as the one stamped
+    yield from text._inner(path=path, content=initial, backup=False)
+    yield from applied(path, context, live_objects=ds is not None)
+    yield _drop(stamp)
 
 
 @operation(is_idempotent=False)
@@ -125,11 +117,11 @@ def reset(files: list, namespaces: list, cluster_objects: list, nodes, context: 
         reset(files=layout.owned_files(...), namespaces=["gpu-lab", "gpu-operator"],
               cluster_objects=["runtimeclass/nvidia"], nodes=lab_nodes)
     """
-    present = host.get_fact(Files, paths=tuple(files))
+    present = reads.files(files)
     if present:
+        reads.removed(*present)
         yield "rm -f " + " ".join(shlex.quote(p) for p in sorted(present))
-    live_ns = host.get_fact(KubeObjects, resources=[f"namespace/{n}" for n in namespaces],
-                            context=context)
+    live_ns = found([f"namespace/{n}" for n in namespaces], context=context)
     if live_ns:
         yield deleted(" ".join(f"namespace/{n['metadata']['name']}" for n in live_ns), context=context)
     for obj in cluster_objects:

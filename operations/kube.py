@@ -3,27 +3,65 @@
 import json
 
 import yaml
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
-from facts.kube import KubeObjects, kubectl
+from facts.kube import KubeObjects, ServerAnswer, kubectl
 from gpuop.cluster import GPU, advertised, describe_rollout, rollout_complete, rollout_settled
 from gpuop.objects import differences
 from gpuop.scheduling import pod_scheduled
 
+from . import reads
 from .files import text
 from .poll import awaited, failure, until
 
 
-def live(resource, namespace=None, context=""):
-    """The live object (``"kind/name"``), or None."""
-    found = host.get_fact(KubeObjects, resources=resource, namespace=namespace, context=context)
-    return found[0] if found else None
+def of_kind(objects: list, kind: str, name: str | None = None, namespace: str | None = None) -> list:
+    """The objects of one kind (and name, and namespace) among a mixed ``kubectl get`` result."""
+    return [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])
+            and namespace in (None, o["metadata"].get("namespace"))]
 
 
-def of_kind(objects: list, kind: str, name: str | None = None) -> list:
-    """The objects of one kind (and name) among a mixed ``kubectl get`` result."""
-    return [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+def _plural(kind: str) -> str:
+    return kind + ("es" if kind.endswith("s") else "s")
+
+
+def _wanted(resources):
+    """``(plural kind, name or None)`` for each resource as ``kubectl get`` takes it."""
+    for resource in (resources,) if isinstance(resources, str) else resources:
+        if "/" in resource:
+            kind, name = resource.split("/", 1)
+            yield _plural(kind), name
+        else:
+            yield from ((kind, None) for kind in resource.split(","))
+
+
+def found(resources, namespace=None, context="", in_wait=False, all_namespaces=False) -> list:
+    """
+    Live objects: ``resources`` as ``kubectl get`` takes them (``"nodes"``, ``"pod/cuda-probe"``,
+    ``"daemonsets,pods"``, or several), in ``namespace`` (None for cluster-scoped kinds) or in all
+    of them. Answered
+    from the run's cluster read when it holds their kinds; read now otherwise, and always in a
+    wait (``in_wait``: polled live; a cluster that does not answer raises ``ClusterUnanswered``).
+
+    .. code:: python
+
+        found(("namespace/gpu-lab", "serviceaccount/default"), namespace="gpu-lab")
+    """
+    wanted = list(_wanted(resources))
+    if in_wait or not all(reads.in_scope(kind, context) for kind, _ in wanted):
+        return host.get_fact(KubeObjects, resources=resources, namespace=namespace, context=context,
+                             all_namespaces=all_namespaces, unanswered_raises=in_wait)
+    return [o for o in reads.objects(context)
+            if (all_namespaces or o["metadata"].get("namespace") in (None, namespace))
+            and any(_plural(o["kind"].lower()) == kind and name in (None, o["metadata"]["name"])
+                    for kind, name in wanted)]
+
+
+def live(resource, namespace=None, context="", in_wait=False):
+    """The live object (``"kind/name"``), or None (see ``found``)."""
+    objects = found(resource, namespace, context, in_wait)
+    return objects[0] if objects else None
 
 
 def ref(obj: dict) -> str:
@@ -45,12 +83,12 @@ def namespace(namespace_name: str, context: str = "", timeout_s: int = 120):
 
         namespace(namespace_name="gpu-lab")
     """
-    def probe():
-        found = host.get_fact(KubeObjects, namespace=namespace_name, context=context,
-                              resources=(f"namespace/{namespace_name}", "serviceaccount/default"))
-        return of_kind(found, "Namespace"), of_kind(found, "ServiceAccount")
+    def probe(in_wait=True):
+        objects = found((f"namespace/{namespace_name}", "serviceaccount/default"),
+                        namespace=namespace_name, context=context, in_wait=in_wait)
+        return of_kind(objects, "Namespace"), of_kind(objects, "ServiceAccount")
 
-    ns, account = probe()
+    ns, account = probe(in_wait=False)
     if ns and ns[0]["metadata"].get("deletionTimestamp"):
         yield until(
             f"namespace {namespace_name} to finish terminating",
@@ -60,7 +98,7 @@ def namespace(namespace_name: str, context: str = "", timeout_s: int = 120):
         )
         ns = account = []
     if not ns:
-        yield kubectl(context, "create", "namespace", namespace_name)
+        yield changes(context, "create", "namespace", namespace_name)
     if not account:
         yield until(
             f"ServiceAccount {namespace_name}/default",
@@ -70,12 +108,39 @@ def namespace(namespace_name: str, context: str = "", timeout_s: int = 120):
         )
 
 
+def changes(context: str, *args) -> str:
+    """A kubectl command that changes the cluster (the run's cluster read goes stale)."""
+    return reads.cluster_changes(kubectl(context, *args))
+
+
+def applied(path: str, context: str = "", live_objects: bool = True):
+    """
+    The command making a manifest file's objects live as it says: ``kubectl apply``, or, where the
+    API server refuses to update live objects while they are valid as written (a field that
+    cannot change in place differs, see ``ServerAnswer``), ``kubectl replace --force``: delete and
+    create, said in the log. The server is asked only about live objects (``live_objects``), while
+    executing, once the file holds what is applied; a plan shows the apply.
+
+    .. code:: python
+
+        yield from applied("/root/gpuop/k8s/runtimeclass.yaml", context="kwok-gpuop-lab")
+    """
+    if live_objects and host.state.is_executing:
+        answer = host.get_fact(ServerAnswer, path=path, context=context)
+        if answer["recreate"]:
+            logger.warning(f"{host.print_prefix}the API refuses to update {path} in place "
+                           f"({answer['refused']}); recreating its objects")
+            yield changes(context, "replace", "--force", "--filename", path)
+            return
+    yield changes(context, "apply", "--filename", path)
+
+
 @operation()
 def manifest(path: str, content: str, context: str = ""):
     """
     Ensure a manifest file holds ``content`` and its objects are live as it says. The file is
-    applied only when a field it sets differs on the cluster; a Pod that differs is replaced
-    (its spec is immutable).
+    applied only when a field it sets differs on the cluster; an object whose differing field
+    cannot change in place is recreated (see ``applied``).
 
     + path: the manifest file on the target
     + content: its YAML text
@@ -86,18 +151,9 @@ def manifest(path: str, content: str, context: str = ""):
         manifest(path="/root/gpuop/k8s/gpu-pod.yaml", content=pod_yaml)
     """
     yield from text._inner(path=path, content=content, backup=False)
-    replace = stale = False
-    for obj in yaml.safe_load_all(content):
-        have = live(ref(obj), obj["metadata"].get("namespace"), context)
-        if have is None:
-            stale = True
-        elif differences(obj, have):
-            stale = True
-            replace = replace or obj["kind"] == "Pod"
-    if replace:
-        yield kubectl(context, "replace", "--force", "--filename", path)
-    elif stale:
-        yield kubectl(context, "apply", "--filename", path)
+    have = [live(ref(obj), obj["metadata"].get("namespace"), context) for obj in yaml.safe_load_all(content)]
+    if any(h is None or differences(obj, h) for obj, h in zip(yaml.safe_load_all(content), have)):
+        yield from applied(path, context, live_objects=any(h is not None for h in have))
 
 
 def gpu_patch(count) -> str:
@@ -126,7 +182,7 @@ def node_gpus(node: str, count, context: str = ""):
         return
     want = None if count is None else str(count)
     if advertised(have) != {"capacity": want, "allocatable": want}:
-        yield kubectl(context, "patch", "node", node, "--subresource=status", "--type=merge",
+        yield changes(context, "patch", "node", node, "--subresource=status", "--type=merge",
                       "--patch", gpu_patch(count))
 
 
@@ -153,7 +209,8 @@ def pod_scheduling_decided(pod: str, namespace: str, context: str = "", timeout_
         pod_scheduling_decided(pod="cuda-probe", namespace="gpu-lab")
     """
     yield from awaited(f"the scheduler's decision on Pod {namespace}/{pod}",
-                       lambda: live(f"pod/{pod}", namespace, context),
+                       live(f"pod/{pod}", namespace, context),
+                       lambda: live(f"pod/{pod}", namespace, context, in_wait=True),
                        lambda seen: (bool(seen and pod_scheduled(seen)), _pod_state(seen)), timeout_s)
 
 
@@ -166,7 +223,8 @@ def pod_running(pod: str, namespace: str, context: str = "", timeout_s: int = 12
 
         pod_running(pod="cuda-probe", namespace="gpu-lab")
     """
-    yield from awaited(f"Pod {namespace}/{pod} Running", lambda: live(f"pod/{pod}", namespace, context),
+    yield from awaited(f"Pod {namespace}/{pod} Running", live(f"pod/{pod}", namespace, context),
+                       lambda: live(f"pod/{pod}", namespace, context, in_wait=True),
                        lambda seen: (bool(seen and seen["status"].get("phase") == "Running"),
                                      _pod_state(seen)), timeout_s)
 
@@ -174,16 +232,15 @@ def pod_running(pod: str, namespace: str, context: str = "", timeout_s: int = 12
 def deleted(resources: str, namespace=None, context: str = "") -> StringCommand:
     """The command deleting objects (``"kind/name kind/name"``) and waiting until they are gone."""
     ns = ("--namespace", namespace) if namespace else ()
-    return StringCommand(kubectl(context, "delete", *resources.split(), *ns, "--ignore-not-found",
+    return StringCommand(changes(context, "delete", *resources.split(), *ns, "--ignore-not-found",
                                  "--wait=true"))
 
 
-def daemonset_and_pods(name, namespace, context=""):
-    """The live DaemonSet (or None) and the Pods of its namespace, in one read."""
-    found = host.get_fact(KubeObjects, resources="daemonsets,pods", namespace=namespace,
-                          context=context)
-    ds = of_kind(found, "DaemonSet", name)
-    return (ds[0] if ds else None), of_kind(found, "Pod")
+def daemonset_and_pods(name, namespace, context="", in_wait=False):
+    """The live DaemonSet (or None) and the Pods of its namespace, in one read (see ``found``)."""
+    objects = found("daemonsets,pods", namespace, context, in_wait)
+    ds = of_kind(objects, "DaemonSet", name)
+    return (ds[0] if ds else None), of_kind(objects, "Pod")
 
 
 @operation()
@@ -196,7 +253,8 @@ def daemonset_ready(daemonset: str, namespace: str, context: str = "", timeout_s
         daemonset_ready(daemonset="nvidia-container-toolkit", namespace="gpu-operator")
     """
     yield from awaited(f"all Pods of DaemonSet {namespace}/{daemonset} Ready",
-                       lambda: daemonset_and_pods(daemonset, namespace, context),
+                       daemonset_and_pods(daemonset, namespace, context),
+                       lambda: daemonset_and_pods(daemonset, namespace, context, in_wait=True),
                        lambda seen: (bool(seen[0]) and rollout_complete(seen[0]), describe_rollout(*seen)),
                        timeout_s)
 
@@ -212,6 +270,7 @@ def daemonset_settled(daemonset: str, namespace: str, context: str = "", timeout
         daemonset_settled(daemonset="nvidia-container-toolkit", namespace="gpu-operator")
     """
     yield from awaited(f"the rollout of DaemonSet {namespace}/{daemonset} to complete or stall",
-                       lambda: daemonset_and_pods(daemonset, namespace, context),
+                       daemonset_and_pods(daemonset, namespace, context),
+                       lambda: daemonset_and_pods(daemonset, namespace, context, in_wait=True),
                        lambda seen: (bool(seen[0]) and rollout_settled(*seen), describe_rollout(*seen)),
                        timeout_s)

@@ -6,7 +6,18 @@ import gevent
 from pyinfra import logger
 from pyinfra.api import FunctionCommand
 
+from facts.kube import ClusterUnanswered
+
+from . import reads
+
 PROGRESS_EVERY_S = 5
+
+
+def _check(probe, done):
+    try:
+        return done(probe())
+    except ClusterUnanswered as e:
+        return False, f"the cluster does not answer ({e})"
 
 
 def poll(host, what: str, probe, done, timeout_s: int, interval_s: float = 0.5):
@@ -17,12 +28,15 @@ def poll(host, what: str, probe, done, timeout_s: int, interval_s: float = 0.5):
     + probe: callable reading live state on the host; its result is ``seen``
     + done: callable ``done(seen) -> (bool, str)``: whether it holds, and the state in words
 
+    A probe that finds the cluster not answering (``ClusterUnanswered``) is a state like any
+    other: the wait goes on, and says so.
+
         held, last = poll(host, "the lab lock", try_lock, lambda said: (said == "taken", said), 60)
     """
     start = time.monotonic()
     next_report = start + PROGRESS_EVERY_S
     while True:
-        held, words = done(probe())
+        held, words = _check(probe, done)
         elapsed = time.monotonic() - start
         if held or elapsed >= timeout_s:
             return held, words
@@ -44,20 +58,23 @@ def until(what: str, probe, done, timeout_s: int) -> FunctionCommand:
     def wait(state, host):
         start = time.monotonic()
         held, words = poll(host, what, probe, done, timeout_s)
+        reads.moved(host)
         if held:
             logger.info(f"{host.print_prefix}{what}: after {time.monotonic() - start:.1f}s ({words})")
         else:
-            logger.error(f"{host.print_prefix}timed out after {timeout_s}s waiting for {what}; "
-                         f"last seen: {words}")
+            step = ", ".join(state.get_op_meta(host.executing_op_hash).names)
+            logger.error(f"{host.print_prefix}{step}: timed out after {timeout_s}s waiting for "
+                         f"{what}; last seen: {words}")
         return held
 
     wait.__name__ = f"wait for {what}"
     return FunctionCommand(wait, (), {})
 
 
-def awaited(what: str, probe, done, timeout_s: int):
-    """Yield a wait for ``done`` only when it does not hold already (an operation's body)."""
-    if not done(probe())[0]:
+def awaited(what: str, seen, probe, done, timeout_s: int):
+    """Yield a wait for ``done`` only when it does not hold for ``seen``, the state the run read
+    (an operation's body); the wait itself polls ``probe`` live."""
+    if not done(seen)[0]:
         yield until(what, probe, done, timeout_s)
 
 

@@ -1,12 +1,12 @@
 """Checks before the first change: is this host able to run the incident at all?"""
 
-from pyinfra import host
 from pyinfra.api import operation
-from pyinfra.facts.server import Which
 
-from facts.kube import ClusterReach, KubeObjects
+from facts.kube import ClusterUnanswered
 from gpuop.cluster import nodes_too_small
 
+from . import reads
+from .kube import found
 from .poll import failure
 
 
@@ -24,18 +24,16 @@ def lab_reachable(nodes, context: str = ""):
         lab_reachable(nodes=("lab-node-0", "lab-node-1", "lab-node-2"))
     """
     where = f"context {context}" if context else "the current kubeconfig context"
-    if not host.get_fact(Which, command="kubectl"):
-        yield failure("preflight: kubectl not found on PATH; nothing was changed")
+    answer = reads.cluster_answer(context)
+    if isinstance(answer, ClusterUnanswered):
+        why = "kubectl not found on PATH" if "kubectl: not found" in str(answer) else answer
+        yield failure(f"preflight: the cluster of {where} is unreachable: {why}; nothing was changed")
         return
-    reach = host.get_fact(ClusterReach, context=context)
-    if not reach["ok"]:
-        yield failure(f"preflight: the cluster of {where} is unreachable: {reach['error']}; "
-                      "nothing was changed")
-        return
-    missing = [n for n in nodes if n not in reach["nodes"]]
+    have = [o["metadata"]["name"] for o in answer if o["kind"] == "Node"]
+    missing = [n for n in nodes if n not in have]
     if missing:
         yield failure(f"preflight: lab nodes {', '.join(missing)} not in the cluster of {where} "
-                      f"(it has: {', '.join(reach['nodes']) or 'none'}); nothing was changed")
+                      f"(it has: {', '.join(have) or 'none'}); nothing was changed")
 
 
 @operation()
@@ -52,7 +50,8 @@ def containerd_askable(binary: str, crictl: str):
 
         containerd_askable(binary="/usr/bin/containerd", crictl="crictl")
     """
-    if binary and host.get_fact(Which, command=binary) and not host.get_fact(Which, command=crictl):
+    views = reads.containerd() if binary else None
+    if views and views["restart"] is not None and not views["loaded"]["crictl"]:
         yield failure(f"preflight: {crictl} not found, and it is what asks the lab containerd "
                       f"({binary}) what it holds; install cri-tools, or set containerd_binary= to "
                       "run on the recorded observation; nothing was changed")
@@ -68,7 +67,7 @@ def lab_containerd_present(binary: str):
 
         lab_containerd_present(binary="/usr/bin/containerd")
     """
-    if not binary or not host.get_fact(Which, command=binary):
+    if not binary or reads.containerd()["restart"] is None:
         yield failure(f"preflight: the repair restarts the lab's own containerd, and this host has "
                       f"none (containerd_binary={binary!r}); nothing was changed")
 
@@ -87,7 +86,7 @@ def memory_fits(knob: str, memory: str, nodes, context: str = ""):
 
         memory_fits(knob="toolkit_memory_fix", memory="256Mi", nodes=lab_nodes)
     """
-    small = nodes_too_small(host.get_fact(KubeObjects, resources="nodes", context=context), nodes, memory)
+    small = nodes_too_small(found("nodes", context=context), nodes, memory)
     if small:
         compared = ", ".join(f"{name} {have}" for name, have in small)
         yield failure(f"preflight: {knob}={memory} does not fit every lab node: compared against each "

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pyinfra import host
 from pyinfra.api import operation
 
-from facts.containerd import ContainerdRestart
-from facts.files import Files
 from gpuop.containerd import Forecast, analyze_merge, import_globs, merge_lines, restart_lines
 from gpuop.reports import render, stamp_holds, stamp_text
 
+from . import reads
 from .containerd import LabDaemon
 from .files import text
 from .poll import failure
+from .summary import seen
 
 
 class Unobservable(Exception):
@@ -37,7 +37,7 @@ def _unreadable(path: str, why: str):
 
 def recorded(report_path: str, stamp_path: str):
     """A moment report on the target and its stamp, ``(report, stamp)`` texts or None, in one read."""
-    found = host.get_fact(Files, paths=(report_path, stamp_path))
+    found = reads.files((report_path, stamp_path))
     return found.get(report_path, {}).get("text"), found.get(stamp_path, {}).get("text")
 
 
@@ -63,6 +63,7 @@ def live(path: str, capture):
     if content is None:
         yield _unreadable(path, why)
         return
+    seen(host, path, content)
     yield from text._inner(path=path, content=content, backup=False)
 
 
@@ -83,12 +84,15 @@ def moment(path: str, stamp: str, capture, inputs: dict):
         moment(path=".../out/unscheduled.txt", stamp=".../.gpuop/unscheduled.txt.stamp",
                capture=lambda: unscheduled_lines(pod), inputs={"nodes": lab_nodes})
     """
-    if moment_holds(path, stamp, inputs):
+    report_text, stamp_recorded = recorded(path, stamp)
+    if stamp_holds(stamp_recorded, report_text, inputs):
+        seen(host, path, report_text)
         return
     content, why = _captured(capture)
     if content is None:
         yield _unreadable(path, why)
         return
+    seen(host, path, content)
     yield from text._inner(path=path, content=content, backup=False)
     yield from text._inner(path=stamp, content=stamp_text(content, inputs), backup=False)
 
@@ -125,19 +129,20 @@ def containerd_views(main_config: str, observed, daemon: LabDaemon | None) -> Co
 
         containerd_views("/root/gpuop/etc/containerd/config.toml", ("runc",), LabDaemon(...))
     """
-    main = host.get_fact(Files, paths=(main_config,)).get(main_config)
+    main = reads.files((main_config,)).get(main_config)
     if main is None:
         raise Unobservable(f"{main_config} is missing")
     main_doc = _toml(main_config, main["text"])
-    dropins = host.get_fact(Files, paths=tuple(import_globs(main_doc, main_config)))
+    dropins = reads.files(import_globs(main_doc, main_config))
     dropin_docs = [_toml(p, f["text"]) for p, f in sorted(dropins.items())]
-    restart = host.get_fact(ContainerdRestart, binary=daemon.binary, config=daemon.config) if daemon else None
+    views = reads.containerd() if daemon else {"restart": None}
+    restart = views["restart"]
     if restart is None:
         return ContainerdViews(main_doc, dropin_docs, list(observed), "recorded", "none", None)
-    seen = daemon.loaded()
+    loaded = views["loaded"]
     forecast = Forecast(**{k: restart[k] for k in ("runtimes", "default_runtime", "cri_ok", "reason")})
-    return ContainerdViews(main_doc, dropin_docs, seen["runtimes"],
-                           "cri" if seen["cri"] == "ok" else "cri-down", restart["version"], forecast)
+    return ContainerdViews(main_doc, dropin_docs, loaded["runtimes"],
+                           "cri" if loaded["cri"] == "ok" else "cri-down", restart["version"], forecast)
 
 
 @operation()
@@ -166,4 +171,5 @@ def containerd(merge: str, restart: str, main_config: str, observed, daemon: Lab
     merged = merge_lines(analyze_merge(views.main_doc, views.dropin_docs), views.loaded)
     forecast = restart_lines(views.version, views.loaded, views.loaded_from, views.forecast)
     for path, lines in ((merge, merged), (restart, forecast)):
+        seen(host, path, render(lines))
         yield from text._inner(path=path, content=render(lines), backup=False)

@@ -1,11 +1,14 @@
 """Helpers for tests against the real lab cluster: the kubernetes client and kubectl."""
 
 import json
+import os
+import signal
 import subprocess
 import time
 
 from kubernetes import client, config
 
+LAB = "gpuop-lab"  # the cluster `make lab-up` starts and the tests drive (its context is current)
 LAB_NODES = ("lab-node-0", "lab-node-1", "lab-node-2")
 GPU = "nvidia.com/gpu"
 
@@ -64,3 +67,53 @@ def reset_lab(context=None, extra_namespaces=()):
     kubectl("delete", "runtimeclass", "nvidia", "--ignore-not-found", context=context)
     for node in LAB_NODES:
         set_gpus(node, None, context)
+
+
+def component_pidfile(component: str) -> str:
+    """Where kwokctl keeps the pid of one of the lab's control-plane processes."""
+    return os.path.expanduser(f"~/.kwok/clusters/{LAB}/pids/{component}.pid")
+
+
+def kill_component(component: str, sig=signal.SIGKILL) -> int:
+    """Kill one control-plane process of the lab (``kube-apiserver``, ``etcd``...); its pid."""
+    with open(component_pidfile(component)) as f:
+        pid = int(f.read())
+    os.kill(pid, sig)
+    return pid
+
+
+def api_ready() -> bool:
+    return subprocess.run(["kubectl", "get", "--raw", "/readyz", "--request-timeout=3s"],
+                          capture_output=True).returncode == 0
+
+
+def exited(pid: int) -> bool:
+    """Whether a process is gone (or a zombie: exited, not yet reaped by its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def restart_etcd():
+    """Stop the lab's etcd and start it again as it was (same command line, data directory and
+    log), as an operator restarting it would; its new pid goes where kwokctl looks for it.
+    Returns once the API server is ready again."""
+    with open(component_pidfile("etcd")) as f:
+        pid = int(f.read())
+    argv = open(f"/proc/{pid}/cmdline", "rb").read().rstrip(b"\0").split(b"\0")
+    cwd = os.readlink(f"/proc/{pid}/cwd")
+    os.kill(pid, signal.SIGTERM)
+    eventually(f"etcd pid {pid} to exit", lambda: exited(pid))
+    log = open(os.path.expanduser(f"~/.kwok/clusters/{LAB}/logs/etcd.log"), "ab")
+    started = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=log, start_new_session=True)
+    with open(component_pidfile("etcd"), "w") as f:
+        f.write(str(started.pid))
+    eventually("the API server ready after the etcd restart", api_ready, timeout=60)
+
+
+def lab_up():
+    """`make lab-up`: the lab cluster running again, whatever of it stopped."""
+    result = subprocess.run(["lab/lab.sh", "up", LAB], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import time
 import sys
@@ -28,10 +29,12 @@ class Run:
         return [op["name"] for op in self.results["operations"] if op["success"]]
 
 
-def deploy(root, *data, env=None, dry=False, script="deploy.py", inventory="inventory.py") -> Run:
+def deploy(root, *data, env=None, dry=False, script="deploy.py", inventory="inventory.py",
+           debug=False) -> Run:
     """Run the playbook with extra ``key=value`` data: against @local with ``gpuop_root=root``,
-    or (root None) against the hosts of ``GPUOP_HOSTS`` in ``env`` with their own roots."""
-    args = [PYINFRA, inventory, script, "--json", "--dry" if dry else "-y"]
+    or (root None) against the hosts of ``GPUOP_HOSTS`` in ``env`` with their own roots.
+    ``debug``: pyinfra's --debug, whose log shows every command run on a target."""
+    args = [PYINFRA, inventory, script, "--json", "--dry" if dry else "-y", *(["--debug"] if debug else [])]
     for item in ((f"gpuop_root={root}",) if root else ()) + data:
         args += ["--data", item]
     result = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **(env or {})})
@@ -40,6 +43,38 @@ def deploy(root, *data, env=None, dry=False, script="deploy.py", inventory="inve
     except json.JSONDecodeError:
         doc = None
     return Run(result.returncode, doc, result.stderr)
+
+
+_COMMAND = "Running command on "  # the local and SSH connectors' debug line
+
+
+def target_commands(log: str) -> list:
+    """The commands a --debug run executed on its targets, in order, as ``(host, what)``: what
+    is the fact a read was for (``"facts.batch.Batch (parts=..."``), or ``"change"``."""
+    found, fact = [], None
+    for line in log.splitlines():
+        if "Getting fact: " in line:
+            fact = line.split("Getting fact: ", 1)[1]
+        elif _COMMAND in line:
+            where = line.split(_COMMAND, 1)[1].split(":", 1)[0]
+            found.append((where, fact or "change"))
+            fact = None
+    return found
+
+
+def reads_repeated(log: str) -> list:
+    """The run's batched reads (files, cluster, containerd) made again with nothing changed since
+    their last read: empty when every read between two changes is made once. A live read (a
+    wait's poll, the API server's dry run) counts as a change: it is made when the world moves."""
+    repeated, since = [], set()
+    for _, what in target_commands(log):
+        if what.startswith("facts.batch.Batch"):
+            parts = re.findall(r"<class '([\w.]+)'>", what)
+            repeated += [p for p in parts if p in since]
+            since |= set(parts)
+        else:
+            since = set()
+    return repeated
 
 
 # The lab containerd's own runtime state under a root (pid, socket, state, its root, log): the

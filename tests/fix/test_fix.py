@@ -13,14 +13,14 @@ import pytest
 from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
 from tests.kube import get, reset_lab
 from tests.labcontainerd import binary, crictl_info, loaded
-from tests.playbook import PYINFRA, deploy, lab_daemon_pid, tree
+from tests.playbook import PYINFRA, deploy, lab_daemon_pid, target_commands, tree
 
 VERSIONS = ("1.6.20", "2.4.2")
 REPORTS = {"merge.txt": MERGE, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS, "rollout.txt": ROLLOUT}
 
 
-def fix(root, *data):
-    return deploy(root, *data, script="fix.py")
+def fix(root, *data, debug=False):
+    return deploy(root, *data, script="fix.py", debug=debug)
 
 
 def audit(root, *data):
@@ -76,9 +76,10 @@ def test_incident_fixed_then_back(tmp_path, version):
     assert audit(root, *data).code == 0
 
     pid = lab_daemon_pid(root)
-    again = fix(root, *data)
+    again = fix(root, *data, debug=True)
     assert again.code == 0 and again.changed == 0, again.changed_ops()
     assert lab_daemon_pid(root) == pid  # no second restart
+    assert len(target_commands(again.log)) <= 8, target_commands(again.log)
 
     back = deploy(root, *data)
     assert back.code == 0, back.log

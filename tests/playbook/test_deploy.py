@@ -11,8 +11,10 @@ import yaml
 
 from tests.kube import GPU, get, kubectl, reset_lab
 from tests.expected import LOADED_NVIDIA, MERGE, NODE_GPU, ROLLOUT, SLOTS
-from tests.playbook import deploy, fake_containerd, fresh_incident, tree
+from tests.playbook import deploy, fake_containerd, fresh_incident, reads_repeated, target_commands, tree
+from gpuop.reports import incident_summary
 from gpuop.scheduling import pod_scheduled
+from steps import REPORTS
 
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory):
@@ -22,6 +24,15 @@ def incident(tmp_path_factory):
 
 def read(root, rel):
     return open(os.path.join(root, rel)).read()
+
+
+def summary_at_end(run, root):
+    """The run's log ends with the incident's summary, computed from the reports it left."""
+    reports = {name: read(root, f"out/{name}") for name in REPORTS}
+    want = [line.strip() for line in incident_summary("@local", f"{root}/out", reports)]
+    tail = [line.strip() for line in run.log.rstrip("\n").splitlines()[-len(want):]]
+    assert tail == want, run.log[-3000:]
+    return want
 
 
 def gpus(node):
@@ -122,10 +133,31 @@ def test_cluster_is_in_the_incident_end_state(incident):
 def test_second_run_changes_nothing(incident):
     root = incident
     before = tree(root)
-    run = deploy(root)
+    run = deploy(root, debug=True)
     assert run.code == 0, run.log
     assert run.changed == 0, run.changed_ops()
     assert tree(root) == before
+    assert "4 GPUs x 5" in summary_at_end(run, root)[6]
+    # Read once, decide everywhere: the lock, one batched read of files, cluster and containerd,
+    # and the lock's release.
+    commands = [what.split(" (")[0] for _, what in target_commands(run.log)]
+    assert commands == ["change", "facts.batch.Batch", "change"], commands
+    assert len(commands) <= 8
+
+
+def test_a_fresh_run_reads_nothing_twice_between_two_changes(tmp_path):
+    reset_lab()
+    root = tmp_path / "gpuop"
+    run = deploy(root, debug=True)
+    assert run.code == 0, run.log
+    assert reads_repeated(run.log) == []
+    batches = [what for _, what in target_commands(run.log) if what.startswith("facts.batch.Batch")]
+    # Files are read at the start and once more after the drop-ins were set aside and put back;
+    # every file the run writes after that is known without reading it back.
+    assert sum("facts.files.Files" in b for b in batches) == 2, batches
+    audit = deploy(root, debug=True, script="audit.py")
+    assert audit.code != 0  # the incident has gaps
+    assert len(target_commands(audit.log)) <= 6
 
 
 def test_dry_run_plans_and_changes_nothing(tmp_path):
@@ -154,6 +186,7 @@ def test_other_knobs_follow_the_live_values(tmp_path):
     assert gpus("lab-node-1") == ("6", "6")
     assert read(root, "out/rollout.txt") == (
         "DESIRED=3\nUPDATED=3\nREADY=3\nOLD_IMAGE_PODS=0\nMAX_UNAVAILABLE=1\nBLOCKER=none\n")
+    assert "6 advertised from 2 GPUs x 3" in summary_at_end(run, root)[6]
     again = deploy(root, *data)
     assert again.code == 0 and again.changed == 0, again.changed_ops()
 
@@ -186,6 +219,7 @@ def test_a_wait_that_cannot_end_names_what_and_the_last_state(tmp_path):
     assert run.code != 0
     assert "timed out after 3s waiting for Pod gpu-lab/cuda-probe Running" in run.log
     assert "last seen: phase Pending, on no node, PodScheduled False Unschedulable" in run.log
+    assert "What the incident showed" not in run.log  # a failed host's error is the news
 
 
 def test_bad_knob_stops_before_any_change(tmp_path):

@@ -6,11 +6,12 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
 import pytest
 
 from tests.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
-from tests.kube import get, kubectl, reset_lab, set_gpus
+from tests.kube import get, kill_component, kubectl, lab_up, reset_lab, restart_etcd, set_gpus
 from tests.labcontainerd import DEBIAN, kill, loaded, restart
 from tests.playbook import PYINFRA, deploy, fresh_incident, tree
 
@@ -93,6 +94,69 @@ def cm_replicas(root):
             json.dumps({"data": {"any": text}}))
 
 
+def runtime_class_recreated_with_handler_runc(root):
+    kubectl("replace", "--force", "-f", "-", stdin=json.dumps({
+        "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+        "handler": "runc"}))
+
+
+def pod_recreated_with_another_spec(root):
+    # Unbound (its node selector matches nothing), no runtime class, no GPU: a spec no update
+    # can turn back into the playbook's.
+    image = get("pod/cuda-probe", "gpu-lab")["spec"]["containers"][0]["image"]
+    kubectl("replace", "--force", "--grace-period=0", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cuda-probe", "namespace": "gpu-lab"},
+        "spec": {"nodeSelector": {"gpuop-test": "nowhere"},
+                 "containers": [{"name": "cuda", "image": image}]}}))
+
+
+def configmap_made_immutable_with_other_data(root):
+    cm = get("configmap/time-slicing-config", "gpu-operator")
+    kubectl("patch", "configmap/time-slicing-config", "-n", "gpu-operator", "--type=merge", "-p",
+            json.dumps({"immutable": True,
+                        "data": {"any": cm["data"]["any"].replace("replicas: 5", "replicas: 2")}}))
+
+
+def daemonset_recreated_with_another_selector(root):
+    ds = get(DS, "gpu-operator")
+    labels = {"app": "toolkit-by-hand"}
+    ds["metadata"] = {"name": ds["metadata"]["name"], "namespace": "gpu-operator"}
+    ds["spec"]["selector"] = {"matchLabels": labels}
+    ds["spec"]["template"]["metadata"]["labels"] = labels
+    ds.pop("status")
+    kubectl("replace", "--force", "-f", "-", stdin=json.dumps(ds))
+
+
+def patch(resource, namespace, body, kind="merge"):
+    """A ``kubectl patch`` as ``kubectl edit`` would send it, of a field the playbook sets."""
+    ns = ("-n", namespace) if namespace else ()
+    return k("patch", resource, *ns, f"--type={kind}", "-p", json.dumps(body))
+
+
+# Drifts no update can undo: the rerun must recreate the object, and says so.
+RECREATED = {
+    "RuntimeClass recreated with handler runc under the running Pod": runtime_class_recreated_with_handler_runc,
+    "Pod recreated with another spec": pod_recreated_with_another_spec,
+    "ConfigMap made immutable with other data": configmap_made_immutable_with_other_data,
+    "DaemonSet recreated with another selector": daemonset_recreated_with_another_selector,
+}
+
+# kubectl edit of fields the playbook sets (a Namespace's are only its name; a RuntimeClass's
+# handler cannot be edited at all: both are covered by deletions and RECREATED).
+EDITED = {
+    "Pod image edited": patch("pod/cuda-probe", "gpu-lab", {"spec": {"containers": [
+        {"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"}]}}, "strategic"),
+    "ConfigMap data edited": patch("configmap/time-slicing-config", "gpu-operator",
+                                   {"data": {"any": "version: v1\n"}}),
+    "DaemonSet maxUnavailable edited": patch(DS, "gpu-operator", {"spec": {"updateStrategy": {
+        "rollingUpdate": {"maxUnavailable": 3}}}}),
+    "DaemonSet memory edited to fit": patch(DS, "gpu-operator", {"spec": {"template": {"spec": {
+        "containers": [{"name": "toolkit", "resources": {"requests": {"memory": "256Mi"}}}]}}}},
+        "strategic"),
+    "Node GPU advertisement edited": lambda root: set_gpus("lab-node-0", 8),
+}
+
+
 UNQUOTED = """version = 2
 imports = ["conf.d/*.toml"]
 [plugins.io.containerd.grpc.v1.cri.containerd]
@@ -121,6 +185,8 @@ DRIFTS = {
     "namespace gpu-operator deleted": k("delete", "namespace", "gpu-operator", "--wait=false"),
     "lab containerd killed": kill,
     "lab containerd restarted after the drop-in": lambda root: restart(root, DEBIAN),
+    **RECREATED,
+    **EDITED,
 }
 
 
@@ -149,6 +215,8 @@ def test_rerun_repairs_exactly_the_drift(lab, drift):
     run = deploy(root)
     assert run.code == 0, run.log
     assert_incident_end_state(root, fresh)
+    if drift in RECREATED:
+        assert "the API refuses to update" in run.log and "recreating its objects" in run.log
     again = deploy(root)
     assert again.code == 0 and again.changed == 0, again.changed_ops()
 
@@ -288,6 +356,45 @@ def test_a_run_killed_by_sigint_is_repaired_by_the_next(lab, marker):
     assert run.code == 0, run.log
     assert_incident_end_state(root, fresh)
     assert deploy(root).changed == 0
+
+
+def test_apiserver_killed_while_step_8_waits(lab):
+    """The API server dies while step 8 waits for its Pods: the run fails within its timeout,
+    naming the step, what it waited for and the last state it saw; after `make lab-up`, one
+    rerun converges."""
+    root, fresh = lab
+    # An initial toolkit no node can take keeps step 8 waiting for as long as the test needs.
+    proc = start(root, "toolkit_memory_initial=40Gi", "wait_timeout_s=30")
+    waited = run_until(proc, "waiting for all Pods of DaemonSet gpu-operator/nvidia-container-toolkit Ready")
+    killed_at = time.monotonic()
+    kill_component("kube-apiserver")
+    try:
+        log = waited + drain(proc)
+        failed_after = time.monotonic() - killed_at
+    finally:
+        lab_up()
+    assert proc.returncode != 0
+    assert failed_after < 30 + 10, failed_after
+    failure = next(line.strip() for line in log.splitlines() if "timed out after 30s" in line)
+    assert failure.startswith("[@local] Step 8: a toolkit upgrade that stalls on memory | Every node "
+                              "runs a Ready initial toolkit Pod: timed out after 30s waiting for all "
+                              "Pods of DaemonSet gpu-operator/nvidia-container-toolkit Ready; last seen: "
+                              "the cluster does not answer ("), failure
+    assert "Traceback" not in log
+    run = deploy(root)
+    assert run.code == 0, run.log
+    assert_incident_end_state(root, fresh)
+    assert deploy(root).changed == 0
+    print(failure)
+
+
+def test_etcd_restarted_between_two_runs(lab):
+    root, fresh = lab
+    restart_etcd()
+    run = deploy(root)
+    assert run.code == 0, run.log
+    assert run.changed == 0, run.changed_ops()  # etcd kept the lab: nothing to redo
+    assert_incident_end_state(root, fresh)
 
 
 def test_two_runs_at_once_never_interleave(lab):

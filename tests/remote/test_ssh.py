@@ -9,7 +9,7 @@ import yaml
 
 from tests.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
 from tests.kube import get, kubectl, reset_lab, set_gpus
-from tests.playbook import deploy, lab_daemon_pid, stop_daemons_under, tree
+from tests.playbook import deploy, lab_daemon_pid, stop_daemons_under, target_commands, tree
 from tests.ssh import Sshd, free_port, keygen
 
 LABS = {"lab-a": "gpuop-lab", "lab-b": "gpuop-lab-b", "lab-c": "gpuop-lab-c"}
@@ -73,9 +73,10 @@ def test_deploy_over_ssh_converges_like_local(ssh, tmp_path):
     assert oct((root / "bin/check-runtime.sh").stat().st_mode & 0o777) == "0o755"
     assert get("pod/cuda-probe", "gpu-lab")["status"]["phase"] == "Running"
     before = tree(root)
-    again = deploy(None, env=env)
+    again = deploy(None, env=env, debug=True)
     assert again.code == 0 and again.changed == 0, again.changed_ops()
     assert tree(root) == before
+    assert [where for where, _ in target_commands(again.log)] == ["lab-a"] * 3, again.log[-3000:]
 
 
 def test_unknown_host_key_is_refused_and_nothing_written(ssh, tmp_path):

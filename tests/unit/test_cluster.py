@@ -57,6 +57,14 @@ def test_stalled_rollout_is_reported_from_status_and_pods():
     assert not rollout_complete(stalled)
 
 
+def test_a_change_outside_the_template_leaves_the_stall_a_stall():
+    # maxUnavailable edited after the upgrade: the generation moves on, the template's does not.
+    edited = ds(3, "tk:v1.17.0", {**STALL_STATUS, "observedGeneration": 3})
+    edited["metadata"]["annotations"] = {"deprecated.daemonset.template.generation": "2"}
+    assert rollout_settled(edited, STALL_PODS)
+    assert rollout_status(edited, STALL_PODS)["BLOCKER"] == "insufficient-memory"
+
+
 def test_unobserved_generation_is_not_settled():
     assert not rollout_settled(ds(3, "tk:v1.18.0", STALL_STATUS), STALL_PODS)
     fresh = ds(1, "tk:v1.16.2", {})

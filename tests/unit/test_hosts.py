@@ -54,3 +54,8 @@ def test_unsafe_or_unknown_keys_are_refused_by_name(extra, message):
 def test_malformed_files_say_what_is_wrong(text, message):
     with pytest.raises(HostsFileError, match=message):
         load_hosts(text, "hosts.yaml")
+
+
+def test_a_uid_0_login_may_go_without_sudo():
+    hosts = dict(load_hosts(GOOD + "    _sudo: false\n", "hosts.yaml"))
+    assert hosts["lab-b"]["_sudo"] is False and "_sudo" not in hosts["lab-a"]

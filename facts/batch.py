@@ -1,0 +1,57 @@
+"""Several facts read in one round trip."""
+
+from pyinfra.api import FactBase
+
+_PART_END = "--- gpuop: part ended, exit"
+
+
+class PartFailed(Exception):
+    """A part of a ``Batch`` whose command failed: its exit status and its output."""
+
+
+class Batch(FactBase):
+    """
+    Several facts read in one round trip: their commands run one after another in one shell
+    command, each in its own subshell, and each one's output goes to its own ``process``. The
+    result has one entry per part: the fact's value, its default when the part printed nothing,
+    or, when the part's command failed or its ``process`` raised, that exception (``PartFailed``
+    with the exit status and output, or the fact's own), for the caller to judge.
+
+    .. code:: python
+
+        host.get_fact(Batch, parts=((Files, {"paths": ("/root/gpuop/etc/containerd/config.toml",)}),
+                                    (KubeObjects, {"resources": "nodes"})))
+        [{"/root/gpuop/etc/containerd/config.toml": {"mode": "644", "text": "..."}},
+         [{"kind": "Node", "metadata": {"name": "lab-node-0", ...}}, ...]]
+    """
+
+    @staticmethod
+    def default():
+        return []
+
+    def command(self, parts):
+        # pyinfra calls command() and process() on one instance: the parts' facts wait here.
+        self.facts = [cls() for cls, _ in parts]
+        return "; ".join(f'( {fact.command(**kwargs)} ); echo "{_PART_END} $?"'
+                         for fact, (_, kwargs) in zip(self.facts, parts))
+
+    def process(self, output):
+        results, lines = [], []
+        for line in output:
+            if line.startswith(_PART_END):
+                results.append(_part(self.facts[len(results)], lines, line.rsplit(" ", 1)[1]))
+                lines = []
+            else:
+                lines.append(line)
+        return results
+
+
+def _part(fact: FactBase, lines: list, status: str):
+    if status != "0":
+        return PartFailed(f"{fact.name} exited {status}: {' '.join(lines)[-500:]}")
+    if not lines:
+        return fact.default()
+    try:
+        return fact.process(lines)
+    except Exception as e:  # the caller judges a part that could not be read, as with a failed one
+        return e

@@ -1,0 +1,218 @@
+"""Read once, decide everywhere: a run's reads of the target, batched and reused until a change.
+
+Operations ask for the lab's files, cluster objects and containerd views through here. The first
+ask reads the host's whole scope (``declare``) in one round trip: its files and globs, every
+object of the kinds the playbook owns or judges in all namespaces, and both containerd views.
+Later asks are answered from that read until something changes what it read:
+- a file the playbook writes or removes updates the files read in place (it knows what it wrote);
+  one beside the containerd config drops the containerd read (a restart's forecast merges them);
+- a command that changes the cluster (``cluster_changes``) drops the cluster read;
+- a change to the lab containerd (``containerd_changes``: start, stop, drop-ins set aside) drops
+  the containerd and files reads;
+- a wait drops the cluster and containerd reads (what it waited for has moved).
+The next ask reads again only what it needs of what was dropped. Waits never use these reads:
+they poll live. Planning and executing keep separate reads, so a plan's guesses never reach a run.
+"""
+
+import fnmatch
+import posixpath
+from dataclasses import dataclass, field
+
+from pyinfra import host, logger
+
+from facts.batch import Batch
+from facts.containerd import ContainerdRestart, LabContainerd
+from facts.files import Files
+from facts.kube import ClusterUnanswered, KubeObjects
+
+# Every kind the playbook owns, waits on or judges: one `kubectl get` reads them all.
+CLUSTER_KINDS = "namespaces,nodes,runtimeclasses,pods,daemonsets,configmaps,serviceaccounts"
+
+
+@dataclass
+class _Scope:
+    files: tuple  # paths and globs read in one batch
+    context: str  # the kube context whose objects are read
+    daemon: object  # the lab containerd (operations.containerd.LabDaemon), or None
+
+
+@dataclass
+class _Reads:
+    stage: object
+    first: bool = True  # nothing read yet in this stage: the first ask reads everything
+    files: dict | None = None
+    covered: set = field(default_factory=set)  # the paths and globs ``files`` answers for
+    cluster: object = None  # list of objects, a ClusterUnanswered, or None (not read)
+    containerd: dict | None = None  # {"loaded": ..., "restart": ...}
+
+
+_SCOPES: dict = {}  # host name -> _Scope
+_READS: dict = {}  # host name -> _Reads
+
+
+def declare(host, files, context: str, daemon):
+    """
+    Name what a host's runs read: the lab's files (paths or globs), the kube context, and the lab
+    containerd (or None).
+
+    .. code:: python
+
+        declare(host, files=("/root/gpuop/etc/containerd/config.toml", ...), context="", daemon=daemon)
+    """
+    _SCOPES[host.name] = _Scope(tuple(files), context, daemon)
+
+
+def _reads() -> _Reads:
+    stage = host.state.current_stage
+    reads = _READS.get(host.name)
+    if reads is None or reads.stage != stage:
+        reads = _READS[host.name] = _Reads(stage)
+    return reads
+
+
+def _fill(want: str):
+    """Read what ``want`` needs (and, on the first ask, everything else) in one round trip."""
+    reads, scope = _reads(), _SCOPES[host.name]
+    parts = {}
+    if want == "files" or (reads.first and reads.files is None):
+        parts["files"] = (Files, {"paths": scope.files})
+    if want == "cluster" or (reads.first and reads.cluster is None):
+        parts["cluster"] = (KubeObjects, {"resources": CLUSTER_KINDS, "all_namespaces": True,
+                                          "context": scope.context, "unanswered_raises": True})
+    if scope.daemon and (want == "containerd" or (reads.first and reads.containerd is None)):
+        d = scope.daemon
+        parts["loaded"] = (LabContainerd, {"pidfile": d.pidfile, "socket": d.socket, "crictl": d.crictl})
+        parts["restart"] = (ContainerdRestart, {"binary": d.binary, "config": d.config})
+    reads.first = False
+    if not parts:
+        return
+    found = dict(zip(parts, host.get_fact(Batch, parts=tuple(parts.values()))))
+    if "files" in found:
+        reads.files, reads.covered = _answer(found["files"]), set(scope.files)
+    if "cluster" in found:
+        reads.cluster = found["cluster"]
+    if "loaded" in found:
+        reads.containerd = {"loaded": _answer(found["loaded"]), "restart": _answer(found["restart"])}
+
+
+def _answer(value):
+    if isinstance(value, Exception):
+        raise value
+    return value
+
+
+def _matches(path: str, pattern: str) -> bool:
+    directory, name = posixpath.split(pattern)
+    return posixpath.dirname(path) == directory and fnmatch.fnmatchcase(posixpath.basename(path), name)
+
+
+def files(paths) -> dict:
+    """
+    The lab's files among ``paths`` (globs expanded), as ``Files`` returns them: from the run's
+    read when it covers them, else read now.
+
+    .. code:: python
+
+        files(("/root/gpuop/out/rollout.txt", "/root/gpuop/etc/containerd/conf.d/*.toml"))
+    """
+    paths = tuple(paths)
+    scope = _SCOPES.get(host.name)
+    if not scope or not all(p in scope.files or any(_matches(p, q) for q in scope.files) for p in paths):
+        return host.get_fact(Files, paths=paths)
+    reads = _reads()
+    if reads.files is None:
+        _fill("files")
+    return {p: f for p, f in reads.files.items() if any(p == q or _matches(p, q) for q in paths)}
+
+
+def objects(context: str = "") -> list:
+    """
+    Every object of ``CLUSTER_KINDS`` in all namespaces: from the run's read, else read now. A
+    cluster that does not answer fails the host here, naming kubectl's words, and reads as empty.
+
+    .. code:: python
+
+        [o for o in objects("") if o["kind"] == "Node"]
+    """
+    reads = _reads()
+    if reads.cluster is None:
+        _fill("cluster")
+    if isinstance(reads.cluster, ClusterUnanswered):
+        return _unanswered(reads.cluster)
+    return reads.cluster
+
+
+def cluster_answer(context: str = ""):
+    """The cluster read as it is: its objects, or the ``ClusterUnanswered`` saying why not."""
+    reads = _reads()
+    if reads.cluster is None:
+        _fill("cluster")
+    return reads.cluster
+
+
+def _unanswered(e: ClusterUnanswered) -> list:
+    logger.error(f"{host.print_prefix}the cluster does not answer: {e}")
+    host.state.fail_hosts({host})
+    return []
+
+
+def in_scope(kind_plural: str, context: str) -> bool:
+    """Whether objects of a kind in a context come with the run's cluster read."""
+    scope = _SCOPES.get(host.name)
+    return bool(scope) and context == scope.context and kind_plural in CLUSTER_KINDS.split(",")
+
+
+def containerd() -> dict:
+    """The lab containerd's views, ``{"loaded": LabContainerd, "restart": ContainerdRestart}``;
+    a host declared without one has ``restart`` None."""
+    if _SCOPES[host.name].daemon is None:
+        return {"loaded": LabContainerd.default(), "restart": None}
+    reads = _reads()
+    if reads.containerd is None:
+        _fill("containerd")
+    return reads.containerd
+
+
+def wrote(path: str, text: str, mode: str):
+    """A file the playbook wrote (or is about to, when planning): the files read says so."""
+    reads = _reads()
+    if reads.files is not None and any(path == q or _matches(path, q) for q in reads.covered):
+        reads.files[path] = {"mode": mode, "text": text}
+    _config_touched(reads, path)
+
+
+def removed(*paths):
+    """Files the playbook removes."""
+    reads = _reads()
+    for path in paths:
+        if reads.files is not None:
+            reads.files.pop(path, None)
+        _config_touched(reads, path)
+
+
+def _config_touched(reads: _Reads, path: str):
+    """A restart's forecast merges the files beside the lab's config: one changed, it is stale."""
+    daemon = _SCOPES[host.name].daemon if host.name in _SCOPES else None
+    if daemon and path.startswith(posixpath.dirname(daemon.config) + "/"):
+        reads.containerd = None
+
+
+def cluster_changes(command):
+    """``command`` changes the cluster: the cluster read goes stale. Returns the command."""
+    _reads().cluster = None
+    return command
+
+
+def containerd_changes(command):
+    """``command`` changes the lab containerd or its drop-ins: those reads go stale."""
+    reads = _reads()
+    reads.containerd = reads.files = None
+    return command
+
+
+def moved(waiting_host):
+    """A wait on ``waiting_host`` ended: what it waited for has moved, so the cluster and
+    containerd reads go stale."""
+    reads = _READS.get(waiting_host.name)
+    if reads is not None:
+        reads.cluster = reads.containerd = None

@@ -1,0 +1,43 @@
+"""Several facts in one round trip: the real shell command, each part to its own fact."""
+
+import subprocess
+
+from pyinfra.api import FactBase
+
+from facts.batch import Batch, PartFailed
+from facts.files import Files
+from facts.kube import ClusterUnanswered, KubeObjects
+
+
+class Fails(FactBase):
+    def command(self):
+        return "echo half-way; exit 3"
+
+
+def run(parts):
+    batch = Batch()
+    command = batch.command(parts)
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    return batch.process(out.stdout.splitlines())
+
+
+def test_each_part_gets_its_own_output(tmp_path):
+    (tmp_path / "a.toml").write_text("x = 1\n")
+    (tmp_path / "b.toml").write_text("")
+    glob = str(tmp_path / "*.toml")
+    files, missing = run(((Files, {"paths": (glob,)}), (Files, {"paths": (str(tmp_path / "none"),)})))
+    assert files == {str(tmp_path / "a.toml"): {"mode": "644", "text": "x = 1\n"},
+                     str(tmp_path / "b.toml"): {"mode": "644", "text": ""}}
+    assert missing == {}
+
+
+def test_a_failed_part_is_its_exception_and_the_others_still_answer(tmp_path):
+    (tmp_path / "a").write_text("kept\n")
+    failed, unanswered, files = run((
+        (Fails, {}),
+        (KubeObjects, {"resources": "nodes", "context": "gpuop-no-such-context", "unanswered_raises": True}),
+        (Files, {"paths": (str(tmp_path / "a"),)})))
+    assert isinstance(failed, PartFailed) and "exited 3: half-way" in str(failed)
+    assert isinstance(unanswered, ClusterUnanswered)
+    assert "gpuop-no-such-context" in str(unanswered)  # kubectl's own words
+    assert files[str(tmp_path / "a")]["text"] == "kept\n"
