@@ -16,10 +16,9 @@ from .files import text
 from .poll import awaited, failure, until
 
 
-def of_kind(objects: list, kind: str, name: str | None = None, namespace: str | None = None) -> list:
-    """The objects of one kind (and name, and namespace) among a mixed ``kubectl get`` result."""
-    return [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])
-            and namespace in (None, o["metadata"].get("namespace"))]
+def of_kind(objects: list, kind: str, name: str | None = None) -> list:
+    """The objects of one kind (and name) among a mixed ``kubectl get`` result."""
+    return [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
 
 
 def _plural(kind: str) -> str:
@@ -40,9 +39,9 @@ def found(resources, namespace=None, context="", in_wait=False, all_namespaces=F
     """
     Live objects: ``resources`` as ``kubectl get`` takes them (``"nodes"``, ``"pod/cuda-probe"``,
     ``"daemonsets,pods"``, or several), in ``namespace`` (None for cluster-scoped kinds) or in all
-    of them. Answered
-    from the run's cluster read when it holds their kinds; read now otherwise, and always in a
-    wait (``in_wait``: polled live; a cluster that does not answer raises ``ClusterUnanswered``).
+    of them. Answered from the run's cluster read when it holds their kinds; read now otherwise,
+    and always in a wait (``in_wait``: polled live; a cluster that does not answer raises
+    ``ClusterUnanswered``).
 
     .. code:: python
 

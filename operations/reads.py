@@ -89,8 +89,9 @@ def _fill(want: str):
     found = dict(zip(parts, host.get_fact(Batch, parts=tuple(parts.values()))))
     if "files" in found:
         reads.files, reads.covered = _answer(found["files"]), set(scope.files)
-    if "cluster" in found:
-        reads.cluster = found["cluster"]
+    if "cluster" in found:  # a cluster that does not answer is kept as such, for the caller to say
+        cluster = found["cluster"]
+        reads.cluster = cluster if isinstance(cluster, ClusterUnanswered) else _answer(cluster)
     if "loaded" in found:
         reads.containerd = {"loaded": _answer(found["loaded"]), "restart": _answer(found["restart"])}
 
