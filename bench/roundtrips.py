@@ -50,6 +50,8 @@ def login(name, shell, uid0, pubkey, home, rc=""):
     if rc:
         with open(f"{home}/.bashrc", "w") as f:
             f.write(rc)
+    if uid0:  # root's kubeconfig: the lab clusters' contexts
+        os.symlink(os.path.expanduser("~root/.kube"), f"{home}/.kube")
     subprocess.run(["chown", "-R", f"{name}:", home], check=True)
     if not uid0:
         with open(f"/etc/sudoers.d/{name}", "w") as f:
@@ -77,6 +79,7 @@ def pyinfra(inventory, script, env, data=(), debug=False):
 
 def main(rounds):
     base = tempfile.mkdtemp(prefix="gpuop-bench-rt-")
+    os.chmod(base, 0o755)  # the logins' homes are in it
     key = os.path.join(base, "client")
     client = keygen(key)
     servers = {n: Sshd(os.path.join(base, n), free_port()).start([client]) for n in LABS}

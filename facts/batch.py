@@ -11,8 +11,8 @@ class PartFailed(Exception):
 
 class Batch(FactBase):
     """
-    Several facts read in one round trip: their commands run one after another in one shell
-    command, each in its own subshell, and each one's output goes to its own ``process``. The
+    Several facts read in one round trip: their commands run at once in one shell command, each
+    in its own subshell, and each one's output goes to its own ``process``. The
     result has one entry per part: the fact's value, its default when the part printed nothing,
     or, when the part's command failed or its ``process`` raised, that exception (``PartFailed``
     with the exit status and output, or the fact's own), for the caller to judge.
@@ -32,8 +32,11 @@ class Batch(FactBase):
     def command(self, parts):
         # pyinfra calls command() and process() on one instance: the parts' facts wait here.
         self.facts = [cls() for cls, _ in parts]
-        return "; ".join(f'( {fact.command(**kwargs)} ); echo "{_PART_END} $?"'
-                         for fact, (_, kwargs) in zip(self.facts, parts))
+        # The parts run at once (each into its own file), then their outputs are printed in order.
+        started = " ".join(f'( ( {fact.command(**kwargs)} ) >"$d/{i}"; echo "$?" >"$d/{i}.rc" ) &'
+                           for i, (fact, (_, kwargs)) in enumerate(zip(self.facts, parts)))
+        return (f'd=$(mktemp -d) && {{ {started} wait; for i in {" ".join(map(str, range(len(parts))))}; '
+                f'do cat "$d/$i"; echo "{_PART_END} $(cat "$d/$i.rc")"; done; rm -rf "$d"; }}')
 
     def process(self, output):
         results, lines = [], []

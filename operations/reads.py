@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from pyinfra import host, logger
 
-from facts.batch import Batch
+from facts.batch import Batch, PartFailed
 from facts.containerd import ContainerdRestart, LabContainerd
 from facts.files import Files
 from facts.kube import ClusterUnanswered, KubeObjects
@@ -86,7 +86,10 @@ def _fill(want: str):
     reads.first = False
     if not parts:
         return
-    found = dict(zip(parts, host.get_fact(Batch, parts=tuple(parts.values()))))
+    answers = host.get_fact(Batch, parts=tuple(parts.values()))
+    if len(answers) != len(parts):
+        raise PartFailed(f"{host.name}: the batched read answered {len(answers)} of its {len(parts)} parts")
+    found = dict(zip(parts, answers))
     if "files" in found:
         reads.files, reads.covered = _answer(found["files"]), set(scope.files)
     if "cluster" in found:  # a cluster that does not answer is kept as such, for the caller to say
