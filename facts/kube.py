@@ -97,7 +97,9 @@ class ServerAnswer(FactBase):
     def process(self, output):
         if output[0] == "update-accepted":
             return self.default()
-        # its first line names the object and the field; a Pod's goes on with a diff of its spec
-        refused = next((line.removeprefix("refused ") for line in output if line.startswith("refused ")), "")
+        # the server's first line names the object and the field (a Pod's goes on with a diff of
+        # its spec); kubectl's own warnings come before it
+        said = [line.removeprefix("refused ") for line in output if line.startswith("refused ")]
+        refused = next((line for line in said if not line.startswith("Warning:")), "")
         created = [line for line in output if line.startswith("create ")]
         return {"refused": refused, "recreate": any("(AlreadyExists)" in line for line in created)}

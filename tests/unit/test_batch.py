@@ -41,3 +41,18 @@ def test_a_failed_part_is_its_exception_and_the_others_still_answer(tmp_path):
     assert isinstance(unanswered, ClusterUnanswered)
     assert "gpuop-no-such-context" in str(unanswered)  # kubectl's own words
     assert files[str(tmp_path / "a")]["text"] == "kept\n"
+
+
+def test_the_server_s_refusal_is_its_own_line_not_kubectl_s_warning():
+    from facts.kube import ServerAnswer
+
+    answer = ServerAnswer().process([
+        "refused Warning: resource runtimeclasses/nvidia is missing the kubectl.kubernetes.io/last-applied-configuration annotation",
+        'refused The RuntimeClass "nvidia" is invalid: handler: Invalid value: "nvidia": field is immutable',
+        'create Error from server (AlreadyExists): error when creating "runtimeclass.yaml": runtimeclasses.node.k8s.io "nvidia" already exists'])
+    assert answer == {"refused": 'The RuntimeClass "nvidia" is invalid: handler: Invalid value: "nvidia": field is immutable',
+                      "recreate": True}
+    invalid = ServerAnswer().process(['refused The Pod "x" is invalid: spec.containers: Required value',
+                                      'create The Pod "x" is invalid: spec.containers: Required value'])
+    assert invalid["recreate"] is False  # not valid as written: applied as it is, to fail in the open
+    assert ServerAnswer().process(["update-accepted"]) == {"refused": "", "recreate": False}
