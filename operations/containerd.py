@@ -57,10 +57,6 @@ class LabDaemon:
         return reads.containerd_changes(StringCommand(f"kill {pid}"))
 
 
-def _views() -> dict:
-    """The lab containerd as the run read it: ``{"loaded": ..., "restart": ...}`` (see ``reads``)."""
-    return reads.containerd()
-
 
 def _stop(daemon: LabDaemon, pid, timeout_s: int):
     """Stop the lab daemon running as ``pid`` (if any) and wait until it is gone."""
@@ -123,7 +119,7 @@ def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: 
         incident_daemon(daemon=LabDaemon(...), dropin_glob="/root/gpuop/etc/containerd/conf.d/*.toml",
                         aside="/root/gpuop/.gpuop/conf.d-aside")
     """
-    views = _views()
+    views = reads.containerd()
     if views["restart"] is None:  # the binary is not on this host
         if host.state.is_executing:
             logger.warning(f"{host.print_prefix}no containerd at {daemon.binary} on this host: the lab "
@@ -177,7 +173,7 @@ def stopped(daemon: LabDaemon, timeout_s: int = 120):
 
         stopped(daemon=LabDaemon(...))
     """
-    yield from _stop(daemon, _views()["loaded"]["pid"], timeout_s)
+    yield from _stop(daemon, reads.containerd()["loaded"]["pid"], timeout_s)
 
 
 @operation()
@@ -196,7 +192,7 @@ def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict):
 
         surviving_dropin(path=".../conf.d/99-nvidia.toml", daemon=LabDaemon(...), main_doc=main)
     """
-    restart = _views()["restart"]
+    restart = reads.containerd()["restart"]
     version = restart["version"] if restart else "unknown"
     yield from text._inner(path=path, content=tomli_w.dumps(repaired_dropin(version, main_doc)))
 
@@ -218,7 +214,7 @@ def restarted_into(daemon: LabDaemon, runtimes, timeout_s: int = 120):
         restarted_into(daemon=LabDaemon(...), runtimes=("runc", "nvidia"))
     """
     want = set(runtimes)
-    views = _views()
+    views = reads.containerd()
     seen, restart = views["loaded"], views["restart"]
     if seen["cri"] == "ok" and want <= set(seen["runtimes"]):
         return

@@ -150,8 +150,9 @@ def manifest(path: str, content: str, context: str = ""):
         manifest(path="/root/gpuop/k8s/gpu-pod.yaml", content=pod_yaml)
     """
     yield from text._inner(path=path, content=content, backup=False)
-    have = [live(ref(obj), obj["metadata"].get("namespace"), context) for obj in yaml.safe_load_all(content)]
-    if any(h is None or differences(obj, h) for obj, h in zip(yaml.safe_load_all(content), have)):
+    want = list(yaml.safe_load_all(content))
+    have = [live(ref(obj), obj["metadata"].get("namespace"), context) for obj in want]
+    if any(h is None or differences(obj, h) for obj, h in zip(want, have)):
         yield from applied(path, context, live_objects=any(h is not None for h in have))
 
 

@@ -16,7 +16,7 @@ they poll live. Planning and executing keep separate reads, so a plan's guesses 
 
 import fnmatch
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyinfra import host, logger
 
@@ -40,8 +40,7 @@ class _Scope:
 class _Reads:
     stage: object
     first: bool = True  # nothing read yet in this stage: the first ask reads everything
-    files: dict | None = None
-    covered: set = field(default_factory=set)  # the paths and globs ``files`` answers for
+    files: dict | None = None  # answers for the scope's paths and globs
     cluster: object = None  # list of objects, a ClusterUnanswered, or None (not read)
     containerd: dict | None = None  # {"loaded": ..., "restart": ...}
 
@@ -91,7 +90,7 @@ def _fill(want: str):
         raise PartFailed(f"{host.name}: the batched read answered {len(answers)} of its {len(parts)} parts")
     found = dict(zip(parts, answers))
     if "files" in found:
-        reads.files, reads.covered = _answer(found["files"]), set(scope.files)
+        reads.files = _answer(found["files"])
     if "cluster" in found:  # a cluster that does not answer is kept as such, for the caller to say
         cluster = found["cluster"]
         reads.cluster = cluster if isinstance(cluster, ClusterUnanswered) else _answer(cluster)
@@ -138,12 +137,8 @@ def objects(context: str = "") -> list:
 
         [o for o in objects("") if o["kind"] == "Node"]
     """
-    reads = _reads()
-    if reads.cluster is None:
-        _fill("cluster")
-    if isinstance(reads.cluster, ClusterUnanswered):
-        return _unanswered(reads.cluster)
-    return reads.cluster
+    answer = cluster_answer(context)
+    return _unanswered(answer) if isinstance(answer, ClusterUnanswered) else answer
 
 
 def cluster_answer(context: str = ""):
@@ -180,7 +175,7 @@ def containerd() -> dict:
 def wrote(path: str, text: str, mode: str):
     """A file the playbook wrote (or is about to, when planning): the files read says so."""
     reads = _reads()
-    if reads.files is not None and any(path == q or _matches(path, q) for q in reads.covered):
+    if reads.files is not None and any(path == q or _matches(path, q) for q in _SCOPES[host.name].files):
         reads.files[path] = {"mode": mode, "text": text}
     _config_touched(reads, path)
 

@@ -83,9 +83,16 @@ class _RunLock(BaseStateCallback):
     def __init__(self):
         self.wanted = {}  # host name -> (lock path, timeout)
         self.held = {}  # host -> lock path
+        self.ends = None  # the run's first and last operation, once operations run
+
+    def _end(self, state, which: int):
+        if self.ends is None:  # the order is fixed once execution starts: compute it once
+            order = state.get_op_order()
+            self.ends = (order[0], order[-1])
+        return self.ends[which]
 
     def operation_start(self, state, op_hash):
-        if op_hash != state.get_op_order()[0]:
+        if op_hash != self._end(state, 0):
             return
         failed = set()
         for host in list(state.inventory.get_active_hosts()):
@@ -98,7 +105,7 @@ class _RunLock(BaseStateCallback):
         state.fail_hosts(failed)
 
     def operation_end(self, state, op_hash):
-        if op_hash != state.get_op_order()[-1]:
+        if op_hash != self._end(state, 1):
             return
         for host, path in self.held.items():
             _run(host, f"rm -rf {shlex.quote(path)}")
