@@ -13,11 +13,14 @@ Per round and target: a fresh run from reset labs (timed with --debug, which cou
 commands), then a converged rerun and an audit (timed, then counted in a --debug run of their
 own). pyinfra's floor, an empty deploy with one `server.shell` of `true` on @local, is timed
 before each rerun, interleaved, since this machine is shared and absolute times drift.
-Prints one table of medians.
+Prints one table of medians, then where the CPU of the reruns and audits went: the controller's
+(pyinfra and, on @local, the commands it runs) and the whole machine's, whose difference over SSH
+is the lab hosts' side (sshd, sudo, kubectl, containerd, the API servers), here on the same cores.
 """
 
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -68,13 +71,26 @@ def heavy_rc(target_s=0.15):
     return f"# gpuop bench: a shell start-up that does real work\ni=0; while [ $i -lt {loops} ]; do i=$((i+1)); done\n"
 
 
+def busy_cpu_s():
+    """CPU seconds the whole machine has spent busy since boot (all cores, /proc/stat)."""
+    with open("/proc/stat") as f:
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s():
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def pyinfra(inventory, script, env, data=(), debug=False):
+    """(wall s, the run, its own CPU s with its children's, the machine's busy CPU s meanwhile)."""
     args = [PYINFRA, inventory, script, "-y", *(["--debug"] if debug else [])]
     for item in data:
         args += ["--data", item]
-    start = time.monotonic()
+    start, own, machine = time.monotonic(), children_cpu_s(), busy_cpu_s()
     result = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **env})
-    return time.monotonic() - start, result
+    return (time.monotonic() - start, result, children_cpu_s() - own, busy_cpu_s() - machine)
 
 
 def main(rounds):
@@ -114,7 +130,8 @@ def main(rounds):
                ("SSH /bin/sh user", PLAIN, ["lab-a"]), ("SSH /bin/sh user", PLAIN, list(LABS)),
                ("SSH root, heavy .bashrc", HEAVY, ["lab-a"]), ("SSH root, heavy .bashrc", HEAVY, list(LABS))]
     seen = {}  # (config index, what) -> [(seconds, commands per host)]
-    floors = []
+    cpu = {}  # (config index, what) -> [(controller CPU s, machine CPU s)]
+    floors, idle = [], []
 
     def record(i, what, seconds, commands, hosts):
         seen.setdefault((i, what), []).append((seconds, commands / hosts))
@@ -127,17 +144,21 @@ def main(rounds):
                     stop_daemons_under(roots[n])
                     shutil.rmtree(roots[n], ignore_errors=True)
                     reset_lab(context=f"kwok-{LABS[n]}")
-                t, fresh = pyinfra(inventory, "deploy.py", env, data, debug=True)
+                t, fresh, _, _ = pyinfra(inventory, "deploy.py", env, data, debug=True)
                 if fresh.returncode != 0:
                     raise SystemExit(fresh.stderr[-3000:])
                 record(i, "fresh", t, len(COMMAND.findall(fresh.stderr)), len(names))
                 floors.append(pyinfra("@local", floor, {})[0])
+                start, machine = time.monotonic(), busy_cpu_s()
+                time.sleep(1)  # the machine's own load meanwhile: the lab clusters, anything else
+                idle.append((busy_cpu_s() - machine) / (time.monotonic() - start))
                 for what, script, ok in (("rerun", "deploy.py", True), ("audit", "audit.py", False)):
-                    t, timed = pyinfra(inventory, script, env, data)
-                    _, counted = pyinfra(inventory, script, env, data, debug=True)
+                    t, timed, own, machine = pyinfra(inventory, script, env, data)
+                    counted = pyinfra(inventory, script, env, data, debug=True)[1]
                     if (timed.returncode == 0) != ok:
                         raise SystemExit(timed.stderr[-3000:])
                     record(i, what, t, len(COMMAND.findall(counted.stderr)), len(names))
+                    cpu.setdefault((i, what), []).append((own, machine))
                 print(f"round {r}: {label}, {len(names)} host(s) done", file=sys.stderr, flush=True)
     finally:
         for s in servers.values():
@@ -170,6 +191,13 @@ def main(rounds):
         for one, three in ((1, 2), (3, 4)):
             print(f"{what}, {configs[one][0]}: 3 hosts / 1 host "
                   f"{cell(three, what)[0] / cell(one, what)[0]:.2f}x (target <= 1.25)")
+    print(f"\nCPU seconds, medians; {os.cpu_count()} cores, busy {statistics.median(idle):.2f} of them "
+          "with no run (the lab clusters, anything else)")
+    print(f"{'target':<26}{'hosts':>6}{'rerun: pyinfra / all':>24}{'audit: pyinfra / all':>24}")
+    for i, (label, _, names) in enumerate(configs):
+        print(f"{label:<26}{len(names):>6}" + "".join(
+            f"{f'{statistics.median(o for o, _ in cpu[(i, w)]):.2f} / {statistics.median(m for _, m in cpu[(i, w)]):.2f}':>24}"
+            for w in ("rerun", "audit")))
 
 
 if __name__ == "__main__":

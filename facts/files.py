@@ -1,8 +1,11 @@
 """Facts about files on the target."""
 
 import base64
+import binascii
+import io
 import re
 import shlex
+import tarfile
 
 from pyinfra.api import FactBase
 
@@ -31,15 +34,24 @@ class Files(FactBase):
 
     def command(self, paths):
         targets = " ".join(_shell_glob(p) for p in paths)
-        # A header line (mode, path) then the body in base64, so any content survives intact.
+        # One tar of every file found, in base64 on one line: modes and any content survive intact,
+        # and the read costs two processes however many files there are (a stat and a base64 per
+        # file cost 80 ms of the target's CPU for the lab's twenty). A file gone between the test
+        # and tar is left out, as if it had never been there.
         return (
-            f'for f in {targets}; do [ -f "$f" ] || continue; '
-            'printf "%s %s\\n" "$(stat -c %a "$f")" "$f"; base64 -w0 "$f"; echo; done'
+            f'set --; for f in {targets}; do [ -f "$f" ] && set -- "$@" "$f"; done; '
+            '[ $# -eq 0 ] || { tar -czhPf - --no-recursion --ignore-failed-read -- "$@" | base64 -w0; echo; }'
         )
 
     def process(self, output):
         found = {}
-        for header, body in zip(output[::2], output[1::2]):
-            mode, path = header.split(" ", 1)
-            found[path] = {"mode": mode, "text": base64.b64decode(body).decode()}
+        try:
+            with tarfile.open(fileobj=io.BytesIO(base64.b64decode("".join(output))), mode="r:gz") as tar:
+                for member in tar:
+                    if member.isfile() or member.islnk():  # tar stores a file seen twice as a link
+                        found[member.name] = {"mode": format(member.mode & 0o7777, "o"),
+                                              "text": tar.extractfile(member).read().decode()}
+        except (tarfile.TarError, binascii.Error, EOFError) as e:
+            raise ValueError(f"the target's files came back unreadable ({e}): does it have GNU tar "
+                             "and base64?") from None
         return found

@@ -2,6 +2,8 @@
 
 import subprocess
 
+import pytest
+
 from pyinfra.api import FactBase
 
 from facts.batch import Batch, PartFailed
@@ -29,6 +31,22 @@ def test_each_part_gets_its_own_output(tmp_path):
     assert files == {str(tmp_path / "a.toml"): {"mode": "644", "text": "x = 1\n"},
                      str(tmp_path / "b.toml"): {"mode": "644", "text": ""}}
     assert missing == {}
+
+
+def test_files_keep_their_modes_follow_links_and_skip_directories(tmp_path):
+    script = tmp_path / "check.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    (tmp_path / "link.sh").symlink_to(script)
+    (tmp_path / "dir.sh").mkdir()
+    (files,) = run(((Files, {"paths": (str(tmp_path / "*.sh"),)}),))
+    assert files == {str(script): {"mode": "755", "text": "#!/bin/sh\nexit 0\n"},
+                     str(tmp_path / "link.sh"): {"mode": "755", "text": "#!/bin/sh\nexit 0\n"}}
+
+
+def test_files_that_come_back_unreadable_say_so():
+    with pytest.raises(ValueError, match="came back unreadable"):
+        Files().process(["bm90IGEgdGFy"])
 
 
 def test_a_failed_part_is_its_exception_and_the_others_still_answer(tmp_path):
