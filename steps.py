@@ -19,7 +19,7 @@ from gpuop.scheduling import pod_scheduled
 from gpuop.slots import replicas_of, sharing_config, slot_lines
 from operations import audit as audits
 from operations import containerd as lab_containerd
-from operations import incident, kube, reads, reports
+from operations import incident, kube, ordering, reads, reports
 from operations import preflight as checks
 from operations.files import text
 from operations.containerd import LabDaemon
@@ -28,6 +28,8 @@ from operations.runlock import hold_during_run
 from operations.summary import at_end
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+ordering.install()  # pyinfra's own operation order, read without a source file (operations/ordering.py)
 
 GPU_NAMESPACE = "gpu-lab"
 GPU_POD = "cuda-probe"
