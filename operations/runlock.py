@@ -16,6 +16,7 @@ import shlex
 import socket
 import time
 
+import gevent
 from pyinfra import logger
 from pyinfra.api.state import BaseStateCallback
 
@@ -43,6 +44,13 @@ def _holder_gone(holder: str) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def _each(hosts, fn) -> list:
+    """``fn(host)`` for every host at once, as pyinfra runs an operation (gevent), in order."""
+    running = [gevent.spawn(fn, host) for host in hosts]
+    gevent.joinall(running, raise_error=True)
+    return [g.value for g in running]
 
 
 def _run(host, command):
@@ -94,21 +102,16 @@ class _RunLock(BaseStateCallback):
     def operation_start(self, state, op_hash):
         if op_hash != self._end(state, 0):
             return
-        failed = set()
-        for host in list(state.inventory.get_active_hosts()):
-            if host.name in self.wanted:
-                path, timeout_s = self.wanted[host.name]
-                if _acquire(host, path, timeout_s):
-                    self.held[host] = path
-                else:
-                    failed.add(host)
-        state.fail_hosts(failed)
+        hosts = [h for h in state.inventory.get_active_hosts() if h.name in self.wanted]
+        # Every host's lock at once: one round trip of waiting however many hosts there are.
+        taken = _each(hosts, lambda host: _acquire(host, *self.wanted[host.name]))
+        self.held.update({h: self.wanted[h.name][0] for h, ok in zip(hosts, taken) if ok})
+        state.fail_hosts({h for h, ok in zip(hosts, taken) if not ok})
 
     def operation_end(self, state, op_hash):
         if op_hash != self._end(state, 1):
             return
-        for host, path in self.held.items():
-            _run(host, f"rm -rf {shlex.quote(path)}")
+        _each(list(self.held), lambda host: _run(host, f"rm -rf {shlex.quote(self.held[host])}"))
         self.held.clear()
 
 
