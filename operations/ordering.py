@@ -33,7 +33,9 @@ def operation_order(state) -> list:
         frames.append(frame)
         frame = frame.f_back
     frames.reverse()
-    start = 0  # as pyinfra does: without the deploy file in the stack, only the innermost frame
+    # As pyinfra does: no deploy file named, every frame; one named but not in the stack, only
+    # the innermost frame (the caller's, pyinfra's own, so none).
+    start = 0
     if state.current_deploy_filename:
         for start, frame in enumerate(frames):
             if frame.f_code.co_filename == state.current_deploy_filename:
