@@ -15,6 +15,7 @@ from gpuop import containerd
 from gpuop.cluster import allocatable_count, node_gpu_lines, rollout_lines
 from gpuop.knobs import KnobError, parse_knobs
 from gpuop.layout import Layout
+from gpuop.objects import of_kind
 from gpuop.scheduling import pod_scheduled
 from gpuop.slots import replicas_of, sharing_config, slot_lines
 from operations import audit as audits
@@ -23,7 +24,7 @@ from operations import incident, kube, ordering, reads, reports
 from operations import preflight as checks
 from operations.files import text
 from operations.containerd import LabDaemon
-from operations.kube import daemonset_and_pods, found, live, of_kind
+from operations.kube import daemonset_and_pods, found, live
 from operations.runlock import hold_during_run
 from operations.summary import at_end
 

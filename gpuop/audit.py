@@ -7,6 +7,7 @@ A finding is a gap between what was written and what is live; everything else th
 from .quantity import parse_quantity
 
 from .cluster import GPU, allocatable_count, rollout_complete, rollout_settled, rollout_status
+from .objects import of_kind
 from .scheduling import pod_scheduled, reasons, unschedulable
 from .slots import replicas_of
 
@@ -14,10 +15,6 @@ from .slots import replicas_of
 def _ref(obj):
     ns = obj["metadata"].get("namespace")
     return f"{ns}/{obj['metadata']['name']}" if ns else obj["metadata"]["name"]
-
-
-def _of_kind(objects, kind):
-    return [o for o in objects if o.get("kind") == kind]
 
 
 def _gpus_asked(pod) -> int:
@@ -74,11 +71,11 @@ def audit(runtime: dict, objects: list, time_slicing: dict) -> dict:
         -> [{"kind": "restart-takes-cri-down", ...}, {"kind": "handler-not-loaded", ...}, ...]
     """
     gaps, warnings = _runtime_gaps(runtime), []
-    pods = _of_kind(objects, "Pod")
+    pods = of_kind(objects, "Pod")
     loaded = runtime["loaded"]
 
     classes = []
-    for rc in _of_kind(objects, "RuntimeClass"):
+    for rc in of_kind(objects, "RuntimeClass"):
         users = [_ref(p) for p in pods if p["spec"].get("runtimeClassName") == rc["metadata"]["name"]]
         ok = rc["handler"] in loaded
         classes.append({"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": ok, "pods": users})
@@ -89,10 +86,10 @@ def audit(runtime: dict, objects: list, time_slicing: dict) -> dict:
                                    f"{', '.join(users) or 'none now'}"})
 
     ts_ref = time_slicing["configmap"]
-    cm = next((c for c in _of_kind(objects, "ConfigMap") if _ref(c) == ts_ref), None)
+    cm = next((c for c in of_kind(objects, "ConfigMap") if _ref(c) == ts_ref), None)
     replicas = replicas_of((cm or {}).get("data", {}).get("any", "")) if cm else None
     nodes = []
-    for node in _of_kind(objects, "Node"):
+    for node in of_kind(objects, "Node"):
         name = node["metadata"]["name"]
         advertised = allocatable_count(node)
         asked = sum(_gpus_asked(p) for p in pods if p["spec"].get("nodeName") == name and _active(p))
@@ -122,7 +119,7 @@ def audit(runtime: dict, objects: list, time_slicing: dict) -> dict:
                 pending.setdefault(reason, []).append(_ref(pod))
 
     daemonsets = []
-    for ds in _of_kind(objects, "DaemonSet"):
+    for ds in of_kind(objects, "DaemonSet"):
         status = rollout_status(ds, pods)
         stalled = rollout_settled(ds, pods) and not rollout_complete(ds)
         daemonsets.append({"name": _ref(ds), "desired": status["DESIRED"], "updated": status["UPDATED"],

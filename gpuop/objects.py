@@ -1,6 +1,17 @@
-"""Desired against live Kubernetes objects: which fields the playbook sets differ on the cluster."""
+"""Kubernetes objects as kubectl returns them: picking them out of a mixed read, and desired
+against live (which fields the playbook sets differ on the cluster)."""
 
 from .quantity import parse_quantity
+
+
+
+def of_kind(objects: list, kind: str, name: str | None = None) -> list:
+    """The objects of one kind (and name) among a mixed ``kubectl get`` result.
+
+        of_kind([{"kind": "Node", "metadata": {"name": "lab-node-0"}}, ...], "Node") -> [{"kind": "Node", ...}]
+    """
+    return [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+
 
 # Under these keys values are quantities: "1" and 1, or "0.5Gi" and "512Mi", are the same.
 _QUANTITY_PARENTS = {"limits", "requests", "capacity", "allocatable"}

@@ -57,7 +57,6 @@ class LabDaemon:
         return reads.containerd_changes(StringCommand(f"kill {pid}"))
 
 
-
 def _stop(daemon: LabDaemon, pid, timeout_s: int):
     """Stop the lab daemon running as ``pid`` (if any) and wait until it is gone."""
     if pid is None:

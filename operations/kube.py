@@ -8,17 +8,12 @@ from pyinfra.api import StringCommand, operation
 
 from facts.kube import KubeObjects, ServerAnswer, kubectl
 from gpuop.cluster import GPU, advertised, describe_rollout, rollout_complete, rollout_settled
-from gpuop.objects import differences
+from gpuop.objects import differences, of_kind
 from gpuop.scheduling import pod_scheduled
 
 from . import reads
 from .files import text
 from .poll import awaited, failure, until
-
-
-def of_kind(objects: list, kind: str, name: str | None = None) -> list:
-    """The objects of one kind (and name) among a mixed ``kubectl get`` result."""
-    return [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
 
 
 def _plural(kind: str) -> str:
@@ -51,7 +46,7 @@ def found(resources, namespace=None, context="", in_wait=False, all_namespaces=F
     if in_wait or not all(reads.in_scope(kind, context) for kind, _ in wanted):
         return host.get_fact(KubeObjects, resources=resources, namespace=namespace, context=context,
                              all_namespaces=all_namespaces, unanswered_raises=in_wait)
-    return [o for o in reads.objects(context)
+    return [o for o in reads.objects()
             if (all_namespaces or o["metadata"].get("namespace") in (None, namespace))
             and any(_plural(o["kind"].lower()) == kind and name in (None, o["metadata"]["name"])
                     for kind, name in wanted)]

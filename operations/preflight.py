@@ -24,7 +24,7 @@ def lab_reachable(nodes, context: str = ""):
         lab_reachable(nodes=("lab-node-0", "lab-node-1", "lab-node-2"))
     """
     where = f"context {context}" if context else "the current kubeconfig context"
-    answer = reads.cluster_answer(context)
+    answer = reads.cluster_answer()  # the declared scope's context: this one
     if isinstance(answer, ClusterUnanswered):
         why = "kubectl not found on PATH" if "kubectl: not found" in str(answer) else answer
         yield failure(f"preflight: the cluster of {where} is unreachable: {why}; nothing was changed")

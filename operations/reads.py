@@ -128,20 +128,21 @@ def files(paths) -> dict:
     return {p: f for p, f in reads.files.items() if any(p == q or _matches(p, q) for q in paths)}
 
 
-def objects(context: str = "") -> list:
+def objects() -> list:
     """
-    Every object of ``CLUSTER_KINDS`` in all namespaces: from the run's read, else read now. A
+    Every object of ``CLUSTER_KINDS`` in all namespaces of the context ``declare`` named: from the
+    run's read, else read now. A
     cluster that does not answer fails the host here, naming kubectl's words, and reads as empty.
 
     .. code:: python
 
-        [o for o in objects("") if o["kind"] == "Node"]
+        [o for o in objects() if o["kind"] == "Node"]
     """
-    answer = cluster_answer(context)
+    answer = cluster_answer()
     return _unanswered(answer) if isinstance(answer, ClusterUnanswered) else answer
 
 
-def cluster_answer(context: str = ""):
+def cluster_answer():
     """The cluster read as it is: its objects, or the ``ClusterUnanswered`` saying why not."""
     reads = _reads()
     if reads.cluster is None:

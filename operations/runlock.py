@@ -90,7 +90,7 @@ def _acquire(host, path, timeout_s) -> bool:
 class _RunLock(BaseStateCallback):
     def __init__(self):
         self.wanted = {}  # host name -> (lock path, timeout)
-        self.held = {}  # host -> lock path
+        self.held = set()  # hosts whose lock this run took
         self.ends = None  # the run's first and last operation, once operations run
 
     def _end(self, state, which: int):
@@ -105,13 +105,13 @@ class _RunLock(BaseStateCallback):
         hosts = [h for h in state.inventory.get_active_hosts() if h.name in self.wanted]
         # Every host's lock at once: one round trip of waiting however many hosts there are.
         taken = _each(hosts, lambda host: _acquire(host, *self.wanted[host.name]))
-        self.held.update({h: self.wanted[h.name][0] for h, ok in zip(hosts, taken) if ok})
+        self.held.update(h for h, ok in zip(hosts, taken) if ok)
         state.fail_hosts({h for h, ok in zip(hosts, taken) if not ok})
 
     def operation_end(self, state, op_hash):
         if op_hash != self._end(state, 1):
             return
-        _each(list(self.held), lambda host: _run(host, f"rm -rf {shlex.quote(self.held[host])}"))
+        _each(list(self.held), lambda host: _run(host, f"rm -rf {shlex.quote(self.wanted[host.name][0])}"))
         self.held.clear()
 
 

@@ -1,4 +1,4 @@
-from gpuop.objects import differences
+from gpuop.objects import differences, of_kind
 
 
 def test_only_fields_the_manifest_sets_count():
@@ -28,3 +28,12 @@ def test_lists_compare_item_by_item():
 
 def test_non_quantity_strings_are_not_coerced():
     assert differences({"data": {"n": "1"}}, {"data": {"n": 1}}) == ["data.n"]
+
+
+def test_of_kind_picks_one_kind_and_name_out_of_a_mixed_read():
+    read = [{"kind": "Node", "metadata": {"name": "lab-node-0"}},
+            {"kind": "Pod", "metadata": {"name": "cuda-probe", "namespace": "gpu-lab"}},
+            {"kind": "Node", "metadata": {"name": "lab-node-1"}}]
+    assert [o["metadata"]["name"] for o in of_kind(read, "Node")] == ["lab-node-0", "lab-node-1"]
+    assert of_kind(read, "Node", "lab-node-1") == [read[2]]
+    assert of_kind(read, "DaemonSet") == []
