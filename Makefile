@@ -4,17 +4,19 @@ VENV := .venv
 LAB ?= gpuop-lab
 PYTEST_ARGS ?=
 include lab/versions.env
-# The lab node's containerd: debian (the package's 1.6.20) or $(CONTAINERD2_VERSION) (built from its Go module).
+# The lab node's containerd: debian or 1.6.20 (Debian's package), or one of CONTAINERD_VERSIONS
+# (lab/versions.env), built from its Go module on first use.
 CONTAINERD ?= debian
-ifeq ($(CONTAINERD),debian)
+CONTAINERD_LIST := $(subst ",,$(CONTAINERD_VERSIONS))
+ifneq ($(filter $(CONTAINERD),debian 1.6.20),)
 CONTAINERD_DATA =
-else ifeq ($(CONTAINERD),$(CONTAINERD2_VERSION))
-CONTAINERD_DATA = --data containerd_binary=$$(lab/build.sh containerd2)/containerd
+else ifneq ($(filter $(CONTAINERD),$(CONTAINERD_LIST)),)
+CONTAINERD_DATA = --data containerd_binary=$$(lab/build.sh containerd $(CONTAINERD))/containerd
 else
-$(error CONTAINERD=$(CONTAINERD): expected debian or $(CONTAINERD2_VERSION))
+$(error CONTAINERD=$(CONTAINERD): expected debian, 1.6.20 or one of $(CONTAINERD_LIST))
 endif
 
-.PHONY: setup deps containerd2 lab-up lab-down lab-status test unit run fix audit bench
+.PHONY: setup deps containerds lab-up lab-down lab-status test unit run fix audit bench
 
 setup: $(VENV)/.installed
 
@@ -26,8 +28,8 @@ $(VENV)/.installed: requirements.txt
 deps:
 	@lab/deps.sh
 
-containerd2:
-	lab/build.sh containerd2 >/dev/null
+containerds:
+	lab/build.sh containerds
 
 lab-up:
 	@lab/lab.sh up $(LAB)
@@ -41,7 +43,7 @@ lab-status:
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-test: setup deps containerd2 lab-up
+test: setup deps containerds lab-up
 	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
 
 run: setup deps lab-up

@@ -9,7 +9,10 @@ it can gate a cron job or CI. Safe on any host, any time: it changes nothing in 
 from pyinfra import host
 
 import steps
+import target
+from operations import ordering
 
-lab, at = steps.checked_knobs(host)
+ordering.install()  # pyinfra's own operation order, read faster (operations/ordering.py)
+lab, at = target.checked(host)
 steps.reachable(lab)  # read-only: no run lock, but the cluster must answer
 steps.audit(lab, at)

@@ -12,8 +12,11 @@ from pyinfra import host
 
 import repair
 import steps
+import target
+from operations import ordering
 
-lab, at = steps.checked_knobs(host)  # every knob parsed and checked: a bad one stops the run here
+ordering.install()  # pyinfra's own operation order, read faster (operations/ordering.py)
+lab, at = target.checked(host)  # every knob parsed and checked: a bad one stops the run here
 steps.preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
 repair.preflight(lab)  # the lab's own containerd to restart; a toolkit request every node can take
 repair.runtime(lab, at)  # 1. a drop-in that survives the merge; restart once, if the forecast is ok

@@ -4,6 +4,7 @@ healthy GPU node, decided from live facts, proven by the audit."""
 import tomli_w
 from pyinfra.api import deploy
 
+import manifests
 import steps
 from gpuop import containerd
 from gpuop.layout import Layout
@@ -11,6 +12,7 @@ from operations import containerd as lab_containerd
 from operations import kube
 from operations import preflight as checks
 from operations.files import text
+from target import lab_daemon
 
 NODE_RUNTIMES = ("runc", "nvidia")  # what a healthy GPU node's containerd holds
 
@@ -26,7 +28,7 @@ def preflight(lab):
 
 @deploy("Repair 1: a drop-in containerd keeps whole, loaded by one restart")
 def runtime(lab, at: Layout):
-    daemon = steps.lab_daemon(lab, at)
+    daemon = lab_daemon(lab, at)
     main = containerd.main_config(at.dropin_glob)
     text(name="config.toml", path=at.main_config, content=tomli_w.dumps(main))
     lab_containerd.surviving_dropin(name="conf.d/99-nvidia.toml, as this containerd's merge keeps it",
@@ -38,22 +40,22 @@ def runtime(lab, at: Layout):
 @deploy("Repair 2: the GPU Pod runs with RuntimeClass nvidia, its handler loaded")
 def gpu_pod(lab, at: Layout):
     ctx = lab.kube_context
-    kube.namespace(name=f"Namespace {steps.GPU_NAMESPACE}", namespace_name=steps.GPU_NAMESPACE,
+    kube.namespace(name=f"Namespace {manifests.GPU_NAMESPACE}", namespace_name=manifests.GPU_NAMESPACE,
                    context=ctx, timeout_s=lab.wait_timeout_s)
-    steps.runtime_class_and_pod_manifests(lab, at)
+    steps.gpu_objects(lab, at)
     kube.node_gpus(name=f"{lab.gpu_node} advertises {lab.gpu_count} GPUs", node=lab.gpu_node,
                    count=lab.gpu_count, context=ctx)
-    kube.pod_running(name="The GPU Pod runs", pod=steps.GPU_POD, namespace=steps.GPU_NAMESPACE,
+    kube.pod_running(name="The GPU Pod runs", pod=manifests.GPU_POD, namespace=manifests.GPU_NAMESPACE,
                      context=ctx, timeout_s=lab.wait_timeout_s)
 
 
 @deploy("Repair 3: the toolkit upgrade, asking memory every node has")
 def toolkit(lab, at: Layout):
     ctx = lab.kube_context
-    kube.namespace(name=f"Namespace {steps.OPERATOR_NAMESPACE}", namespace_name=steps.OPERATOR_NAMESPACE,
+    kube.namespace(name=f"Namespace {manifests.OPERATOR_NAMESPACE}", namespace_name=manifests.OPERATOR_NAMESPACE,
                    context=ctx, timeout_s=lab.wait_timeout_s)
     kube.manifest(name=f"toolkit-ds.yaml: the upgrade asking {lab.toolkit_memory_fix}",
                   path=at.manifest("toolkit-ds.yaml"), context=ctx,
-                  content=steps.toolkit_manifest(lab, lab.toolkit_version_upgrade, lab.toolkit_memory_fix))
-    kube.daemonset_ready(name="Every node runs a Ready upgraded toolkit Pod", daemonset=steps.TOOLKIT,
-                         namespace=steps.OPERATOR_NAMESPACE, context=ctx, timeout_s=lab.wait_timeout_s)
+                  content=manifests.toolkit(lab, lab.toolkit_version_upgrade, lab.toolkit_memory_fix))
+    kube.daemonset_ready(name="Every node runs a Ready upgraded toolkit Pod", daemonset=manifests.TOOLKIT,
+                         namespace=manifests.OPERATOR_NAMESPACE, context=ctx, timeout_s=lab.wait_timeout_s)

@@ -1,89 +1,41 @@
-"""The incident's eight steps, each a named deploy (see deploy.py for the runbook order)."""
+"""The incident's eight steps, and the audit's, each a named deploy (see deploy.py for the
+runbook order)."""
 
 import os
-import posixpath
 import shlex
 
 import tomli_w
 import yaml
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import DeployError
-from pyinfra.api.util import get_template
 
+import manifests
 from gpuop import containerd
 from gpuop.cluster import allocatable_count, node_gpu_lines, rollout_lines
-from gpuop.knobs import KnobError, parse_knobs
 from gpuop.layout import Layout
 from gpuop.objects import of_kind
 from gpuop.scheduling import pod_scheduled
 from gpuop.slots import replicas_of, sharing_config, slot_lines
+from manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, REPORTS,
+                       RUNTIME_CLASS, TIME_SLICING, TOOLKIT, manifest)
 from operations import audit as audits
 from operations import containerd as lab_containerd
-from operations import incident, kube, ordering, reads, reports
+from operations import incident, kube, reports
 from operations import preflight as checks
 from operations.files import text
-from operations.containerd import LabDaemon
-from operations.kube import daemonset_and_pods, found, live
+from operations.kube import daemonset_and_pods, found, live_object
 from operations.runlock import hold_during_run
 from operations.summary import at_end
+from target import lab_daemon
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-ordering.install()  # pyinfra's own operation order, read without a source file (operations/ordering.py)
 
-GPU_NAMESPACE = "gpu-lab"
-GPU_POD = "cuda-probe"
-RUNTIME_CLASS = "nvidia"
-OPERATOR_NAMESPACE = "gpu-operator"
-TIME_SLICING = "time-slicing-config"
-TOOLKIT = "nvidia-container-toolkit"
-
-
-def manifest(name: str, **values) -> str:
-    """A manifest or script rendered from templates/<name>.j2."""
-    return get_template(os.path.join(HERE, "templates", name + ".j2")).render(**values)
-
-
-def gpu_pod_manifest() -> str:
-    return manifest("gpu-pod.yaml", pod=GPU_POD, namespace=GPU_NAMESPACE, runtime_class=RUNTIME_CLASS)
-
-
-def runtime_class_and_pod_manifests(lab, at: Layout):
+def gpu_objects(lab, at: Layout):
     """The RuntimeClass nvidia and the GPU Pod that names it, applied where they differ."""
-    runtime_class = manifest("runtimeclass.yaml", runtime_class=RUNTIME_CLASS, handler="nvidia")
-    for file_name, content in (("runtimeclass.yaml", runtime_class), ("gpu-pod.yaml", gpu_pod_manifest())):
+    for file_name, content in (("runtimeclass.yaml", manifests.runtime_class()),
+                               ("gpu-pod.yaml", manifests.gpu_pod())):
         kube.manifest(name=file_name, path=at.manifest(file_name), content=content, context=lab.kube_context)
-
-
-def toolkit_manifest(lab, version: str, memory: str) -> str:
-    return manifest("toolkit-ds.yaml", daemonset=TOOLKIT, namespace=OPERATOR_NAMESPACE,
-                    image=f"{lab.toolkit_image}:{version}", memory=memory,
-                    max_unavailable=lab.max_unavailable)
-
-
-def lab_daemon(lab, at: Layout):
-    """The lab node's own containerd daemon, or None where the knobs say the lab runs none."""
-    if not lab.containerd_binary:
-        return None
-    return LabDaemon(binary=lab.containerd_binary, crictl=lab.crictl_binary, config=at.main_config,
-                     socket=at.containerd_socket, state=at.containerd_state,
-                     root=at.containerd_root, pidfile=at.containerd_pid, log=at.containerd_log)
-
-
-def checked_knobs(host):
-    """The host's knobs, parsed and checked, and its layout; a bad knob stops the run before
-    anything is changed, naming the host, the key, the value and what was expected. What the
-    run reads of the host is declared here, to be read in one round trip (see operations.reads)."""
-    try:
-        lab = parse_knobs(host.data)
-    except KnobError as bad:
-        raise DeployError(f"{host.name}: {bad} (nothing was changed)") from None
-    at = Layout(lab.gpuop_root)
-    lab_files = (*at.owned_files(MANIFESTS, REPORTS), at.report("audit.json"), at.dropin_glob,
-                 posixpath.join(at.dropins_aside, "*"))
-    reads.declare(host, files=lab_files, context=lab.kube_context, daemon=lab_daemon(lab, at))
-    return lab, at
 
 
 @deploy("Preflight")
@@ -94,17 +46,13 @@ def preflight(lab):
                               binary=lab.containerd_binary, crictl=lab.crictl_binary)
 
 
-REPORTS = ("merge.txt", "restart.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
-MANIFESTS = ("runtimeclass.yaml", "gpu-pod.yaml", "time-slicing.yaml", "toolkit-ds.yaml")
-
-
 @deploy("Replay: reset the lab to before step 1")
 def reset_lab(lab, at: Layout):
     incident.reset(name="Remove the incident's files, objects and GPU advertisements",
                    files=at.owned_files(MANIFESTS, REPORTS),
                    namespaces=[GPU_NAMESPACE, OPERATOR_NAMESPACE],
                    cluster_objects=[f"runtimeclass/{RUNTIME_CLASS}"], nodes=lab.lab_nodes,
-                   context=lab.kube_context)
+                   context=lab.kube_context, timeout_s=lab.wait_timeout_s)
     daemon = lab_daemon(lab, at)
     if daemon:
         lab_containerd.stopped(name="Stop the lab containerd", daemon=daemon,
@@ -148,21 +96,21 @@ def check_script(lab, at: Layout):
 @deploy("Step 5: RuntimeClass and a GPU Pod that cannot schedule")
 def runtime_class_and_pod(lab, at: Layout):
     ctx, timeout = lab.kube_context, lab.wait_timeout_s
-    pod = gpu_pod_manifest()
+    pod = manifests.gpu_pod()
     inputs = {"nodes": lab.lab_nodes, "pod": pod}
     report, stamp = at.report("unscheduled.txt"), at.stamp("unscheduled.txt")
 
     incident.before_pending_pod(name="Rewind to before the GPU Pod, if its moment must be seen again",
                                 report=report, stamp=stamp, inputs=inputs, pod_manifest=pod,
-                                nodes=lab.lab_nodes, context=ctx)
+                                nodes=lab.lab_nodes, context=ctx, timeout_s=timeout)
     kube.namespace(name=f"Namespace {GPU_NAMESPACE}", namespace_name=GPU_NAMESPACE, context=ctx,
                    timeout_s=timeout)
-    runtime_class_and_pod_manifests(lab, at)
+    gpu_objects(lab, at)
     kube.pod_scheduling_decided(name="Scheduler's decision on the GPU Pod", pod=GPU_POD,
                                 namespace=GPU_NAMESPACE, context=ctx, timeout_s=timeout)
 
     def unscheduled():
-        cond = pod_scheduled(live(f"pod/{GPU_POD}", GPU_NAMESPACE, ctx) or {}) or {}
+        cond = pod_scheduled(live_object(f"pod/{GPU_POD}", GPU_NAMESPACE, ctx) or {}) or {}
         if cond.get("status") != "False":
             raise reports.Unobservable(f"Pod {GPU_NAMESPACE}/{GPU_POD} is not Pending on scheduling "
                                        f"(PodScheduled: {cond.get('status', 'unset')})")
@@ -218,8 +166,8 @@ def time_slicing(lab, at: Layout):
 @deploy("Step 8: a toolkit upgrade that stalls on memory")
 def toolkit_rollout(lab, at: Layout):
     ctx, timeout = lab.kube_context, lab.wait_timeout_s
-    initial = toolkit_manifest(lab, lab.toolkit_version_initial, lab.toolkit_memory_initial)
-    upgrade = toolkit_manifest(lab, lab.toolkit_version_upgrade, lab.toolkit_memory_upgrade)
+    initial = manifests.toolkit(lab, lab.toolkit_version_initial, lab.toolkit_memory_initial)
+    upgrade = manifests.toolkit(lab, lab.toolkit_version_upgrade, lab.toolkit_memory_upgrade)
     inputs = {"nodes": lab.lab_nodes, "initial": initial, "upgrade": upgrade}
     path = at.manifest("toolkit-ds.yaml")
     report, stamp = at.report("rollout.txt"), at.stamp("rollout.txt")

@@ -14,60 +14,82 @@ from pyinfra.api import FactBase
 
 from gpuop.containerd import binary_version, cri_runtimes, restart_forecast, unreadable_config
 
+_DAEMONS = "--- daemons"
 _CRI = "--- cri"
 _DUMP_FAILED = "--- dump failed"
+CRICTL_DEADLINE_S = 10  # crictl's own --timeout is 3 s; this ends one that still hangs
+DUMP_DEADLINE_S = 30  # `containerd config dump` parses files: it has no reason to take longer
+
+
+def holds_root(args: list, root: str) -> bool:
+    """Whether a command line is a containerd daemon's on ``root`` (``--root ROOT``).
+
+        holds_root(["containerd", "--config", "c.toml", "--root", "/r/var/lib/containerd"], "/r/var/lib/containerd") -> True
+    """
+    return any(a == "--root" and b == root for a, b in zip(args, args[1:]))
 
 
 class LabContainerd(FactBase):
     """
-    The lab's containerd daemon (the process whose pid file and socket are the lab's own) and the
-    runtime handlers it holds, asked through CRI with ``crictl info``: the *loaded* view. ``cri``
-    is ``ok``, or ``down`` when nothing answers on the socket (the daemon is not running, or it
-    runs without its CRI plugin), with crictl's own words in ``error``.
+    The lab's containerd daemons and the runtime handlers the lab's socket serves, asked through
+    CRI with ``crictl info``: the *loaded* view. A daemon is whatever process runs with the lab's
+    ``--root`` on its command line, whatever a pid file says: a daemon whose pid file was lost, or
+    whose root was removed under it, is still found. ``cri`` is ``ok``, or ``down`` when nothing
+    answers on the socket within the deadline (no daemon, one without its CRI plugin, one that is
+    stopped or hung), with crictl's own words in ``error``.
 
     .. code:: python
 
         host.get_fact(LabContainerd, pidfile="/root/gpuop/run/containerd.pid",
-                      socket="/root/gpuop/run/containerd/containerd.sock")
-        {"pid": 4167, "last_pid": 4167, "exe": "/usr/bin/containerd",
-         "args": ["containerd", "--config", ...], "cri": "ok", "runtimes": ["runc"],
-         "default_runtime": "runc", "error": "", "crictl": True}
+                      socket="/root/gpuop/run/containerd/containerd.sock",
+                      root="/root/gpuop/var/lib/containerd")
+        {"daemons": [{"pid": 4167, "state": "S", "exe": "/usr/bin/containerd",
+                      "args": ["/usr/bin/containerd", "--config", ...]}],
+         "pid": 4167, "last_pid": 4167, "exe": "/usr/bin/containerd", "args": [...],
+         "cri": "ok", "runtimes": ["runc"], "default_runtime": "runc", "error": "", "crictl": True}
 
-    ``pid`` is None unless the lab daemon runs; ``last_pid`` is what its pid file says (None when
-    the lab never started one), so a daemon that died can be told from one never started.
-    ``crictl`` is False when there is no crictl to ask with.
+    ``pid``, ``exe`` and ``args`` are the daemon's when exactly one holds the root (None and empty
+    otherwise); ``state`` is the kernel's (``T``: stopped). ``last_pid`` is what the pid file (a
+    cache) says, None when the lab never started one. ``crictl`` is False when there is no crictl.
     """
 
     @staticmethod
     def default():
-        return {"pid": None, "last_pid": None, "exe": "", "args": [], "cri": "down", "runtimes": [],
-                "default_runtime": "", "error": "not asked", "crictl": True}
+        return {"daemons": [], "pid": None, "last_pid": None, "exe": "", "args": [], "cri": "down",
+                "runtimes": [], "default_runtime": "", "error": "not asked", "crictl": True}
 
-    def command(self, pidfile, socket, crictl="crictl"):
-        # The pid counts only while its process still serves the lab's socket (a pid is reused).
-        pid = shlex.quote(pidfile)
+    def command(self, pidfile, socket, root, crictl="crictl"):
+        self.root = root  # pyinfra calls process() on this same instance
+        # grep -z reads each /proc/PID/cmdline as NUL-separated arguments: one process finds every
+        # candidate (grep itself is one; process() keeps only `--root ROOT`). Per candidate: pid,
+        # kernel state, command line, binary (last: it may end in " (deleted)").
         return (
-            f'pid=$(cat {pid} 2>/dev/null); echo "$pid"; '
-            f'if [ -n "$pid" ] && tr "\\0" "\\n" </proc/"$pid"/cmdline 2>/dev/null '
-            f'| grep -qxF -- {shlex.quote(socket)}; then '
-            'echo "$pid"; readlink /proc/"$pid"/exe; tr "\\0" "\\n" </proc/"$pid"/cmdline | base64 -w0; echo; '
-            'else echo; echo; echo; fi; '
-            f'echo {_CRI}; '
-            f'{shlex.quote(crictl)} --config /dev/null --runtime-endpoint unix://{shlex.quote(socket)} '
-            '--timeout 3s info 2>&1; echo "$?"'
+            f'echo "$(cat {shlex.quote(pidfile)} 2>/dev/null)"; echo {_DAEMONS}; '
+            f'for f in $(grep -lxzF -- {shlex.quote(root)} /proc/[0-9]*/cmdline 2>/dev/null); do '
+            'p=${f%/cmdline}; a=$(base64 -w0 <"$f" 2>/dev/null); [ -n "$a" ] || continue; '
+            'echo "${p#/proc/} $(sed \'s/.*) //; s/ .*//\' "$p/stat" 2>/dev/null) $a $(readlink "$p/exe")"; '
+            f'done; echo {_CRI}; '
+            f'timeout -k 2 {CRICTL_DEADLINE_S} {shlex.quote(crictl)} --config /dev/null '
+            f'--runtime-endpoint unix://{shlex.quote(socket)} --timeout 3s info 2>&1; echo "$?"'
         )
 
     def process(self, output):
-        last, pid, exe, args = (line.strip() for line in output[:4])
-        cri_at = output.index(_CRI)
-        answer, status = "\n".join(output[cri_at + 1:-1]), output[-1].strip()
-        found = {"pid": int(pid) if pid else None, "last_pid": int(last) if last.isdigit() else None,
-                 "exe": exe,
-                 "args": base64.b64decode(args).decode().split("\n")[:-1] if args else [],
-                 "crictl": status != "127"}
+        last = output[0].strip()
+        at_daemons, at_cri = output.index(_DAEMONS), output.index(_CRI)
+        daemons = []
+        for line in output[at_daemons + 1:at_cri]:
+            pid, state, args, *exe = line.split(" ", 3)
+            args = base64.b64decode(args).decode(errors="replace").split("\0")[:-1]
+            daemons.append({"pid": int(pid), "state": state, "args": args, "exe": " ".join(exe)})
+        daemons = [d for d in daemons if holds_root(d["args"], self.root)]
+        one = daemons[0] if len(daemons) == 1 else {"pid": None, "exe": "", "args": []}
+        answer, status = "\n".join(output[at_cri + 1:-1]), output[-1].strip()
+        found = {"daemons": daemons, "pid": one["pid"], "exe": one["exe"], "args": one["args"],
+                 "last_pid": int(last) if last.isdigit() else None, "crictl": status != "127"}
         if status != "0":
-            return {**found, "cri": "down", "runtimes": [], "default_runtime": "",
-                    "error": answer.strip().splitlines()[-1] if answer.strip() else f"exit {status}"}
+            error = (f"crictl did not answer within {CRICTL_DEADLINE_S}s" if status in ("124", "137")
+                     else answer.strip().splitlines()[-1] if answer.strip() else f"exit {status}")
+            return {**found, "cri": "down", "runtimes": [], "default_runtime": "", "error": error}
         runtimes, default = cri_runtimes(json.loads(answer))
         return {**found, "cri": "ok", "runtimes": runtimes, "default_runtime": default, "error": ""}
 
@@ -93,10 +115,12 @@ class ContainerdRestart(FactBase):
 
     def command(self, binary, config):
         b, c = shlex.quote(binary), shlex.quote(config)
-        return (f"if [ -x {b} ]; then {b} --version; "
-                f"{b} --config {c} config dump 2>/dev/null || "
-                f"{{ echo {shlex.quote(_DUMP_FAILED)}; {b} --config {c} config dump 2>&1 | tail -n 3; }}; "
-                "fi")
+        dump = f"timeout -k 2 {DUMP_DEADLINE_S} {b} --config {c} config dump"
+        # A dump that fails is asked again for its words; one that hung is not asked twice.
+        return (f"if [ -x {b} ]; then timeout -k 2 {DUMP_DEADLINE_S} {b} --version; "
+                f"{dump} 2>/dev/null || {{ rc=$?; echo {shlex.quote(_DUMP_FAILED)}; "
+                f'if [ "$rc" -ge 124 ]; then echo "config dump did not answer within {DUMP_DEADLINE_S}s"; '
+                f"else {dump} 2>&1 | tail -n 3; fi; }}; fi")
 
     def process(self, output):
         version, body = binary_version(output[0]), output[1:]

@@ -12,7 +12,7 @@ from pyinfra.api import FactBase
 _GLOB = re.compile(r"([*?])")
 
 
-def _shell_glob(pattern: str) -> str:
+def shell_glob(pattern: str) -> str:
     """Quote a path for the shell but leave ``*`` and ``?`` to expand on the target."""
     return "".join(p if _GLOB.fullmatch(p) else shlex.quote(p) for p in _GLOB.split(pattern) if p)
 
@@ -33,7 +33,7 @@ class Files(FactBase):
         return {}
 
     def command(self, paths):
-        targets = " ".join(_shell_glob(p) for p in paths)
+        targets = " ".join(shell_glob(p) for p in paths)
         # One tar of every file found, in base64 on one line: modes and any content survive intact,
         # and the read costs two processes however many files there are (a stat and a base64 per
         # file cost 80 ms of the target's CPU for the lab's twenty). A file gone between the test

@@ -6,13 +6,21 @@ import shlex
 from pyinfra.api import FactBase
 
 
-def kubectl(context: str, *args) -> str:
-    """A kubectl command line, pinned to a kubeconfig context when one is given.
+REQUEST_TIMEOUT_S = 10  # each request kubectl makes to the API server
+KUBECTL_DEADLINE_S = 30  # a whole kubectl call (discovery and retries included), unless it waits
 
-        kubectl("kwok-gpuop-lab", "get", "nodes") -> "kubectl --context kwok-gpuop-lab get nodes"
+
+def kubectl(context: str, *args, deadline_s: int = KUBECTL_DEADLINE_S) -> str:
+    """A kubectl command line, pinned to a kubeconfig context when one is given, that cannot
+    outlast its deadline: each request ends after ``REQUEST_TIMEOUT_S``, the whole call after
+    ``deadline_s`` (it exits 124 then).
+
+        kubectl("kwok-gpuop-lab", "get", "nodes")
+        -> "timeout -k 2 30 kubectl --context kwok-gpuop-lab --request-timeout=10s get nodes"
     """
     pinned = ("--context", context) if context else ()
-    return shlex.join(("kubectl", *pinned, *args))
+    return shlex.join(("timeout", "-k", "2", str(deadline_s), "kubectl", *pinned,
+                       f"--request-timeout={REQUEST_TIMEOUT_S}s", *args))
 
 
 class ClusterUnanswered(Exception):
@@ -52,10 +60,12 @@ class KubeObjects(FactBase):
         args += ["--all-namespaces"] if all_namespaces else []
         if not unanswered_raises:
             return kubectl(context, *args, "--output", "json", "--ignore-not-found")
-        # a hung API server must not outlast a wait
-        get = kubectl(context, *args, "--output", "json", "--ignore-not-found", "--request-timeout=10s")
+        get = kubectl(context, *args, "--output", "json", "--ignore-not-found")
         # stdout (the JSON) passes through fd 3; stderr is kept to report a failure in words
-        return f"{{ err=$({get} 2>&1 >&3); }} 3>&1 || printf '{UNANSWERED} %s\\n' \"$err\""
+        late = f"kubectl gave no answer within {KUBECTL_DEADLINE_S}s"
+        return (f"{{ err=$({get} 2>&1 >&3); }} 3>&1 || {{ rc=$?; "
+                f'case $rc in 124|137) err="{late}${{err:+ (it said: $err)}}";; esac; '
+                f"printf '{UNANSWERED} %s\\n' \"${{err:-kubectl exited $rc}}\"; }}")
 
     def process(self, output):
         for at, line in enumerate(output):

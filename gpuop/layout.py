@@ -2,6 +2,16 @@
 
 import posixpath
 from dataclasses import dataclass
+from datetime import datetime
+
+
+def backup_of(path: str) -> str:
+    """Where a file the playbook replaces is kept: beside it, named for this moment. ``path`` may
+    be a shell word (``$t``): the name is only appended.
+
+        backup_of("/root/gpuop/bin/check-runtime.sh") -> ".../check-runtime.sh.gpuop-bak.20261201T081500.123456"
+    """
+    return f"{path}.gpuop-bak.{datetime.now():%Y%m%dT%H%M%S.%f}"
 
 
 @dataclass(frozen=True)

@@ -21,4 +21,5 @@ crictl_binary = "crictl"  # asks the lab containerd what it holds, through CRI
 loaded_runtimes_observed = "runc"  # step 3: handlers the node's containerd held on the incident day, "recorded", used only where no lab containerd runs
 kube_context = ""  # kubeconfig context on the target; empty: its current context
 wait_timeout_s = 180  # longest wait for any live condition (scheduling, Ready Pods, the stall)
+_timeout = 120  # pyinfra's deadline on each command sent to a target (a stalled SSH link or shell); kubectl, crictl and containerd calls have shorter ones of their own on the target, and a delete that waits gets wait_timeout_s more
 replay = False  # true: reset the lab to before step 1 (owned files, objects, GPU advertisements) and replay it all

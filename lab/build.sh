@@ -4,7 +4,8 @@
 #   lab/build.sh [cluster]  kube-apiserver, -controller-manager, -scheduler, kubectl, etcd, kwok, kwokctl
 #                           -> ~/.cache/gpuop-lab/k8s-1.36.3_kwok-0.8.0_etcd-3.6.8/bin
 #   lab/build.sh crictl     -> ~/.cache/gpuop-lab/cri-tools-1.37.0/bin
-#   lab/build.sh containerd2 (containerd 2.x for the lab node) -> ~/.cache/gpuop-lab/containerd-2.4.2/bin
+#   lab/build.sh containerd V (a containerd of CONTAINERD_VERSIONS for the lab node) -> ~/.cache/gpuop-lab/containerd-V/bin
+#   lab/build.sh containerds (every one of them; prints nothing)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
 # cache, whose tail is printed only when a build fails.
 set -euo pipefail
@@ -14,11 +15,20 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
+usage="usage: $0 [cluster|crictl|containerd VERSION|containerds]; VERSION one of: $CONTAINERD_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 crictl) cache=$cache_root/cri-tools-$CRICTL_VERSION ;;
-containerd2) cache=$cache_root/containerd-$CONTAINERD2_VERSION ;;
-*) echo "usage: $0 [cluster|crictl|containerd2]" >&2; exit 2 ;;
+containerd)
+  containerd_version=${2:-}
+  [[ " $CONTAINERD_VERSIONS " == *" $containerd_version "* ]] || { echo "$usage" >&2; exit 2; }
+  cache=$cache_root/containerd-$containerd_version
+  ;;
+containerds)
+  for v in $CONTAINERD_VERSIONS; do "$0" containerd "$v" >/dev/null; done
+  exit 0
+  ;;
+*) echo "$usage" >&2; exit 2 ;;
 esac
 bin=$cache/bin
 mkdir -p "$bin"
@@ -91,11 +101,16 @@ build_crictl() {
     "sigs.k8s.io/cri-tools/cmd/crictl@v$CRICTL_VERSION"
 }
 
-build_containerd2() {
-  # cgo on, as containerd's own release builds; no_btrfs: no btrfs headers needed.
-  CGO_ENABLED=1 GOBIN=$bin go install -trimpath -tags no_btrfs \
-    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD2_VERSION" \
-    "github.com/containerd/containerd/v2/cmd/containerd@v$CONTAINERD2_VERSION"
+build_containerd() {
+  # Through a wrapper module for every version: `go install` refuses 1.7.15+ and 2.0.2-2.2.0,
+  # whose go.mod has `exclude`. cgo on, as containerd's own release builds; no_btrfs: no btrfs
+  # headers needed. The version is stamped as containerd's release builds stamp it.
+  local v=$containerd_version mod=github.com/containerd/containerd
+  [ "${v%%.*}" -ge 2 ] && mod=$mod/v2
+  cd "$(wrapper "containerd-$v")"
+  go get "$mod@v$v"
+  CGO_ENABLED=1 go build -trimpath -tags no_btrfs -ldflags "-s -w -X $mod/version.Version=v$v" \
+    -o "$bin/containerd" "$mod/cmd/containerd"
 }
 
 case $component in
@@ -106,7 +121,7 @@ cluster)
     built "Kubernetes v$K8S_VERSION (apiserver, controller-manager, scheduler, kubectl)" build_kubernetes
   ;;
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
-containerd2) have_all containerd || built "containerd v$CONTAINERD2_VERSION" build_containerd2 ;;
+containerd) have_all containerd || built "containerd v$containerd_version" build_containerd ;;
 esac
 rm -rf "$cache/src"
 echo "$bin"

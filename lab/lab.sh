@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The lab cluster: a real control plane started by kwokctl (binary runtime) with three fake nodes.
-#   lab/lab.sh up [NAME]      start or reuse cluster NAME (default gpuop-lab); make its context current
-#   lab/lab.sh down [NAME]    stop it and remove its state
-#   lab/lab.sh status [NAME]  say what runs
+#   lab/lab.sh up [NAME]      start or reuse cluster NAME (default gpuop-lab), starting any of its
+#                             components that is not running, and wait until it works; make its context current
+#   lab/lab.sh down [NAME]    stop it, every lab containerd daemon, and remove its state
+#   lab/lab.sh status [NAME]  say what runs, from the processes (exit 3 when a component is not running)
 # Environment: LAB_NODES (default "lab-node-0 lab-node-1 lab-node-2"), LAB_BIN_LINK (directory that
 # gets kubectl and crictl symlinks, default /usr/local/bin; empty to skip).
 set -euo pipefail
@@ -19,6 +20,54 @@ crictl_bin=$("$here/build.sh" crictl)
 export PATH=$bin:$PATH
 # shellcheck source=versions.env
 . "$here/versions.env"
+
+cluster_dir=$HOME/.kwok/clusters/$name
+COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok-controller"
+
+# The kernel's state of a process (S, R, T: stopped, Z: a zombie), nothing when it is gone.
+proc_state() { sed 's/.*) //; s/ .*//' "/proc/$1/stat" 2>/dev/null || true; }
+
+# component_pid C: the pid of component C (kwokctl's pids/C.pid, its binary bin/C) while its
+# process runs: not a zombie, its own binary (a pid file outlives its process, a pid is reused).
+component_pid() {
+  local pid state argv0
+  pid=$(cat "$cluster_dir/pids/$1.pid" 2>/dev/null) || return 1
+  state=$(proc_state "$pid")
+  [ -n "$state" ] && [ "$state" != Z ] || return 1
+  argv0=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1)
+  [ "${argv0##*/}" = "$1" ] || return 1
+  echo "$pid"
+}
+
+# Every lab containerd daemon on this host, whatever its root: the lab's own layout on its
+# command line (a containerd the host runs for itself has none of it).
+lab_daemon_pids() {
+  pgrep -f -- '--root /[^ ]*/var/lib/containerd --state /[^ ]*/run/containerd --address /[^ ]*/run/containerd/containerd.sock' || true
+}
+
+# stop_pids WHAT PID...: TERM (and CONT, so that a stopped process takes it), KILL after 10 s.
+stop_pids() {
+  local what=$1 waited=0 pid left
+  shift
+  [ $# -gt 0 ] || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  kill -CONT "$@" 2>/dev/null || true
+  while :; do
+    left=()
+    for pid in "$@"; do
+      case $(proc_state "$pid") in "" | Z) ;; *) left+=("$pid") ;; esac
+    done
+    [ ${#left[@]} -gt 0 ] || break
+    if [ "$waited" -ge 100 ]; then
+      log "$what (pid ${left[*]}) did not stop on TERM within 10s; killing"
+      kill -KILL "${left[@]}" 2>/dev/null || true
+      break
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  log "stopped $what (pid $*)"
+}
 
 reachable() {
   kubectl --context "$context" --request-timeout=3s get --raw /readyz >/dev/null 2>&1
@@ -60,27 +109,77 @@ create_cluster() {
     --timeout 3m --wait 3m >"$log_file" 2>&1 || { cat "$log_file" >&2; return 1; }
 }
 
+# Start each component that is not running (kwokctl starts only those whose pid file names no
+# live process: a stale one is removed first); a stopped one (SIGSTOP) is continued.
+heal_components() {
+  local c pid down=()
+  for c in $COMPONENTS; do
+    if ! pid=$(component_pid "$c"); then
+      down+=("$c")
+    elif [ "$(proc_state "$pid")" = T ]; then
+      log "$c (pid $pid) is stopped; continuing it"
+      kill -CONT "$pid"
+    fi
+  done
+  if [ ${#down[@]} -eq 0 ]; then
+    log "running (context $context)"
+    return 0
+  fi
+  log "not running: ${down[*]}; starting them"
+  for c in "${down[@]}"; do rm -f "$cluster_dir/pids/$c.pid"; done
+  kwokctl start cluster --name "$name" --timeout 2m --wait 2m >>"$log_file" 2>&1 || true
+  for c in "${down[@]}"; do
+    component_pid "$c" >/dev/null || { cat "$log_file" >&2; log "$c did not start"; return 1; }
+  done
+  # A new kwok controller manages a node only once it holds its lease: drop the old ones.
+  if [[ " ${down[*]} " == *" kwok-controller "* ]] && reachable; then release_node_leases; fi
+}
+
+# lease_fresh NAMESPACE NAME: the lease was renewed within its duration (and 5 s of grace).
+lease_fresh() {
+  local said renewed duration
+  said=$(kubectl --context "$context" --request-timeout=5s -n "$1" get lease "$2" \
+    -o jsonpath='{.spec.renewTime} {.spec.leaseDurationSeconds}' 2>/dev/null) || return 1
+  read -r renewed duration <<<"$said"
+  [ -n "$renewed" ] && [ -n "$duration" ] || return 1
+  [ $(($(date +%s) - $(date -d "$renewed" +%s))) -le $((duration + 5)) ]
+}
+
+# Until the cluster works, not merely answers: the API server ready, and the scheduler and
+# controller-manager holding their leader leases (each exits when it loses its lease).
+wait_working() {
+  local waited=0 c missing
+  while :; do
+    missing=()
+    if reachable; then
+      for c in kube-scheduler kube-controller-manager; do
+        lease_fresh kube-system "$c" || missing+=("$c")
+      done
+    else
+      missing+=(kube-apiserver)
+    fi
+    [ ${#missing[@]} -gt 0 ] || break
+    if [ "$waited" -ge 120 ]; then
+      log "the cluster does not work after 120s: ${missing[*]} not ready"
+      return 1
+    fi
+    [ $((waited % 10)) -ne 5 ] || log "waiting for ${missing[*]} (${waited}s)"
+    sleep 1
+    waited=$((waited + 1))
+  done
+}
+
 start_cluster() {
   log_file=$(mktemp)
-  if reachable; then
-    log "running (context $context)"
-  elif exists; then
-    # Its processes are gone (a new session, a reboot): stop clears their stale pid files.
-    log "starting the stopped cluster"
-    kwokctl stop cluster --name "$name" >"$log_file" 2>&1 || true
-    kwokctl start cluster --name "$name" --timeout 2m --wait 2m >>"$log_file" 2>&1 || true
-    if reachable; then
-      release_node_leases
-    else
-      log "it did not come back; recreating it (the lab's state is disposable)"
-      kwokctl delete cluster --name "$name" >>"$log_file" 2>&1 || true
-      create_cluster
-    fi
-  else
+  if ! exists; then
+    create_cluster
+  elif ! heal_components || ! reachable; then
+    log "it did not come back; recreating it (the lab's state is disposable)"
+    kwokctl delete cluster --name "$name" >>"$log_file" 2>&1 || true
     create_cluster
   fi
   rm -f "$log_file"
-  reachable || { log "the cluster does not answer on context $context"; exit 1; }
+  wait_working || exit 1
   kubectl config use-context "$context" >/dev/null
 }
 
@@ -142,22 +241,41 @@ up)
   link_tools
   ;;
 down)
+  # shellcheck disable=SC2046
+  stop_pids "lab containerd daemons" $(lab_daemon_pids)
   if exists; then
+    mapfile -t left < <(pgrep -f -- "$cluster_dir/" || true)
     kwokctl delete cluster --name "$name"
+    # What kwokctl could not stop (a stopped process ignores its TERM until continued).
+    for pid in "${left[@]}"; do [ -n "$(proc_state "$pid")" ] || continue; stop_pids "a leftover of the cluster" "$pid"; done
   else
     log "no such cluster"
   fi
   ;;
 status)
-  if reachable; then
-    log "running, context $context, $(kubectl --context "$context" version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1)"
-    kwokctl get components --name "$name" 2>/dev/null || true
-    kubectl --context "$context" get nodes
-  elif exists; then
-    log "stopped (state kept; 'up' starts it)"
-  else
+  if ! exists; then
     log "absent"
+    exit 0
   fi
+  down=0
+  for c in $COMPONENTS; do
+    if pid=$(component_pid "$c"); then
+      log "$c: running, pid $pid$([ "$(proc_state "$pid")" != T ] || echo ', stopped (SIGSTOP)')"
+    else
+      log "$c: NOT RUNNING"
+      down=1
+    fi
+  done
+  for pid in $(lab_daemon_pids); do
+    log "lab containerd: pid $pid, $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)"
+  done
+  if reachable; then
+    log "API: answers on context $context, $(kubectl --context "$context" version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1)"
+    kubectl --context "$context" --request-timeout=5s get nodes
+  else
+    log "API: does not answer on context $context ('up' starts what is not running)"
+  fi
+  [ "$down" -eq 0 ] || exit 3
   ;;
 *)
   echo "usage: $0 up|down|status [NAME]" >&2

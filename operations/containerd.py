@@ -4,23 +4,29 @@ import posixpath
 import shlex
 import tomllib
 from dataclasses import dataclass
-from datetime import datetime
 
 import tomli_w
 from pyinfra import host, logger
-from pyinfra.api import StringCommand, operation
+from pyinfra.api import FunctionCommand, StringCommand, operation
+
 from facts.containerd import LabContainerd
+from facts.files import shell_glob
+from gpuop.layout import backup_of
 from gpuop.containerd import repaired_dropin, runtime_names
 
 from . import reads
 from .files import text
-from .poll import failure, until
+from .poll import failure, poll, until
+
+
+STOP_GRACE_S = 10  # how long a lab daemon has to stop on TERM before it is killed
 
 
 @dataclass(frozen=True)
 class LabDaemon:
     """Where one lab's containerd lives: its binary, config, and its own socket, state, root, pid
-    and log, so that it never touches a containerd the host runs, nor /etc/containerd.
+    and log, so that it never touches a containerd the host runs, nor /etc/containerd. The daemon
+    is whatever process runs on its root (see ``LabContainerd``); the pid file is a cache.
 
         LabDaemon("/usr/bin/containerd", "crictl", ".../config.toml", ".../containerd.sock",
                   ".../run/containerd", ".../var/lib/containerd", ".../containerd.pid", ".../containerd.log")
@@ -40,9 +46,13 @@ class LabDaemon:
         return [self.binary, "--config", self.config, "--root", self.root, "--state", self.state,
                 "--address", self.socket]
 
+    def loaded_fact_args(self) -> dict:
+        """What ``LabContainerd`` takes to find this daemon and ask it."""
+        return {"pidfile": self.pidfile, "socket": self.socket, "root": self.root, "crictl": self.crictl}
+
     def loaded(self) -> dict:
-        """The loaded view, live (for waits): the daemon and what it holds, through CRI."""
-        return host.get_fact(LabContainerd, pidfile=self.pidfile, socket=self.socket, crictl=self.crictl)
+        """The loaded view, live (for waits): the daemons on this root and what CRI holds."""
+        return host.get_fact(LabContainerd, **self.loaded_fact_args())
 
     def start(self) -> StringCommand:
         """Start the daemon in a session of its own (it outlives the run), recording its pid."""
@@ -52,27 +62,68 @@ class LabDaemon:
         return reads.containerd_changes(
             StringCommand(f"mkdir -p {shlex.join(dirs)} && setsid -f sh -c {shlex.quote(inner)}"))
 
-    def stop(self, pid: int) -> StringCommand:
-        """Stop the lab daemon by its own pid (never by name: the host may run a containerd too)."""
-        return reads.containerd_changes(StringCommand(f"kill {pid}"))
+    def adopt(self, pid: int) -> StringCommand:
+        """Record ``pid``, found holding the root, as the lab daemon's in its pid file."""
+        return reads.containerd_changes(StringCommand(f"echo {pid} >{shlex.quote(self.pidfile)}"))
+
+    @staticmethod
+    def signal(pids, *signals) -> StringCommand:
+        """Send ``signals`` in turn to the daemons ``pids`` (by pid, never by name: the host may
+        run a containerd of its own); one already gone is no error."""
+        listed = " ".join(str(p) for p in pids)
+        return reads.containerd_changes(StringCommand(
+            "; ".join(f"kill -{s} {listed} 2>/dev/null" for s in signals) + "; true"))
 
 
-def _stop(daemon: LabDaemon, pid, timeout_s: int):
-    """Stop the lab daemon running as ``pid`` (if any) and wait until it is gone."""
-    if pid is None:
+def _pids(seen: dict) -> list:
+    return [d["pid"] for d in seen["daemons"]]
+
+
+def _stop(daemon: LabDaemon, pids, timeout_s: int):
+    """Stop the lab daemons ``pids``: TERM (with CONT, so that a stopped one takes it), KILL
+    for any still there after ``STOP_GRACE_S``; wait until none of them holds the root."""
+    if not pids:
         return
-    yield daemon.stop(pid)
-    yield until(f"the lab containerd (pid {pid}) to stop", daemon.loaded,
-                lambda now: (now["pid"] != pid, describe(now)), timeout_s)
+    yield daemon.signal(pids, "TERM", "CONT")
+
+    def gone(state, host):
+        what = f"the lab containerd (pid {', '.join(map(str, pids))}) to stop"
+        done = lambda now: (not set(pids) & set(_pids(now)), describe(now))  # noqa: E731
+        held, words = poll(host, what, daemon.loaded, done, min(STOP_GRACE_S, timeout_s))
+        if not held:
+            left = [p for p in pids if p in _pids(daemon.loaded())]
+            logger.warning(f"{host.print_prefix}the lab containerd (pid {', '.join(map(str, left))}) "
+                           f"did not stop on TERM within {STOP_GRACE_S}s ({words}); killing it")
+            host.run_shell_command(daemon.signal(left, "KILL"), _sudo=bool(host.data.get("_sudo")),
+                                   _timeout=host.data.get("_timeout"))
+            held, words = poll(host, what, daemon.loaded, done, timeout_s)
+        reads.moved(host)
+        if not held:
+            logger.error(f"{host.print_prefix}timed out after {timeout_s}s waiting for {what}; "
+                         f"last seen: {words}")
+        return held
+
+    yield FunctionCommand(gone, (), {})
+
+
+def _restart(daemon: LabDaemon, seen: dict, what: str, done, timeout_s: int):
+    """Stop every daemon on the lab's root, start one, and wait until ``done(now)`` holds."""
+    yield from _stop(daemon, _pids(seen), timeout_s)
+    yield daemon.start()
+    yield until(what, daemon.loaded, done, timeout_s)
 
 
 def describe(seen: dict) -> str:
     """The loaded view in words, for progress and errors."""
-    if seen["pid"] is None:
+    daemons = seen["daemons"]
+    if not daemons:
         return "not running"
+    if len(daemons) > 1:
+        return f"{len(daemons)} daemons on its root (pids {', '.join(map(str, _pids(seen)))})"
+    pid = f"pid {daemons[0]['pid']}" + (" (stopped)" if daemons[0]["state"] == "T" else "")
     if seen["cri"] != "ok":
-        return f"pid {seen['pid']}, CRI down: {seen['error']}"
-    return f"pid {seen['pid']}, CRI holds {','.join(seen['runtimes']) or 'no runtime'}"
+        return f"{pid}, CRI down: {seen['error']}"
+    return f"{pid}, CRI holds {','.join(seen['runtimes']) or 'no runtime'}"
 
 
 def _main_config_runtimes(config: str):
@@ -86,12 +137,17 @@ def _main_config_runtimes(config: str):
 
 def _incident_drift(daemon: LabDaemon, seen: dict, want) -> str:
     """Why the live daemon is not the incident's, in words; empty when it is."""
-    if seen["pid"] is None:
+    daemons = seen["daemons"]
+    if not daemons:
         return f"it died (pid {seen['last_pid']} is gone)" if seen["last_pid"] else "never started"
+    if len(daemons) > 1:
+        return f"{len(daemons)} daemons hold its root {daemon.root} (pids {', '.join(map(str, _pids(seen)))})"
     if seen["args"][1:] != daemon.args()[1:] or seen["exe"] != posixpath.realpath(daemon.binary):
-        return f"pid {seen['pid']} runs another binary or config ({' '.join(seen['args'])})"
+        return f"pid {seen['pid']} runs another binary or config ({' '.join(seen['args'])}, {seen['exe']})"
     if seen["cri"] != "ok":
-        return f"its CRI does not answer ({seen['error']}): it was restarted after the drop-in"
+        if daemons[0]["state"] == "T":
+            return f"pid {seen['pid']} is stopped, and its CRI does not answer ({seen['error']})"
+        return f"its CRI does not answer ({seen['error']}): it hangs, or was restarted after the drop-in"
     if want is not None and seen["runtimes"] != want:
         return (f"it holds {','.join(seen['runtimes'])}, not the main config's {','.join(want)}: "
                 "it was restarted after the drop-in")
@@ -129,37 +185,36 @@ def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: 
         yield _put_back(aside, conf_d)  # an interrupted run's drop-ins come back first
     seen = views["loaded"]
     why = _incident_drift(daemon, seen, _main_config_runtimes(daemon.config))
-    if why:
-        if host.state.is_executing and why == "never started":
-            logger.info(f"{host.print_prefix}starting the lab containerd ({daemon.binary}) with the "
-                        "main config alone, before the drop-in exists")
-        elif host.state.is_executing:
-            logger.warning(f"{host.print_prefix}the lab containerd is not the incident's: {why}; "
-                           "replaying its start with the main config alone (drop-ins set aside, "
-                           "then put back)")
-        yield reads.containerd_changes(StringCommand(
-            f"mkdir -p {shlex.quote(aside)} && for f in {_glob(dropin_glob)}; do "
-            f'[ -f "$f" ] && mv "$f" {shlex.quote(aside)}/; done; true'))
-        yield from _stop(daemon, seen["pid"], timeout_s)
-        yield daemon.start()
-        yield until(f"the lab containerd's CRI on {daemon.socket}", daemon.loaded,
-                    lambda now: (now["cri"] == "ok", describe(now)), timeout_s)
-        yield _put_back(aside, conf_d)
-
-
-def _glob(pattern: str) -> str:
-    """A path for the shell with its final ``*`` left to expand."""
-    directory, name = posixpath.split(pattern)
-    return shlex.quote(directory) + "/" + name
+    if not why:
+        if seen["last_pid"] != seen["pid"]:
+            if host.state.is_executing:
+                logger.warning(f"{host.print_prefix}the lab containerd pid {seen['pid']} holds "
+                               f"{daemon.root} and is the incident's, but its pid file says "
+                               f"{seen['last_pid'] or 'nothing'}: adopting it")
+            yield daemon.adopt(seen["pid"])
+        return
+    if host.state.is_executing and why == "never started":
+        logger.info(f"{host.print_prefix}starting the lab containerd ({daemon.binary}) with the "
+                    "main config alone, before the drop-in exists")
+    elif host.state.is_executing:
+        logger.warning(f"{host.print_prefix}the lab containerd is not the incident's: {why}; "
+                       "stopping what holds its root and replaying its start with the main config "
+                       "alone (drop-ins set aside, then put back)")
+    yield reads.containerd_changes(StringCommand(
+        f"mkdir -p {shlex.quote(aside)} && for f in {shell_glob(dropin_glob)}; do "
+        f'[ -f "$f" ] && mv "$f" {shlex.quote(aside)}/; done; true'))
+    yield from _restart(daemon, seen, f"the lab containerd's CRI on {daemon.socket}",
+                        lambda now: (now["cri"] == "ok" and len(now["daemons"]) == 1, describe(now)),
+                        timeout_s)
+    yield _put_back(aside, conf_d)
 
 
 def _put_back(aside: str, conf_d: str) -> StringCommand:
     """Move set-aside drop-ins back; one whose place was taken meanwhile is kept as a backup."""
-    stamp = f"{datetime.now():%Y%m%dT%H%M%S.%f}"
     return reads.containerd_changes(StringCommand(
         f"for f in {shlex.quote(aside)}/*; do [ -f \"$f\" ] || continue; "
         f"t={shlex.quote(conf_d)}/$(basename \"$f\"); "
-        f"if [ -e \"$t\" ]; then mv \"$f\" \"$t.gpuop-bak.{stamp}\"; else mv \"$f\" \"$t\"; fi; done"
+        f"if [ -e \"$t\" ]; then mv \"$f\" \"{backup_of('$t')}\"; else mv \"$f\" \"$t\"; fi; done"
     ))
 
 
@@ -172,7 +227,7 @@ def stopped(daemon: LabDaemon, timeout_s: int = 120):
 
         stopped(daemon=LabDaemon(...))
     """
-    yield from _stop(daemon, reads.containerd()["loaded"]["pid"], timeout_s)
+    yield from _stop(daemon, _pids(reads.containerd()["loaded"]), timeout_s)
 
 
 @operation()
@@ -215,7 +270,7 @@ def restarted_into(daemon: LabDaemon, runtimes, timeout_s: int = 120):
     want = set(runtimes)
     views = reads.containerd()
     seen, restart = views["loaded"], views["restart"]
-    if seen["cri"] == "ok" and want <= set(seen["runtimes"]):
+    if seen["cri"] == "ok" and len(seen["daemons"]) == 1 and want <= set(seen["runtimes"]):
         return
     if restart is None:
         yield failure(f"no containerd at {daemon.binary} on this host: nothing to restart; nothing was restarted")
@@ -231,7 +286,6 @@ def restarted_into(daemon: LabDaemon, runtimes, timeout_s: int = 120):
     if host.state.is_executing:
         logger.info(f"{host.print_prefix}restarting the lab containerd once ({describe(seen)}): its "
                     f"forecast loads {','.join(restart['runtimes'])} with CRI ok")
-    yield from _stop(daemon, seen["pid"], timeout_s)
-    yield daemon.start()
-    yield until(f"the restarted lab containerd to hold {','.join(sorted(want))} through CRI", daemon.loaded,
-                lambda now: (now["cri"] == "ok" and want <= set(now["runtimes"]), describe(now)), timeout_s)
+    yield from _restart(daemon, seen, f"the restarted lab containerd to hold {','.join(sorted(want))} through CRI",
+                        lambda now: (now["cri"] == "ok" and want <= set(now["runtimes"]), describe(now)),
+                        timeout_s)

@@ -1,14 +1,20 @@
 """Files with exact content, kept safe before they are replaced."""
 
 import base64
+import io
 import posixpath
 import shlex
-from datetime import datetime
 
 from pyinfra import host, logger
-from pyinfra.api import StringCommand, operation
+from pyinfra.api import FileUploadCommand, StringCommand, operation
+
+from gpuop.layout import backup_of
 
 from . import reads
+
+# A shell command is one argument to `sh -c`, which the kernel caps at 128 KiB: a file whose
+# base64 would not fit well below that is uploaded (one transfer more) instead of inlined.
+INLINE_MAX_BYTES = 64 * 1024
 
 
 @operation()
@@ -34,20 +40,28 @@ def text(path: str, content: str, mode: str = "644", backup: bool = True):
         return
     keep = ""
     if current and backup:
-        kept = f"{path}.gpuop-bak.{datetime.now():%Y%m%dT%H%M%S.%f}"
+        kept = backup_of(path)
         if host.state.is_executing:
             logger.warning(f"{host.print_prefix}{path} differs from what the playbook writes; "
                            f"keeping it as {kept}")
         keep = f"cp -p {shlex.quote(path)} {shlex.quote(kept)} && "
-    yield StringCommand(keep + _written(path, content, mode))
+    yield from _written(path, content, mode, keep)
 
 
-def _written(path: str, content: str, mode: str) -> str:
-    """One command writing a file whole: its directory, the text (in base64, so any byte survives
-    the shell) into a file beside it with its mode, renamed over the path (never half-written).
-    pyinfra's ``files.put`` would spend six round trips on it (its own stat facts, a temporary
-    directory, the copy, the mode); the run already read the file in its batch."""
-    tmp = shlex.quote(f"{path}.gpuop-tmp")
+def _written(path: str, content: str, mode: str, before: str = ""):
+    """Write a file whole: its directory, the text into a file beside it with its mode, renamed
+    over the path (never half-written), in one command after ``before``. The text goes in base64
+    (any byte survives the shell) inside the command, or, past ``INLINE_MAX_BYTES``, by an upload
+    first. pyinfra's ``files.put`` would spend six round trips on a small file (its own stat
+    facts, a temporary directory, the copy, the mode); the run already read the file in its batch."""
+    tmp = f"{path}.gpuop-tmp"
+    directory = f"mkdir -p {shlex.quote(posixpath.dirname(path))}"
     body = base64.b64encode(content.encode()).decode()
-    return (f"mkdir -p {shlex.quote(posixpath.dirname(path))} && printf %s {body} | base64 -d > {tmp} "
-            f"&& chmod {mode} {tmp} && mv -f {tmp} {shlex.quote(path)}")
+    if len(body) <= INLINE_MAX_BYTES:
+        filled = f"printf %s {body} | base64 -d > {shlex.quote(tmp)} && "
+    else:
+        yield StringCommand(directory)
+        yield FileUploadCommand(io.BytesIO(content.encode()), tmp)
+        filled = ""
+    yield StringCommand(f"{before}{directory} && {filled}chmod {mode} {shlex.quote(tmp)} "
+                        f"&& mv -f {shlex.quote(tmp)} {shlex.quote(path)}")

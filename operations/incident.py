@@ -17,7 +17,7 @@ from gpuop.reports import render, stamp_holds
 
 from . import reads
 from .files import text
-from .kube import applied, daemonset_and_pods, deleted, found, live, node_gpus
+from .kube import applied, daemonset_and_pods, deleted, found, live_object, node_gpus
 from .reports import moment_holds, recorded
 
 
@@ -28,7 +28,7 @@ def _drop(stamp: str):
 
 @operation()
 def before_pending_pod(report: str, stamp: str, inputs: dict, pod_manifest: str, nodes,
-                       context: str = ""):
+                       context: str = "", timeout_s: int = 120):
     """
     Rewind to before the GPU Pod was created when its Pending moment must be seen again: its
     report's stamp no longer holds, or the Pod itself is gone or must be replaced (a new Pod
@@ -42,13 +42,13 @@ def before_pending_pod(report: str, stamp: str, inputs: dict, pod_manifest: str,
     """
     want = yaml.safe_load(pod_manifest)
     name, namespace = want["metadata"]["name"], want["metadata"]["namespace"]
-    have = live(f"pod/{name}", namespace, context)
+    have = live_object(f"pod/{name}", namespace, context)
     if moment_holds(report, stamp, inputs) and have and not differences(want, have):
         return
     for node in nodes:
         yield from node_gpus._inner(node=node, count=None, context=context)
     if have and have["spec"].get("nodeName"):
-        yield deleted(f"pod/{name}", namespace, context)
+        yield deleted(f"pod/{name}", namespace, context, timeout_s)
     yield _drop(stamp)
 
 
@@ -101,7 +101,8 @@ def before_toolkit_upgrade(report: str, stamp: str, inputs: dict, path: str, ini
 
 
 @operation(is_idempotent=False)
-def reset(files: list, namespaces: list, cluster_objects: list, nodes, context: str = ""):
+def reset(files: list, namespaces: list, cluster_objects: list, nodes, context: str = "",
+          timeout_s: int = 120):
     """
     Reset the lab to before step 1: remove the files the playbook wrote, delete its namespaces
     and cluster-scoped objects (waiting until they are gone), and withdraw every lab node's GPU
@@ -111,6 +112,7 @@ def reset(files: list, namespaces: list, cluster_objects: list, nodes, context: 
     + namespaces: namespaces it owns
     + cluster_objects: cluster-scoped objects it owns, as ``kind/name``
     + nodes: the lab nodes
+    + timeout_s: how long objects may take to be gone
 
     .. code:: python
 
@@ -123,9 +125,10 @@ def reset(files: list, namespaces: list, cluster_objects: list, nodes, context: 
         yield "rm -f " + " ".join(shlex.quote(p) for p in sorted(present))
     live_ns = found([f"namespace/{n}" for n in namespaces], context=context)
     if live_ns:
-        yield deleted(" ".join(f"namespace/{n['metadata']['name']}" for n in live_ns), context=context)
+        yield deleted(" ".join(f"namespace/{n['metadata']['name']}" for n in live_ns), context=context,
+                      timeout_s=timeout_s)
     for obj in cluster_objects:
-        if live(obj, context=context):
-            yield deleted(obj, context=context)
+        if live_object(obj, context=context):
+            yield deleted(obj, context=context, timeout_s=timeout_s)
     for node in nodes:
         yield from node_gpus._inner(node=node, count=None, context=context)

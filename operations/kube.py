@@ -6,7 +6,7 @@ import yaml
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
-from facts.kube import KubeObjects, ServerAnswer, kubectl
+from facts.kube import KUBECTL_DEADLINE_S, KubeObjects, ServerAnswer, kubectl
 from gpuop.cluster import GPU, advertised, describe_rollout, rollout_complete, rollout_settled
 from gpuop.objects import differences, of_kind
 from gpuop.scheduling import pod_scheduled
@@ -52,7 +52,7 @@ def found(resources, namespace=None, context="", in_wait=False, all_namespaces=F
                     for kind, name in wanted)]
 
 
-def live(resource, namespace=None, context="", in_wait=False):
+def live_object(resource, namespace=None, context="", in_wait=False):
     """The live object (``"kind/name"``), or None (see ``found``)."""
     objects = found(resource, namespace, context, in_wait)
     return objects[0] if objects else None
@@ -102,9 +102,9 @@ def namespace(namespace_name: str, context: str = "", timeout_s: int = 120):
         )
 
 
-def changes(context: str, *args) -> str:
+def changes(context: str, *args, deadline_s: int = KUBECTL_DEADLINE_S) -> str:
     """A kubectl command that changes the cluster (the run's cluster read goes stale)."""
-    return reads.cluster_changes(kubectl(context, *args))
+    return reads.cluster_changes(kubectl(context, *args, deadline_s=deadline_s))
 
 
 def applied(path: str, context: str = "", live_objects: bool = True):
@@ -146,7 +146,7 @@ def manifest(path: str, content: str, context: str = ""):
     """
     yield from text._inner(path=path, content=content, backup=False)
     want = list(yaml.safe_load_all(content))
-    have = [live(ref(obj), obj["metadata"].get("namespace"), context) for obj in want]
+    have = [live_object(ref(obj), obj["metadata"].get("namespace"), context) for obj in want]
     if any(h is None or differences(obj, h) for obj, h in zip(want, have)):
         yield from applied(path, context, live_objects=any(h is not None for h in have))
 
@@ -171,7 +171,7 @@ def node_gpus(node: str, count, context: str = ""):
 
         node_gpus(node="lab-node-0", count=4)
     """
-    have = live(f"node/{node}", context=context)
+    have = live_object(f"node/{node}", context=context)
     if have is None:
         yield failure(f"node {node} not found in the cluster")
         return
@@ -204,8 +204,8 @@ def pod_scheduling_decided(pod: str, namespace: str, context: str = "", timeout_
         pod_scheduling_decided(pod="cuda-probe", namespace="gpu-lab")
     """
     yield from awaited(f"the scheduler's decision on Pod {namespace}/{pod}",
-                       live(f"pod/{pod}", namespace, context),
-                       lambda: live(f"pod/{pod}", namespace, context, in_wait=True),
+                       live_object(f"pod/{pod}", namespace, context),
+                       lambda: live_object(f"pod/{pod}", namespace, context, in_wait=True),
                        lambda seen: (bool(seen and pod_scheduled(seen)), _pod_state(seen)), timeout_s)
 
 
@@ -218,17 +218,20 @@ def pod_running(pod: str, namespace: str, context: str = "", timeout_s: int = 12
 
         pod_running(pod="cuda-probe", namespace="gpu-lab")
     """
-    yield from awaited(f"Pod {namespace}/{pod} Running", live(f"pod/{pod}", namespace, context),
-                       lambda: live(f"pod/{pod}", namespace, context, in_wait=True),
+    yield from awaited(f"Pod {namespace}/{pod} Running", live_object(f"pod/{pod}", namespace, context),
+                       lambda: live_object(f"pod/{pod}", namespace, context, in_wait=True),
                        lambda seen: (bool(seen and seen["status"].get("phase") == "Running"),
                                      _pod_state(seen)), timeout_s)
 
 
-def deleted(resources: str, namespace=None, context: str = "") -> StringCommand:
-    """The command deleting objects (``"kind/name kind/name"``) and waiting until they are gone."""
+def deleted(resources: str, namespace=None, context: str = "", timeout_s: int = 120) -> StringCommand:
+    """The command deleting objects (``"kind/name kind/name"``) and waiting, up to ``timeout_s``,
+    until they are gone; one that is not gone by then fails, and kubectl names it."""
     ns = ("--namespace", namespace) if namespace else ()
+    deadline_s = timeout_s + KUBECTL_DEADLINE_S
     return StringCommand(changes(context, "delete", *resources.split(), *ns, "--ignore-not-found",
-                                 "--wait=true"))
+                                 "--wait=true", f"--timeout={timeout_s}s", deadline_s=deadline_s),
+                         _timeout=deadline_s + 10)
 
 
 def daemonset_and_pods(name, namespace, context="", in_wait=False):

@@ -8,13 +8,18 @@ execs rather than imports, ``inspect.getmodule`` scans every loaded module, thre
 operation. Measured on this playbook (27 operations), that was two thirds of planning a host,
 0.1-0.2 s per host, paid in turn for every host. The frames hold the same line numbers:
 ``operation_order`` returns exactly what pyinfra's own function does (tests/unit/test_ordering.py
-compares the two, on the pinned pyinfra), without reading a source file.
+compares the two, on the pinned pyinfra), without reading a source file. The entry points
+install it; on any other pyinfra than the one it was proven on, pyinfra's own function stays.
 """
 
+import functools
 import sys
 
 import pyinfra
+from pyinfra import logger
 from pyinfra.api.util import PYINFRA_INSTALL_DIR
+
+PROVEN_ON = "3.10.0"  # the pyinfra whose own function tests/unit/test_ordering.py compares it with
 
 
 def operation_order(state) -> list:
@@ -45,6 +50,19 @@ def operation_order(state) -> list:
                     if not f.f_code.co_filename.startswith(PYINFRA_INSTALL_DIR)]
 
 
-def install():
-    """Have pyinfra order operations with ``operation_order``."""
+@functools.cache  # once per process: every host's deploy file calls it
+def install() -> bool:
+    """
+    Have pyinfra order operations with ``operation_order``, if this is the pyinfra it was proven
+    on; on another one, say so and leave pyinfra's own function. Returns whether it was installed.
+
+    .. code:: python
+
+        ordering.install()  # first thing in deploy.py, fix.py and audit.py
+    """
+    if pyinfra.__version__ != PROVEN_ON:
+        logger.warning(f"gpuop: pyinfra is {pyinfra.__version__}, and the faster operation order was "
+                       f"proven on {PROVEN_ON} only: pyinfra's own is kept (planning is slower)")
+        return False
     sys.modules["pyinfra.api.operation"].get_operation_order_from_stack = operation_order
+    return True

@@ -1,9 +1,11 @@
 """Checks before the first change: is this host able to run the incident at all?"""
 
+from datetime import datetime, timezone
+
 from pyinfra.api import operation
 
 from facts.kube import ClusterUnanswered
-from gpuop.cluster import nodes_too_small
+from gpuop.cluster import nodes_too_small, stalled_components
 
 from . import reads
 from .kube import found
@@ -13,8 +15,10 @@ from .poll import failure
 @operation()
 def lab_reachable(nodes, context: str = ""):
     """
-    Fail the host, before anything is changed, unless kubectl is there, reaches the cluster and
-    the cluster has every lab node.
+    Fail the host, before anything is changed, unless kubectl is there, reaches the cluster, the
+    cluster has every lab node, and every component the incident needs still works: the
+    scheduler, the controller-manager and each node's agent renew their leases (a run would
+    otherwise wait out its timeout on a symptom, a Pod never scheduled or a namespace never gone).
 
     + nodes: the lab nodes the incident needs
     + context: kubeconfig context, empty for the current one
@@ -26,7 +30,8 @@ def lab_reachable(nodes, context: str = ""):
     where = f"context {context}" if context else "the current kubeconfig context"
     answer = reads.cluster_answer()  # the declared scope's context: this one
     if isinstance(answer, ClusterUnanswered):
-        why = "kubectl not found on PATH" if "kubectl: not found" in str(answer) else answer
+        missing = "kubectl: not found" in str(answer) or "failed to run command 'kubectl'" in str(answer)
+        why = "kubectl not found on PATH" if missing else answer
         yield failure(f"preflight: the cluster of {where} is unreachable: {why}; nothing was changed")
         return
     have = [o["metadata"]["name"] for o in answer if o["kind"] == "Node"]
@@ -34,6 +39,12 @@ def lab_reachable(nodes, context: str = ""):
     if missing:
         yield failure(f"preflight: lab nodes {', '.join(missing)} not in the cluster of {where} "
                       f"(it has: {', '.join(have) or 'none'}); nothing was changed")
+        return
+    stalled = stalled_components(answer, nodes, datetime.now(timezone.utc))
+    if stalled:
+        yield failure(f"preflight: the cluster of {where} answers, but a component is down: "
+                      f"{'; '.join(stalled)}. `make lab-up` on the lab host starts what stopped; "
+                      "nothing was changed")
 
 
 @operation()

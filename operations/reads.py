@@ -16,6 +16,7 @@ they poll live. Planning and executing keep separate reads, so a plan's guesses 
 
 import fnmatch
 import posixpath
+import weakref
 from dataclasses import dataclass
 
 from pyinfra import host, logger
@@ -26,7 +27,8 @@ from facts.files import Files
 from facts.kube import ClusterUnanswered, KubeObjects
 
 # Every kind the playbook owns, waits on or judges: one `kubectl get` reads them all.
-CLUSTER_KINDS = "namespaces,nodes,runtimeclasses,pods,daemonsets,configmaps,serviceaccounts"
+# Leases say whether the scheduler, the controller-manager and each node's agent still work.
+CLUSTER_KINDS = "namespaces,nodes,runtimeclasses,pods,daemonsets,configmaps,serviceaccounts,leases"
 
 
 @dataclass
@@ -45,8 +47,17 @@ class _Reads:
     containerd: dict | None = None  # {"loaded": ..., "restart": ...}
 
 
-_SCOPES: dict = {}  # host name -> _Scope
-_READS: dict = {}  # host name -> _Reads
+# Per run (pyinfra's State, gone with it: nothing is kept from one run to another), per host name.
+_SCOPES = weakref.WeakKeyDictionary()  # state -> {host name: _Scope}
+_READS = weakref.WeakKeyDictionary()  # state -> {host name: _Reads}
+
+
+def _scopes(h) -> dict:
+    return _SCOPES.setdefault(h.state, {})
+
+
+def _all_reads(h) -> dict:
+    return _READS.setdefault(h.state, {})
 
 
 def declare(host, files, context: str, daemon):
@@ -58,20 +69,20 @@ def declare(host, files, context: str, daemon):
 
         declare(host, files=("/root/gpuop/etc/containerd/config.toml", ...), context="", daemon=daemon)
     """
-    _SCOPES[host.name] = _Scope(tuple(files), context, daemon)
+    _scopes(host)[host.name] = _Scope(tuple(files), context, daemon)
 
 
 def _reads() -> _Reads:
     stage = host.state.current_stage
-    reads = _READS.get(host.name)
+    reads = _all_reads(host).get(host.name)
     if reads is None or reads.stage != stage:
-        reads = _READS[host.name] = _Reads(stage)
+        reads = _all_reads(host)[host.name] = _Reads(stage)
     return reads
 
 
 def _fill(want: str):
     """Read what ``want`` needs (and, on the first ask, everything else) in one round trip."""
-    reads, scope = _reads(), _SCOPES[host.name]
+    reads, scope = _reads(), _scopes(host)[host.name]
     parts = {}
     if want == "files" or (reads.first and reads.files is None):
         parts["files"] = (Files, {"paths": scope.files})
@@ -80,7 +91,7 @@ def _fill(want: str):
                                           "context": scope.context, "unanswered_raises": True})
     if scope.daemon and (want == "containerd" or (reads.first and reads.containerd is None)):
         d = scope.daemon
-        parts["loaded"] = (LabContainerd, {"pidfile": d.pidfile, "socket": d.socket, "crictl": d.crictl})
+        parts["loaded"] = (LabContainerd, d.loaded_fact_args())
         parts["restart"] = (ContainerdRestart, {"binary": d.binary, "config": d.config})
     reads.first = False
     if not parts:
@@ -119,7 +130,7 @@ def files(paths) -> dict:
         files(("/root/gpuop/out/rollout.txt", "/root/gpuop/etc/containerd/conf.d/*.toml"))
     """
     paths = tuple(paths)
-    scope = _SCOPES.get(host.name)
+    scope = _scopes(host).get(host.name)
     if not scope or not all(p in scope.files or any(_matches(p, q) for q in scope.files) for p in paths):
         return host.get_fact(Files, paths=paths)
     reads = _reads()
@@ -158,14 +169,14 @@ def _unanswered(e: ClusterUnanswered) -> list:
 
 def in_scope(kind_plural: str, context: str) -> bool:
     """Whether objects of a kind in a context come with the run's cluster read."""
-    scope = _SCOPES.get(host.name)
+    scope = _scopes(host).get(host.name)
     return bool(scope) and context == scope.context and kind_plural in CLUSTER_KINDS.split(",")
 
 
 def containerd() -> dict:
     """The lab containerd's views, ``{"loaded": LabContainerd, "restart": ContainerdRestart}``;
     a host declared without one has ``restart`` None."""
-    if _SCOPES[host.name].daemon is None:
+    if _scopes(host)[host.name].daemon is None:
         return {"loaded": LabContainerd.default(), "restart": None}
     reads = _reads()
     if reads.containerd is None:
@@ -176,7 +187,7 @@ def containerd() -> dict:
 def wrote(path: str, text: str, mode: str):
     """A file the playbook wrote (or is about to, when planning): the files read says so."""
     reads = _reads()
-    if reads.files is not None and any(path == q or _matches(path, q) for q in _SCOPES[host.name].files):
+    if reads.files is not None and any(path == q or _matches(path, q) for q in _scopes(host)[host.name].files):
         reads.files[path] = {"mode": mode, "text": text}
     _config_touched(reads, path)
 
@@ -192,7 +203,8 @@ def removed(*paths):
 
 def _config_touched(reads: _Reads, path: str):
     """A restart's forecast merges the files beside the lab's config: one changed, it is stale."""
-    daemon = _SCOPES[host.name].daemon if host.name in _SCOPES else None
+    scope = _scopes(host).get(host.name)
+    daemon = scope.daemon if scope else None
     if daemon and path.startswith(posixpath.dirname(daemon.config) + "/"):
         reads.containerd = None
 
@@ -213,6 +225,6 @@ def containerd_changes(command):
 def moved(waiting_host):
     """A wait on ``waiting_host`` ended: what it waited for has moved, so the cluster and
     containerd reads go stale."""
-    reads = _READS.get(waiting_host.name)
+    reads = _all_reads(waiting_host).get(waiting_host.name)
     if reads is not None:
         reads.cluster = reads.containerd = None

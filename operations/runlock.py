@@ -54,7 +54,8 @@ def _each(hosts, fn) -> list:
 
 
 def _run(host, command):
-    status, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")))
+    status, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")),
+                                            _timeout=host.data.get("_timeout"))
     return status, "\n".join(output.stdout_lines).strip()
 
 

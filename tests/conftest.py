@@ -9,6 +9,8 @@ os.chdir(ROOT)
 
 import pytest  # noqa: E402
 
+pytest_plugins = ["pytester"]  # tests/harness: a suite run inside the suite
+
 
 @pytest.fixture(scope="session", autouse=True)
 def lab_daemons_stop_at_the_end(tmp_path_factory):

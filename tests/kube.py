@@ -8,6 +8,8 @@ import time
 
 from kubernetes import client, config
 
+from tests.proc import run
+
 LAB = "gpuop-lab"  # the cluster `make lab-up` starts and the tests drive (its context is current)
 LAB_NODES = ("lab-node-0", "lab-node-1", "lab-node-2")
 GPU = "nvidia.com/gpu"
@@ -21,10 +23,9 @@ def apps(context=None) -> client.AppsV1Api:
     return client.AppsV1Api(config.new_client_from_config(context=context))
 
 
-def kubectl(*args, context=None, check=True, stdin=None) -> str:
+def kubectl(*args, context=None, check=True, stdin=None, timeout_s=120) -> str:
     pinned = ["--context", context] if context else []
-    result = subprocess.run(["kubectl", *pinned, *args], input=stdin, capture_output=True,
-                            text=True)
+    result = run(["kubectl", *pinned, *args], timeout_s=timeout_s, stdin=stdin)
     if check and result.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
     return result.stdout
@@ -63,7 +64,8 @@ def reset_lab(context=None, extra_namespaces=()):
     for ns in namespaces:
         kubectl("delete", "daemonsets,pods", "--all", "-n", ns, "--grace-period=0", "--force",
                 "--ignore-not-found", context=context)
-    kubectl("delete", "namespace", *namespaces, "--ignore-not-found", "--wait=true", context=context)
+    kubectl("delete", "namespace", *namespaces, "--ignore-not-found", "--wait=true", "--timeout=120s",
+            context=context, timeout_s=150)
     kubectl("delete", "runtimeclass", "nvidia", "--ignore-not-found", context=context)
     for node in LAB_NODES:
         set_gpus(node, None, context)
@@ -83,8 +85,7 @@ def kill_component(component: str, sig=signal.SIGKILL) -> int:
 
 
 def api_ready() -> bool:
-    return subprocess.run(["kubectl", "get", "--raw", "/readyz", "--request-timeout=3s"],
-                          capture_output=True).returncode == 0
+    return run(["kubectl", "get", "--raw", "/readyz", "--request-timeout=3s"], timeout_s=10).returncode == 0
 
 
 def exited(pid: int) -> bool:
@@ -115,5 +116,5 @@ def restart_etcd():
 
 def lab_up():
     """`make lab-up`: the lab cluster running again, whatever of it stopped."""
-    result = subprocess.run(["lab/lab.sh", "up", LAB], capture_output=True, text=True)
+    result = run(["lab/lab.sh", "up", LAB], timeout_s=300)
     assert result.returncode == 0, result.stderr

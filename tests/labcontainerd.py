@@ -9,23 +9,34 @@ import tomli_w
 
 from gpuop import containerd
 from tests.playbook import lab_daemon_pid, wait_gone
+from tests.proc import run
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBIAN = "/usr/bin/containerd"
 
 
-def containerd2() -> str:
-    """containerd 2.x as the project builds it (cached after the first build)."""
-    out = subprocess.run([os.path.join(HERE, "lab/build.sh"), "containerd2"], check=True,
-                         capture_output=True, text=True).stdout.strip()
-    return os.path.join(out, "containerd")
-
-
-BINARIES = {"1.6.20": DEBIAN, "2.4.2": None}  # None: built on first use
-
-
 def binary(version: str) -> str:
-    return BINARIES[version] or containerd2()
+    """The lab's containerd of ``version``: Debian's package for 1.6.20, else built as the
+    project builds it (cached after the first build)."""
+    if version == "1.6.20":
+        return DEBIAN
+    out = run([os.path.join(HERE, "lab/build.sh"), "containerd", version], timeout_s=1800, check=True)
+    return os.path.join(out.stdout.strip(), "containerd")
+
+
+def lab_daemons(root) -> list:
+    """Every process running as a containerd daemon on ``root``'s lab (``--root`` on its command
+    line), whatever its pid file says."""
+    want = f"{root}/var/lib/containerd"
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            args = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")
+        except OSError:
+            continue
+        if any(a == "--root" and b == want for a, b in zip(args, args[1:])):
+            found.append(int(pid))
+    return found
 
 
 def socket(root):
@@ -34,10 +45,9 @@ def socket(root):
 
 def crictl_info(root):
     """``crictl info`` against the lab daemon: (exit code, parsed JSON or crictl's error text)."""
-    run = subprocess.run(["crictl", "--config", "/dev/null", "--runtime-endpoint",
-                          f"unix://{socket(root)}", "--timeout", "3s", "info"],
-                         capture_output=True, text=True)
-    return run.returncode, (json.loads(run.stdout) if run.returncode == 0 else run.stderr)
+    asked = run(["crictl", "--config", "/dev/null", "--runtime-endpoint", f"unix://{socket(root)}",
+                 "--timeout", "3s", "info"], timeout_s=15)
+    return asked.returncode, (json.loads(asked.stdout) if asked.returncode == 0 else asked.stderr)
 
 
 def loaded(root) -> list:
@@ -84,4 +94,4 @@ def write_dropin_keeping_runc(root):
 
 def check_loaded(root):
     """The deployed bin/check-loaded.sh, run for real."""
-    return subprocess.run([str(root / "bin/check-loaded.sh")], capture_output=True, text=True)
+    return run([str(root / "bin/check-loaded.sh")], timeout_s=30)

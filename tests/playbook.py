@@ -3,10 +3,11 @@
 import json
 import os
 import re
-import subprocess
-import time
 import sys
+import time
 from dataclasses import dataclass
+
+from tests.proc import run
 
 PYINFRA = os.path.join(os.path.dirname(sys.executable), "pyinfra")
 
@@ -29,15 +30,19 @@ class Run:
         return [op["name"] for op in self.results["operations"] if op["success"]]
 
 
+RUN_DEADLINE_S = 300  # a whole pyinfra run in a test; the product's own waits end at wait_timeout_s
+
+
 def deploy(root, *data, env=None, dry=False, script="deploy.py", inventory="inventory.py",
-           debug=False) -> Run:
+           debug=False, timeout_s=RUN_DEADLINE_S) -> Run:
     """Run the playbook with extra ``key=value`` data: against @local with ``gpuop_root=root``,
     or (root None) against the hosts of ``GPUOP_HOSTS`` in ``env`` with their own roots.
-    ``debug``: pyinfra's --debug, whose log shows every command run on a target."""
+    ``debug``: pyinfra's --debug, whose log shows every command run on a target. A run that
+    outlasts ``timeout_s`` fails the test, with its last output."""
     args = [PYINFRA, inventory, script, "--json", "--dry" if dry else "-y", *(["--debug"] if debug else [])]
     for item in ((f"gpuop_root={root}",) if root else ()) + data:
         args += ["--data", item]
-    result = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    result = run(args, timeout_s, env={**os.environ, **(env or {})})
     try:
         doc = json.loads(result.stdout)
     except json.JSONDecodeError:
@@ -149,7 +154,7 @@ def wait_gone(pid, timeout_s=30):
 
 def stop_daemons_under(path):
     """Stop every lab containerd whose socket is under ``path`` (a test's roots), and wait."""
-    found = subprocess.run(["pgrep", "-f", "--", f"--address {path}/"], capture_output=True, text=True)
+    found = run(["pgrep", "-f", "--", f"--address {path}/"], timeout_s=10)
     pids = [int(p) for p in found.stdout.split()]
     for pid in pids:
         os.kill(pid, 15)

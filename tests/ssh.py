@@ -6,12 +6,14 @@ import socket
 import subprocess
 import time
 
+from tests.proc import run
+
 SSHD = "/usr/sbin/sshd"
 
 
 def keygen(path):
     if not os.path.exists(path):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], timeout_s=30, check=True)
     return open(f"{path}.pub").read().strip()
 
 

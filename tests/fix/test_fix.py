@@ -6,14 +6,14 @@ offers: Debian's 1.6.20 and 2.4.2 built from its Go module.
 
 import json
 import signal
-import subprocess
 
 import pytest
 
 from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
 from tests.kube import get, reset_lab
 from tests.labcontainerd import binary, crictl_info, loaded
-from tests.playbook import PYINFRA, deploy, lab_daemon_pid, target_commands, tree
+from tests.playbook import PYINFRA, RUN_DEADLINE_S, deploy, lab_daemon_pid, target_commands, tree
+from tests.proc import Started
 
 VERSIONS = ("1.6.20", "2.4.2")
 REPORTS = {"merge.txt": MERGE, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS, "rollout.txt": ROLLOUT}
@@ -130,18 +130,10 @@ def test_bad_input_is_refused_before_any_change(tmp_path):
 def test_a_fix_interrupted_after_the_restart_is_completed_by_the_next(tmp_path):
     root, data = incident(tmp_path, "1.6.20")
     args = [PYINFRA, "inventory.py", "fix.py", "-y", "--data", f"gpuop_root={root}", *sum((["--data", d] for d in data), [])]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        if "the restarted lab containerd to hold nvidia,runc through CRI: after" in line:
-            break
-    else:
-        raise AssertionError("the fix ended before its restart")
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(2)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    proc.communicate()
+    proc = Started(args)
+    proc.until("the restarted lab containerd to hold nvidia,runc through CRI: after", RUN_DEADLINE_S)
+    proc.proc.send_signal(signal.SIGINT)
+    proc.finish(RUN_DEADLINE_S)
     assert crictl_info(root)[0] == 0 and loaded(root) == ["nvidia", "runc"]
     run = fix(root, *data)
     assert run.code == 0, run.log

@@ -5,52 +5,24 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
 
-from tests.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
+from tests.incident import REPORTS, MANIFESTS, assert_incident_end_state, lab_files
 from tests.kube import get, kill_component, kubectl, lab_up, reset_lab, restart_etcd, set_gpus
-from tests.labcontainerd import DEBIAN, kill, loaded, restart
-from tests.playbook import PYINFRA, deploy, fresh_incident, tree
+from tests.labcontainerd import DEBIAN, kill, restart
+from tests.playbook import PYINFRA, RUN_DEADLINE_S, deploy, fresh_incident, tree
+from tests.proc import Started
 
 DS = "daemonset/nvidia-container-toolkit"
-REPORTS = ("merge.txt", "restart.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
-MANIFESTS = ("runtimeclass.yaml", "gpu-pod.yaml", "time-slicing.yaml", "toolkit-ds.yaml")
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A converged lab, and what a fresh run wrote: every file under the root but backups."""
     root = fresh_incident(tmp_path_factory, "drift")
-    return root, files_of(root)
-
-
-def files_of(root):
-    return {rel: body for rel, (_, _, body) in tree(root).items()
-            if body is not None and ".gpuop-bak." not in rel}
-
-
-def modes_of(root):
-    return {rel: mode for rel, (mode, _, body) in tree(root).items() if ".gpuop-bak." not in rel}
-
-
-def assert_incident_end_state(root, fresh):
-    assert files_of(root) == fresh
-    out = {r: (root / "out" / r).read_text() for r in REPORTS}
-    assert (out["merge.txt"], out["restart.txt"], out["node-gpu.txt"], out["slots.txt"],
-            out["rollout.txt"]) == (MERGE, RESTART, NODE_GPU, SLOTS, ROLLOUT)
-    assert loaded(root) == ["runc"]  # the lab containerd holds runc alone, the drop-in on disk
-    assert os.access(root / "bin/check-runtime.sh", os.X_OK)
-    pod = get("pod/cuda-probe", "gpu-lab")
-    assert (pod["status"]["phase"], pod["spec"]["nodeName"]) == ("Running", "lab-node-0")
-    assert get("runtimeclass/nvidia")["handler"] == "nvidia"
-    caps = {n: get(f"node/{n}")["status"]["allocatable"].get("nvidia.com/gpu")
-            for n in ("lab-node-0", "lab-node-1", "lab-node-2")}
-    assert caps == {"lab-node-0": "4", "lab-node-1": "20", "lab-node-2": None}
-    status = get(DS, "gpu-operator")["status"]
-    assert (status["updatedNumberScheduled"], status["numberReady"]) == (1, 2)
+    return root, lab_files(root)
 
 
 def edit(path, text):
@@ -208,13 +180,39 @@ def all_at_once(root):
 DRIFTS["all of these at once"] = all_at_once
 
 
+# Files a repair rewrites although the drift did not touch them: replaying the stalled rollout
+# applies the initial toolkit manifest, then the upgrade, so toolkit-ds.yaml is written twice
+# (and ends as it was). Every other file the drift left alone must keep its mtime.
+ROLLOUT_REPLAYED = {"k8s/toolkit-ds.yaml"}
+REWRITTEN = {
+    **{name: ROLLOUT_REPLAYED for name in (
+        "rollout.txt deleted", "rollout.txt edited", "DaemonSet deleted", "DaemonSet rolled back",
+        "a toolkit Pod deleted", "namespace gpu-operator deleted", "DaemonSet recreated with another selector",
+        "DaemonSet maxUnavailable edited", "DaemonSet memory edited to fit", "all of these at once")},
+}
+
+
+def changed_files(before: dict, after: dict) -> set:
+    """Lab files (not the playbook's own bookkeeping under .gpuop/) added, removed or rewritten
+    (mode, mtime or bytes) between two ``tree`` snapshots."""
+    keys = {k for k in before.keys() | after.keys()
+            if before.get(k, (0, 0, 0))[2] is not None and after.get(k, (0, 0, 0))[2] is not None
+            and not k.startswith(".gpuop") and ".gpuop-bak." not in k}
+    return {k for k in keys if before.get(k) != after.get(k)}
+
+
 @pytest.mark.parametrize("drift", list(DRIFTS), ids=list(DRIFTS))
 def test_rerun_repairs_exactly_the_drift(lab, drift):
     root, fresh = lab
+    converged = tree(root)
     DRIFTS[drift](root)
+    drifted = tree(root)
+    touched = changed_files(converged, drifted)
     run = deploy(root)
     assert run.code == 0, run.log
     assert_incident_end_state(root, fresh)
+    # Exactly the drift: what it touched is back, and nothing else was written.
+    assert changed_files(drifted, tree(root)) - touched == REWRITTEN.get(drift, set())
     if drift in RECREATED:
         assert "the API refuses to update" in run.log and "recreating its objects" in run.log
     again = deploy(root)
@@ -229,7 +227,7 @@ def test_replaced_files_are_kept_as_backups(lab):
     edited_script = (root / "bin/check-runtime.sh").read_text()
     run = deploy(root)
     assert run.code == 0, run.log
-    assert files_of(root) == fresh
+    assert lab_files(root) == fresh
     for rel, previous in (("etc/containerd/config.toml", bad_config),
                           ("bin/check-runtime.sh", edited_script)):
         backups = sorted(glob.glob(f"{root}/{rel}.gpuop-bak.*"))
@@ -300,40 +298,21 @@ def test_preflight_stops_before_any_change(lab, data, message):
     assert snapshot(root) == before
 
 
-def start(root, *data):
+def start(root, *data) -> Started:
     args = [PYINFRA, "inventory.py", "deploy.py", "-y", "--data", f"gpuop_root={root}"]
     for item in data:
         args += ["--data", item]
-    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return Started(args)
 
 
-def run_until(proc, marker):
-    """Read the run's log until ``marker`` shows, then leave it running; return the log so far."""
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if marker in line:
-            return "".join(seen)
-    raise AssertionError("run ended before: " + marker + "\n" + "".join(seen))
-
-
-def drain(proc):
-    log = []
-    reader = threading.Thread(target=lambda: log.extend(proc.stderr))
-    reader.start()
-    proc.wait(300)
-    reader.join()
-    return "".join(log)
-
-
-def interrupt(proc):
+def interrupt(run: Started):
     """Ctrl-C, and a kill if the run does not stop at once (a closed terminal)."""
-    proc.send_signal(signal.SIGINT)
+    run.proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(2)
+        run.proc.wait(2)
     except subprocess.TimeoutExpired:
-        proc.kill()
-    drain(proc)
+        run.proc.kill()
+    run.finish(RUN_DEADLINE_S)
 
 
 @pytest.mark.parametrize("marker", [
@@ -349,7 +328,7 @@ def test_a_run_killed_by_sigint_is_repaired_by_the_next(lab, marker):
     # An initial toolkit no node can take: the killed run could never finish by itself, and
     # sits in the step 8 wait for its Pods when killed there.
     proc = start(root, "toolkit_memory_initial=40Gi")
-    run_until(proc, marker)
+    proc.until(marker, RUN_DEADLINE_S)
     interrupt(proc)
     assert not (root / "out/rollout.txt").exists()  # it was stopped half-way
     run = deploy(root)
@@ -365,11 +344,11 @@ def test_apiserver_killed_while_step_8_waits(lab):
     root, fresh = lab
     # An initial toolkit no node can take keeps step 8 waiting for as long as the test needs.
     proc = start(root, "toolkit_memory_initial=40Gi", "wait_timeout_s=30")
-    waited = run_until(proc, "waiting for all Pods of DaemonSet gpu-operator/nvidia-container-toolkit Ready")
+    proc.until("waiting for all Pods of DaemonSet gpu-operator/nvidia-container-toolkit Ready", RUN_DEADLINE_S)
     killed_at = time.monotonic()
     kill_component("kube-apiserver")
     try:
-        log = waited + drain(proc)
+        log = proc.finish(RUN_DEADLINE_S)
         failed_after = time.monotonic() - killed_at
     finally:
         lab_up()
@@ -400,16 +379,17 @@ def test_etcd_restarted_between_two_runs(lab):
 def test_two_runs_at_once_never_interleave(lab):
     root, fresh = lab
     first = start(root, "replay=true")  # slow enough: namespaces take seconds to delete
-    run_until(first, "Replay: reset the lab to before step 1")
+    first.until("Replay: reset the lab to before step 1", RUN_DEADLINE_S)
     second = start(root)
-    waited = run_until(second, "waiting for the lab lock")
+    waited = second.until("waiting for the lab lock", RUN_DEADLINE_S)
     assert f"held by {os.uname().nodename} pid {first.pid} " in waited
     assert "Starting operation" not in waited  # nothing of the second run ran yet
     impatient = deploy(root, "wait_timeout_s=1")
     assert impatient.code != 0
     assert "another gpuop run holds /tmp/gpuop-current-context.lock" in impatient.log
-    first_log, second_log = drain(first), drain(second)
+    first_log, second_log = first.finish(RUN_DEADLINE_S), second.finish(RUN_DEADLINE_S)
     assert first.returncode == 0, first_log
     assert second.returncode == 0, second_log
-    assert first.poll() is not None and "Starting operation" in second_log
+    # The second run's first operation started only after the first run had said its last word.
+    assert second.first_seen("Starting operation") > first.times[-1], second_log
     assert_incident_end_state(root, fresh)

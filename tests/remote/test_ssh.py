@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 
 import pytest
 import yaml
@@ -10,6 +9,7 @@ import yaml
 from tests.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
 from tests.kube import get, kubectl, reset_lab, set_gpus
 from tests.playbook import deploy, lab_daemon_pid, stop_daemons_under, target_commands, tree
+from tests.proc import run
 from tests.ssh import Sshd, free_port, keygen
 
 LABS = {"lab-a": "gpuop-lab", "lab-b": "gpuop-lab-b", "lab-c": "gpuop-lab-c"}
@@ -58,7 +58,7 @@ EXPECTED = {"merge.txt": MERGE, "restart.txt": RESTART, "node-gpu.txt": NODE_GPU
 def clean(ssh, *names):
     for name in names:
         stop_daemons_under(root_of(ssh, name))
-        subprocess.run(["rm", "-rf", str(root_of(ssh, name))], check=True)
+        run(["rm", "-rf", str(root_of(ssh, name))], timeout_s=60, check=True)
 
 
 def test_deploy_over_ssh_converges_like_local(ssh, tmp_path):
@@ -111,20 +111,20 @@ def test_password_in_hosts_file_is_refused(ssh, tmp_path):
 
 @pytest.fixture
 def sudo_user(ssh):
-    subprocess.run(["useradd", "-m", "-s", "/bin/sh", SUDO_USER], capture_output=True)
-    subprocess.run(["usermod", "-p", "*", SUDO_USER], check=True)  # no password, not locked
+    run(["useradd", "-m", "-s", "/bin/sh", SUDO_USER], timeout_s=60)
+    run(["usermod", "-p", "*", SUDO_USER], timeout_s=60, check=True)  # no password, not locked
     home = os.path.expanduser(f"~{SUDO_USER}")
     os.makedirs(f"{home}/.ssh", exist_ok=True)
     with open(f"{home}/.ssh/authorized_keys", "w") as f:
         f.write(open(ssh["key"] + ".pub").read())
-    subprocess.run(["chown", "-R", f"{SUDO_USER}:", f"{home}/.ssh"], check=True)
+    run(["chown", "-R", f"{SUDO_USER}:", f"{home}/.ssh"], timeout_s=60, check=True)
     rule = f"/etc/sudoers.d/{SUDO_USER}"
     with open(rule, "w") as f:
         f.write(f"{SUDO_USER} ALL=(ALL) NOPASSWD: ALL\n")
     os.chmod(rule, 0o440)
     yield SUDO_USER
     os.remove(rule)
-    subprocess.run(["userdel", "-r", SUDO_USER], capture_output=True)
+    run(["userdel", "-r", SUDO_USER], timeout_s=60)
 
 
 def test_non_root_user_works_through_sudo(ssh, tmp_path, sudo_user):
@@ -140,7 +140,7 @@ def test_non_root_user_works_through_sudo(ssh, tmp_path, sudo_user):
 
 def lab(command, name):
     """lab/lab.sh for another host's lab; the default lab's context stays the current one."""
-    subprocess.run(["lab/lab.sh", command, LABS[name]], check=True, capture_output=True)
+    run(["lab/lab.sh", command, LABS[name]], timeout_s=600, check=True)
     kubectl("config", "use-context", "kwok-gpuop-lab")
 
 

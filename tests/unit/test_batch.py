@@ -1,6 +1,5 @@
 """Several facts in one round trip: the real shell command, each part to its own fact."""
 
-import subprocess
 
 import pytest
 
@@ -9,6 +8,8 @@ from pyinfra.api import FactBase
 from facts.batch import Batch, PartFailed
 from facts.files import Files
 from facts.kube import ClusterUnanswered, KubeObjects
+
+from tests.proc import run as run_process
 
 
 class Fails(FactBase):
@@ -19,7 +20,7 @@ class Fails(FactBase):
 def run(parts):
     batch = Batch()
     command = batch.command(parts)
-    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    out = run_process(["sh", "-c", command], timeout_s=30, check=True)
     return batch.process(out.stdout.splitlines())
 
 

@@ -2,9 +2,10 @@
 
 import os
 import shutil
-import subprocess
 
 import pytest
+
+from tests.proc import run as run_process
 
 SCRIPT = os.path.join("files", "check-runtime.sh")
 
@@ -43,7 +44,7 @@ def tools(tmp_path):
 
 def run(path_dirs):
     env = {**os.environ, "PATH": os.pathsep.join(path_dirs)}
-    return subprocess.run(["/bin/sh", SCRIPT], env=env, capture_output=True, text=True)
+    return run_process(["/bin/sh", SCRIPT], timeout_s=30, env=env)
 
 
 @pytest.mark.parametrize("dump,code", [(RUNC_ONLY, 1), (NVIDIA, 0), (LOOKALIKE, 1)])

@@ -160,7 +160,14 @@ def test_dropin_keeping_cri_carries_the_main_config_section():
 def test_repaired_dropin_follows_the_version_s_merge():
     assert containerd.repaired_dropin("2.4.2", MAIN) == containerd.nvidia_dropin()
     on_1x = containerd.repaired_dropin("1.6.20", MAIN)
-    assert on_1x == containerd.dropin_keeping_cri(MAIN, containerd.nvidia_dropin())
+    # SPEC's two runtimes, and the main config's default, in the one CRI section 1.x keeps whole.
+    assert on_1x == {"plugins": {"io.containerd.grpc.v1.cri": {"containerd": {
+        "default_runtime_name": "runc",
+        "runtimes": {
+            "runc": {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}},
+            "nvidia": {"runtime_type": "io.containerd.runc.v2",
+                       "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True}},
+        }}}}}
     assert containerd.repaired_dropin("unknown", MAIN) == on_1x  # when in doubt, the safe one
     assert containerd.release_major("1.6.20") == 1 and containerd.release_major("x") == 0
 

@@ -1,11 +1,16 @@
 """gpuop's operation order is pyinfra's own, to the line, without reading source files."""
 
+import logging
 import sys
 import types
 
 import pyinfra
 import pytest
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.state import StateStage
 from pyinfra.api.util import get_operation_order_from_stack
+from pyinfra.context import ctx_host, ctx_state
+from pyinfra.operations import server
 
 from operations import ordering
 
@@ -54,8 +59,50 @@ def test_operation_order_is_pyinfra_s(monkeypatch, cli, deploy_filename):
         assert seen[1][1][:len(lead) + 1] == lead + [5]  # step_two( on a call of three lines
 
 
-def test_install_gives_pyinfra_the_order(monkeypatch):
+@pytest.fixture
+def pyinfra_s_own(monkeypatch):
+    """pyinfra's own ordering function back after the test, and install() not yet called."""
     module = sys.modules["pyinfra.api.operation"]
-    monkeypatch.setattr(module, "get_operation_order_from_stack", module.get_operation_order_from_stack)
-    ordering.install()
-    assert sys.modules["pyinfra.api.operation"].get_operation_order_from_stack is ordering.operation_order
+    monkeypatch.setattr(module, "get_operation_order_from_stack", get_operation_order_from_stack)
+    ordering.install.cache_clear()
+    yield module
+    ordering.install.cache_clear()
+
+
+def test_pyinfra_orders_a_real_operation_with_it(monkeypatch, pyinfra_s_own):
+    """An operation called as a CLI deploy calls it: pyinfra asks the installed function, and
+    the order it records is the function's answer."""
+    asked = []
+
+    def spy(state):
+        asked.append(ordering_s(state))
+        return asked[-1]
+
+    ordering_s = ordering.operation_order
+    monkeypatch.setattr(ordering, "operation_order", spy)
+    monkeypatch.setattr(pyinfra, "is_cli", True)
+    assert ordering.install() is True
+    inventory = Inventory((["@local"], {}))
+    state = State(inventory, Config())
+    state.current_deploy_filename = __file__
+    state.set_stage(StateStage.Prepare)
+    with ctx_state.use(state), ctx_host.use(inventory.get_host("@local")):
+        server.shell(commands=["true"])
+    assert len(asked) == 1
+    (op_hash,) = state.get_op_order()
+    assert list(state.get_op_meta(op_hash).op_order) == asked[0]
+
+
+def test_install_refuses_another_pyinfra_and_keeps_its_own(monkeypatch, caplog, pyinfra_s_own):
+    monkeypatch.setattr(pyinfra, "__version__", "3.11.0")
+    with caplog.at_level(logging.WARNING, logger="pyinfra"):
+        assert ordering.install() is False
+    assert pyinfra_s_own.get_operation_order_from_stack is get_operation_order_from_stack
+    assert ("gpuop: pyinfra is 3.11.0, and the faster operation order was proven on 3.10.0 only: "
+            "pyinfra's own is kept") in caplog.text
+
+
+def test_the_pinned_pyinfra_is_the_one_it_was_proven_on():
+    pinned = next(line.split("==")[1].strip() for line in open("requirements.txt")
+                  if line.startswith("pyinfra=="))
+    assert ordering.PROVEN_ON == pinned == pyinfra.__version__

@@ -1,10 +1,11 @@
-import subprocess
 import sys
 
 import pytest
 from kubernetes.utils import parse_quantity as client_parse
 
 from gpuop.quantity import parse_quantity
+
+from tests.proc import run
 
 
 @pytest.mark.parametrize("text", ["64Gi", "256Mi", "33554432Ki", "0.5", "1500m", "4", "1e3"])
@@ -17,4 +18,4 @@ def test_it_is_the_kubernetes_client_s_parser(text):
 def test_the_playbook_s_logic_does_not_import_the_api_client():
     check = ("import sys, gpuop.audit, gpuop.cluster, gpuop.knobs, gpuop.objects; "
              "sys.exit('kubernetes' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", check]).returncode == 0
+    assert run([sys.executable, "-c", check], timeout_s=60).returncode == 0

@@ -1,0 +1,47 @@
+"""A lab host as a target: its knobs, where its files live, its containerd, and what its runs read.
+
+    lab, at = target.checked(host)   # first thing in deploy.py, fix.py and audit.py
+"""
+
+import posixpath
+
+from pyinfra.api.exceptions import DeployError
+
+from gpuop.knobs import KnobError, parse_knobs
+from gpuop.layout import Layout
+from manifests import MANIFESTS, REPORTS
+from operations import reads
+from operations.containerd import LabDaemon
+
+
+def lab_daemon(lab, at: Layout):
+    """The lab node's own containerd daemon, or None where the knobs say the lab runs none.
+
+        lab_daemon(lab, Layout("/root/gpuop")).socket -> "/root/gpuop/run/containerd/containerd.sock"
+    """
+    if not lab.containerd_binary:
+        return None
+    return LabDaemon(binary=lab.containerd_binary, crictl=lab.crictl_binary, config=at.main_config,
+                     socket=at.containerd_socket, state=at.containerd_state,
+                     root=at.containerd_root, pidfile=at.containerd_pid, log=at.containerd_log)
+
+
+def checked(host):
+    """
+    The host's knobs, parsed and checked, and its layout; a bad knob stops the run before
+    anything is changed, naming the host, the key, the value and what was expected. What the
+    run reads of the host is declared here, to be read in one round trip (see operations.reads).
+
+    .. code:: python
+
+        lab, at = checked(host)   # lab.replicas -> 5, at.main_config -> "/root/gpuop/etc/..."
+    """
+    try:
+        lab = parse_knobs(host.data)
+    except KnobError as bad:
+        raise DeployError(f"{host.name}: {bad} (nothing was changed)") from None
+    at = Layout(lab.gpuop_root)
+    lab_files = (*at.owned_files(MANIFESTS, REPORTS), at.report("audit.json"), at.dropin_glob,
+                 posixpath.join(at.dropins_aside, "*"))
+    reads.declare(host, files=lab_files, context=lab.kube_context, daemon=lab_daemon(lab, at))
+    return lab, at
