@@ -179,11 +179,13 @@ def cri_runtimes_table(doc: dict):
 
 @dataclass(frozen=True)
 class Forecast:
-    """What this containerd would load at its next start."""
+    """What this containerd would load at its next start: whether the daemon starts at all, and
+    whether its CRI plugin loads, with which runtimes; ``reason`` says why not."""
     runtimes: list
     default_runtime: str
     cri_ok: bool
     reason: str
+    starts: bool = True
 
 
 def restart_forecast(dump_doc: dict) -> Forecast:
@@ -207,7 +209,7 @@ def restart_forecast(dump_doc: dict) -> Forecast:
 
 def unreadable_config(error: str) -> Forecast:
     """The forecast when the binary cannot even read its config: containerd will not start."""
-    return Forecast([], "", False, f"containerd cannot read its config: {error}")
+    return Forecast([], "", False, f"containerd cannot read its config: {error}", starts=False)
 
 
 def binary_version(version_line: str) -> str:

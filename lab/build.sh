@@ -6,6 +6,7 @@
 #   lab/build.sh crictl     -> ~/.cache/gpuop-lab/cri-tools-1.37.0/bin
 #   lab/build.sh containerd V (a containerd of CONTAINERD_VERSIONS for the lab node) -> ~/.cache/gpuop-lab/containerd-V/bin
 #   lab/build.sh containerds (every one of them; prints nothing)
+#   lab/build.sh nvidia-ctk -> ~/.cache/gpuop-lab/nvidia-ctk-1.19.1/bin
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
 # cache, whose tail is printed only when a build fails.
 set -euo pipefail
@@ -15,10 +16,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|crictl|containerd VERSION|containerds]; VERSION one of: $CONTAINERD_VERSIONS"
+usage="usage: $0 [cluster|crictl|containerd VERSION|containerds|nvidia-ctk]; VERSION one of: $CONTAINERD_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 crictl) cache=$cache_root/cri-tools-$CRICTL_VERSION ;;
+nvidia-ctk) cache=$cache_root/nvidia-ctk-$NVIDIA_CTK_VERSION ;;
 containerd)
   containerd_version=${2:-}
   [[ " $CONTAINERD_VERSIONS " == *" $containerd_version "* ]] || { echo "$usage" >&2; exit 2; }
@@ -101,6 +103,12 @@ build_crictl() {
     "sigs.k8s.io/cri-tools/cmd/crictl@v$CRICTL_VERSION"
 }
 
+build_nvidia_ctk() {
+  # cgo on: NVML's bindings are cgo (dlopen'ed at run time; nothing of it is needed to configure).
+  CGO_ENABLED=1 GOBIN=$bin go install -trimpath -ldflags "-s -w" \
+    "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@v$NVIDIA_CTK_VERSION"
+}
+
 build_containerd() {
   # Through a wrapper module for every version: `go install` refuses 1.7.15+ and 2.0.2-2.2.0,
   # whose go.mod has `exclude`. cgo on, as containerd's own release builds; no_btrfs: no btrfs
@@ -108,7 +116,7 @@ build_containerd() {
   local v=$containerd_version mod=github.com/containerd/containerd
   [ "${v%%.*}" -ge 2 ] && mod=$mod/v2
   cd "$(wrapper "containerd-$v")"
-  go get "$mod@v$v"
+  go get "$mod/cmd/containerd@v$v"
   CGO_ENABLED=1 go build -trimpath -tags no_btrfs -ldflags "-s -w -X $mod/version.Version=v$v" \
     -o "$bin/containerd" "$mod/cmd/containerd"
 }
@@ -121,6 +129,7 @@ cluster)
     built "Kubernetes v$K8S_VERSION (apiserver, controller-manager, scheduler, kubectl)" build_kubernetes
   ;;
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
+nvidia-ctk) have_all nvidia-ctk || built "nvidia-ctk v$NVIDIA_CTK_VERSION" build_nvidia_ctk ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd ;;
 esac
 rm -rf "$cache/src"

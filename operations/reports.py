@@ -140,7 +140,7 @@ def containerd_views(main_config: str, observed, daemon: LabDaemon | None) -> Co
     if restart is None:
         return ContainerdViews(main_doc, dropin_docs, list(observed), "recorded", "none", None)
     loaded = views["loaded"]
-    forecast = Forecast(**{k: restart[k] for k in ("runtimes", "default_runtime", "cri_ok", "reason")})
+    forecast = Forecast(**{k: restart[k] for k in ("runtimes", "default_runtime", "cri_ok", "reason", "starts")})
     return ContainerdViews(main_doc, dropin_docs, loaded["runtimes"],
                            "cri" if loaded["cri"] == "ok" else "cri-down", restart["version"], forecast)
 

@@ -24,6 +24,20 @@ def binary(version: str) -> str:
     return os.path.join(out.stdout.strip(), "containerd")
 
 
+def built(component: str, name: str) -> str:
+    """A lab binary as lab/build.sh builds it (cached after the first build)."""
+    out = run([os.path.join(HERE, "lab/build.sh"), component], timeout_s=1800, check=True)
+    return os.path.join(out.stdout.strip(), name)
+
+
+def crictl() -> str:
+    return built("crictl", "crictl")
+
+
+def nvidia_ctk() -> str:
+    return built("nvidia-ctk", "nvidia-ctk")
+
+
 def lab_daemons(root) -> list:
     """Every process running as a containerd daemon on ``root``'s lab (``--root`` on its command
     line), whatever its pid file says."""

@@ -182,13 +182,14 @@ DRIFTS["all of these at once"] = all_at_once
 
 # Files a repair rewrites although the drift did not touch them: replaying the stalled rollout
 # applies the initial toolkit manifest, then the upgrade, so toolkit-ds.yaml is written twice
-# (and ends as it was). Every other file the drift left alone must keep its mtime.
+# (and ends as it was). Every other file the drift left alone must keep its mtime. ("All of these
+# at once" edits toolkit-ds.yaml itself.)
 ROLLOUT_REPLAYED = {"k8s/toolkit-ds.yaml"}
 REWRITTEN = {
     **{name: ROLLOUT_REPLAYED for name in (
         "rollout.txt deleted", "rollout.txt edited", "DaemonSet deleted", "DaemonSet rolled back",
         "a toolkit Pod deleted", "namespace gpu-operator deleted", "DaemonSet recreated with another selector",
-        "DaemonSet maxUnavailable edited", "DaemonSet memory edited to fit", "all of these at once")},
+        "DaemonSet maxUnavailable edited", "DaemonSet memory edited to fit")},
 }
 
 
