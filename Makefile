@@ -16,7 +16,7 @@ else
 $(error CONTAINERD=$(CONTAINERD): expected debian, 1.6.20 or one of $(CONTAINERD_LIST))
 endif
 
-.PHONY: setup deps containerds lab-up lab-down lab-status test unit run fix audit bench
+.PHONY: setup deps containerds nvidia-ctk lab-up lab-down lab-status test unit run fix audit bench
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,9 @@ deps:
 containerds:
 	lab/build.sh containerds
 
+nvidia-ctk:
+	lab/build.sh nvidia-ctk >/dev/null
+
 lab-up:
 	@lab/lab.sh up $(LAB)
 
@@ -43,14 +46,14 @@ lab-status:
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-test: setup deps containerds lab-up
+test: setup deps containerds nvidia-ctk lab-up
 	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
 
 run: setup deps lab-up
 	@$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA)
 
-fix: setup deps lab-up
-	$(VENV)/bin/pyinfra inventory.py fix.py -y $(CONTAINERD_DATA)
+fix: setup deps nvidia-ctk lab-up
+	$(VENV)/bin/pyinfra inventory.py fix.py -y $(CONTAINERD_DATA) --data nvidia_ctk_binary=$$(lab/build.sh nvidia-ctk)/nvidia-ctk
 
 audit: setup deps lab-up
 	$(VENV)/bin/pyinfra inventory.py audit.py -y $(CONTAINERD_DATA)

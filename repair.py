@@ -32,7 +32,9 @@ def runtime(lab, at: Layout):
     main = containerd.main_config(at.dropin_glob)
     text(name="config.toml", path=at.main_config, content=tomli_w.dumps(main))
     lab_containerd.surviving_dropin(name="conf.d/99-nvidia.toml, as this containerd's merge keeps it",
-                                    path=at.nvidia_dropin, daemon=daemon, main_doc=main)
+                                    path=at.nvidia_dropin, daemon=daemon, main_doc=main,
+                                    runtimes=NODE_RUNTIMES, nvidia_ctk=lab.nvidia_ctk_binary,
+                                    scratch=at.nvidia_ctk_scratch)
     lab_containerd.restarted_into(name="The lab containerd holds runc and nvidia, restarted only if the forecast is ok",
                                   daemon=daemon, runtimes=NODE_RUNTIMES, timeout_s=lab.wait_timeout_s)
 

@@ -12,9 +12,11 @@ import tomllib
 
 from pyinfra.api import FactBase
 
-from gpuop.containerd import binary_version, cri_runtimes, restart_forecast, unreadable_config
+from gpuop.containerd import (DUMP_WITHOUT_MIGRATIONS, binary_version, cri_runtimes, restart_forecast,
+                              start_subcommand, unreadable_config)
 
 _DAEMONS = "--- daemons"
+_LOG = "--- log"
 _CRI = "--- cri"
 _DUMP_FAILED = "--- dump failed"
 CRICTL_DEADLINE_S = 10  # crictl's own --timeout is 3 s; this ends one that still hangs
@@ -51,14 +53,15 @@ class LabContainerd(FactBase):
     ``pid``, ``exe`` and ``args`` are the daemon's when exactly one holds the root (None and empty
     otherwise); ``state`` is the kernel's (``T``: stopped). ``last_pid`` is what the pid file (a
     cache) says, None when the lab never started one. ``crictl`` is False when there is no crictl.
+    ``log`` is the last line of the daemon's log: what one that exited said last.
     """
 
     @staticmethod
     def default():
         return {"daemons": [], "pid": None, "last_pid": None, "exe": "", "args": [], "cri": "down",
-                "runtimes": [], "default_runtime": "", "error": "not asked", "crictl": True}
+                "runtimes": [], "default_runtime": "", "error": "not asked", "crictl": True, "log": ""}
 
-    def command(self, pidfile, socket, root, crictl="crictl"):
+    def command(self, pidfile, socket, root, crictl="crictl", log=""):
         self.root = root  # pyinfra calls process() on this same instance
         # grep -z reads each /proc/PID/cmdline as NUL-separated arguments: one process finds every
         # candidate (grep itself is one; process() keeps only `--root ROOT`). Per candidate: pid,
@@ -68,16 +71,16 @@ class LabContainerd(FactBase):
             f'for f in $(grep -lxzF -- {shlex.quote(root)} /proc/[0-9]*/cmdline 2>/dev/null); do '
             'p=${f%/cmdline}; a=$(base64 -w0 <"$f" 2>/dev/null); [ -n "$a" ] || continue; '
             'echo "${p#/proc/} $(sed \'s/.*) //; s/ .*//\' "$p/stat" 2>/dev/null) $a $(readlink "$p/exe")"; '
-            f'done; echo {_CRI}; '
+            f'done; echo {_LOG}; tail -n 1 {shlex.quote(log or "/dev/null")} 2>/dev/null | cut -c1-300; echo {_CRI}; '
             f'timeout -k 2 {CRICTL_DEADLINE_S} {shlex.quote(crictl)} --config /dev/null '
             f'--runtime-endpoint unix://{shlex.quote(socket)} --timeout 3s info 2>&1; echo "$?"'
         )
 
     def process(self, output):
         last = output[0].strip()
-        at_daemons, at_cri = output.index(_DAEMONS), output.index(_CRI)
+        at_daemons, at_log, at_cri = output.index(_DAEMONS), output.index(_LOG), output.index(_CRI)
         daemons = []
-        for line in output[at_daemons + 1:at_cri]:
+        for line in output[at_daemons + 1:at_log]:
             pid, state, args, *exe = line.split(" ", 3)
             args = base64.b64decode(args).decode(errors="replace").split("\0")[:-1]
             daemons.append({"pid": int(pid), "state": state, "args": args, "exe": " ".join(exe)})
@@ -85,7 +88,8 @@ class LabContainerd(FactBase):
         one = daemons[0] if len(daemons) == 1 else {"pid": None, "exe": "", "args": []}
         answer, status = "\n".join(output[at_cri + 1:-1]), output[-1].strip()
         found = {"daemons": daemons, "pid": one["pid"], "exe": one["exe"], "args": one["args"],
-                 "last_pid": int(last) if last.isdigit() else None, "crictl": status != "127"}
+                 "last_pid": int(last) if last.isdigit() else None, "crictl": status != "127",
+                 "log": " ".join(output[at_log + 1:at_cri]).strip()}
         if status != "0":
             error = (f"crictl did not answer within {CRICTL_DEADLINE_S}s" if status in ("124", "137")
                      else answer.strip().splitlines()[-1] if answer.strip() else f"exit {status}")
@@ -97,16 +101,19 @@ class LabContainerd(FactBase):
 class ContainerdRestart(FactBase):
     """
     What the lab's containerd binary would load if the daemon restarted now: its version, and its
-    own ``config dump`` of the lab's config (the files on disk merged the way this binary merges
-    them at start), judged by the CRI plugin's rule. This never asks the running daemon. ``None``
-    where the binary is not on the host.
+    own merge of the lab's config (the files on disk merged the way this binary merges them at
+    start: its ``config dump``, or ``config migrate`` on the releases whose dump skips migrations),
+    judged by its version's rules (``gpuop.containerd.restart_forecast``): whether the daemon
+    starts, and whether its CRI loads. This never asks the running daemon. ``None`` where the
+    binary is not on the host.
 
     .. code:: python
 
         host.get_fact(ContainerdRestart, binary="/usr/bin/containerd",
                       config="/root/gpuop/etc/containerd/config.toml")
         {"version": "1.6.20", "runtimes": ["nvidia"], "default_runtime": "runc",
-         "cri_ok": False, "reason": 'default_runtime_name "runc" has no runtime in ...'}
+         "cri_ok": False, "starts": True,
+         "reason": 'default_runtime_name "runc" has no runtime in ...; containerd 1.6: an imported ...'}
     """
 
     @staticmethod
@@ -115,18 +122,24 @@ class ContainerdRestart(FactBase):
 
     def command(self, binary, config):
         b, c = shlex.quote(binary), shlex.quote(config)
-        dump = f"timeout -k 2 {DUMP_DEADLINE_S} {b} --config {c} config dump"
-        # A dump that fails is asked again for its words; one that hung is not asked twice.
-        return (f"if [ -x {b} ]; then timeout -k 2 {DUMP_DEADLINE_S} {b} --version; "
-                f"{dump} 2>/dev/null || {{ rc=$?; echo {shlex.quote(_DUMP_FAILED)}; "
-                f'if [ "$rc" -ge 124 ]; then echo "config dump did not answer within {DUMP_DEADLINE_S}s"; '
-                f"else {dump} 2>&1 | tail -n 3; fi; }}; fi")
+        # What this version loads at start is its `config dump`, or `config migrate` where the
+        # dump skips migrations (gpuop.containerd.start_subcommand): the release decides.
+        migrating = "|".join(DUMP_WITHOUT_MIGRATIONS)
+        start = f"timeout -k 2 {DUMP_DEADLINE_S} {b} --config {c} config \"$sub\""
+        # One that fails is asked again for its words; one that hung is not asked twice.
+        return (f"if [ -x {b} ]; then v=$(timeout -k 2 {DUMP_DEADLINE_S} {b} --version); "
+                'echo "$v"; set -- $v; r=${3#v}; r=${r%%[~+-]*}; '
+                f'case "$r" in {migrating}) sub=migrate;; *) sub=dump;; esac; '
+                f"{start} 2>/dev/null || {{ rc=$?; echo {shlex.quote(_DUMP_FAILED)}; "
+                f'if [ "$rc" -ge 124 ]; then echo "config $sub did not answer within {DUMP_DEADLINE_S}s"; '
+                f"else {start} 2>&1 | tail -n 3; fi; }}; fi")
 
     def process(self, output):
         version, body = binary_version(output[0]), output[1:]
         if _DUMP_FAILED in body:
-            error = " ".join(line.strip() for line in body[body.index(_DUMP_FAILED) + 1:])
-            forecast = unreadable_config(error or "config dump failed")
+            said = [line.strip() for line in body[body.index(_DUMP_FAILED) + 1:] if line.strip()]
+            error = said[-1] if said else ""  # the binary's own last word; log lines come before it
+            forecast = unreadable_config(version, error or f"config {start_subcommand(version)} failed")
         else:
-            forecast = restart_forecast(tomllib.loads("\n".join(body)))
+            forecast = restart_forecast(version, tomllib.loads("\n".join(body)))
         return {"version": version, **forecast.__dict__}

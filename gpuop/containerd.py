@@ -165,22 +165,62 @@ def merge_lines(analysis: MergeAnalysis, loaded_runtimes: list) -> list:
 
 
 
-def cri_runtimes_table(doc: dict):
-    """The ``containerd`` table of a config that holds ``runtimes``, wherever this version keeps it
-    (``plugins."io.containerd.grpc.v1.cri".containerd`` on 1.x,
-    ``plugins."io.containerd.cri.v1.runtime".containerd`` on 2.x); None when there is none.
+def release(version: str) -> tuple:
+    """A containerd version as numbers, ``(0, 0, 0)`` when unknown.
 
-        cri_runtimes_table(main_config("/x"))["default_runtime_name"] -> "runc"
+        release("2.0.5") -> (2, 0, 5)
     """
-    found = find_tables(doc, ("containerd",))
-    with_runtimes = [t for _, t in found if isinstance(t.get("runtimes"), dict)]
-    return with_runtimes[0] if with_runtimes else (found[0][1] if found else None)
+    parts = re.findall(r"\d+", version)[:3]
+    return tuple(int(p) for p in parts) + (0,) * (3 - len(parts)) if parts else (0, 0, 0)
+
+
+# containerd issue 11600: on 2.0.0 to 2.0.5, `config dump` runs no plugin migrations, so a
+# version-2 file's CRI runtimes are missing from it though the daemon loads them; `config
+# migrate` runs them, as the daemon does at start (fixed in 2.0.6 and 2.1.0).
+DUMP_WITHOUT_MIGRATIONS = tuple(f"2.0.{patch}" for patch in range(6))
+
+
+def start_subcommand(version: str) -> str:
+    """The ``containerd config`` subcommand whose output is what this version loads at start.
+
+        start_subcommand("2.0.5") -> "migrate";  start_subcommand("1.7.35") -> "dump"
+    """
+    return "migrate" if version in DUMP_WITHOUT_MIGRATIONS else "dump"
+
+
+def cri_plugin(version: str) -> str:
+    """The plugin whose ``containerd`` table holds the runtimes this version's CRI loads."""
+    return "io.containerd.cri.v1.runtime" if release(version) >= (2,) else CRI_PLUGIN
+
+
+def start_rule(version: str) -> str:
+    """How this containerd builds its config at start, from its source and trackers, in words
+    (each rule checked on a real binary: tests/containerd/test_versions.py).
+
+        start_rule("1.6.20") -> "containerd 1.6: the runtimes an imported file names replace ..."
+    """
+    v = release(version)
+    line = f"containerd {v[0]}.{v[1]}"
+    if v < (2,):
+        stops = (" and a version above 2 stops the daemon" if v >= (1, 7, 17) or (1, 6, 32) <= v < (1, 7)
+                 else "; a version above 2 is not checked (1.6.32 and 1.7.17 stop the daemon on it)")
+        return f"{line}: the runtimes an imported file names replace the main config's whole{stops}"
+    if version in DUMP_WITHOUT_MIGRATIONS:
+        return (f"{line}: plugin sections merge deeply and version-2 files are migrated at start "
+                "(its config dump skips that: forecast from config migrate)")
+    if (2, 3) <= v < (2, 3, 5):
+        return (f"{line}: plugin sections merge deeply, and a drop-in whose version is above the "
+                "root config's stops the daemon")
+    if v >= (2, 3):
+        return f"{line}: plugin sections merge deeply, every file migrated before the merge"
+    return f"{line}: plugin sections merge deeply, version-2 files migrated; with mixed versions the highest wins"
 
 
 @dataclass(frozen=True)
 class Forecast:
     """What this containerd would load at its next start: whether the daemon starts at all, and
-    whether its CRI plugin loads, with which runtimes; ``reason`` says why not."""
+    whether its CRI plugin loads, with which runtimes; ``reason`` says why not, and by which of
+    its version's rules (``start_rule``)."""
     runtimes: list
     default_runtime: str
     cri_ok: bool
@@ -188,28 +228,35 @@ class Forecast:
     starts: bool = True
 
 
-def restart_forecast(dump_doc: dict) -> Forecast:
-    """What a restart loads, from the binary's own ``config dump`` of the files on disk, judged by
-    the CRI plugin's rule: its ``default_runtime_name`` must name a configured runtime, or the
-    plugin refuses to load (and the node serves no Pods).
+def restart_forecast(version: str, start_doc: dict) -> Forecast:
+    """What a restart loads, from the binary's own merge of the files on disk (``start_doc``: its
+    ``config dump``, or ``config migrate`` where the dump misses migrations), read where this
+    version's CRI takes its runtimes, and judged by the CRI plugin's rule: its
+    ``default_runtime_name`` must name a configured runtime, or the plugin refuses to load (and
+    the node serves no Pods).
 
-        restart_forecast(tomllib.loads(dump)) -> Forecast(["nvidia"], "runc", False, "...")
+        restart_forecast("1.6.20", tomllib.loads(dump)) -> Forecast(["nvidia"], "runc", False, "...")
     """
-    table = cri_runtimes_table(dump_doc) or {}
-    runtimes = runtime_names(dump_doc)
+    table = ((start_doc.get("plugins") or {}).get(cri_plugin(version)) or {}).get("containerd") or {}
+    runtimes = [k for k, v in (table.get("runtimes") or {}).items() if isinstance(v, dict)]
     default = table.get("default_runtime_name", "")
     if not default:
-        return Forecast(runtimes, default, False, "the CRI plugin has no default_runtime_name")
-    if default not in runtimes:
-        return Forecast(runtimes, default, False,
-                        f'default_runtime_name "{default}" has no runtime in containerd.runtimes '
-                        f'(configured: {",".join(runtimes) or "none"})')
-    return Forecast(runtimes, default, True, "")
+        why = "the CRI plugin has no default_runtime_name"
+    elif default not in runtimes:
+        why = (f'default_runtime_name "{default}" has no runtime in containerd.runtimes '
+               f'(configured: {",".join(runtimes) or "none"})')
+    else:
+        return Forecast(runtimes, default, True, "")
+    return Forecast(runtimes, default, False, f"{why}; {start_rule(version)}")
 
 
-def unreadable_config(error: str) -> Forecast:
-    """The forecast when the binary cannot even read its config: containerd will not start."""
-    return Forecast([], "", False, f"containerd cannot read its config: {error}", starts=False)
+def unreadable_config(version: str, error: str) -> Forecast:
+    """The forecast when the binary cannot even read its config: containerd will not start.
+
+        unreadable_config("2.3.3", "drop-in config version 3 higher than root config version 2")
+    """
+    return Forecast([], "", False, f"the daemon will not start: {error}; {start_rule(version)}",
+                    starts=False)
 
 
 def binary_version(version_line: str) -> str:

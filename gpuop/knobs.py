@@ -8,6 +8,7 @@ import posixpath
 import re
 from dataclasses import dataclass, fields
 
+from .layout import Layout
 from .quantity import parse_quantity
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -138,6 +139,7 @@ class Knobs:
     loaded_runtimes_observed: tuple
     containerd_binary: str
     crictl_binary: str
+    nvidia_ctk_binary: str
     kube_context: str
     wait_timeout_s: int
     replay: bool
@@ -162,10 +164,15 @@ PARSERS = {
     "loaded_runtimes_observed": _runtimes,
     "containerd_binary": _binary_path,
     "crictl_binary": _command,
+    "nvidia_ctk_binary": _command,
     "kube_context": _context,
     "wait_timeout_s": _int(1),
     "replay": _bool,
 }
+
+
+SOCKET_PATH_MAX = 104  # what containerd accepts for a unix socket's path
+WAIT_MARGIN_S = 60  # a wait's own end, a daemon's stop grace and its last probe, within _timeout
 
 
 def parse_knobs(data) -> Knobs:
@@ -184,4 +191,14 @@ def parse_knobs(data) -> Knobs:
             raise KnobError(key, values[key], f"one of lab_nodes ({','.join(values['lab_nodes'])})")
     if values["gpu_node"] == values["timeslice_node"]:
         raise KnobError("timeslice_node", values["timeslice_node"], "a node other than gpu_node")
+    socket = Layout(values["gpuop_root"]).containerd_socket + ".ttrpc"  # the longest the daemon binds
+    if values["containerd_binary"] and len(socket.encode()) > SOCKET_PATH_MAX:
+        raise KnobError("gpuop_root", values["gpuop_root"],
+                        f"a root short enough for the lab containerd's sockets ({socket} is "
+                        f"{len(socket.encode())} bytes; a unix socket path has at most {SOCKET_PATH_MAX})")
+    deadline = data.get("_timeout")  # pyinfra's own: it ends an operation's wait too
+    if deadline and values["wait_timeout_s"] > int(deadline) - WAIT_MARGIN_S:
+        raise KnobError("wait_timeout_s", values["wait_timeout_s"],
+                        f"at most _timeout - {WAIT_MARGIN_S} ({int(deadline) - WAIT_MARGIN_S}): pyinfra "
+                        f"ends any command of an operation after _timeout={deadline}s, a wait included")
     return Knobs(**values)

@@ -44,6 +44,11 @@ class Layout:
         return self._at(".gpuop", "conf.d-aside")
 
     @property
+    def nvidia_ctk_scratch(self):
+        """Where nvidia-ctk gets a copy of the main config to rewrite (it rewrites the one it is given)."""
+        return self._at(".gpuop", "nvidia-ctk")
+
+    @property
     def containerd_socket(self):
         """The lab containerd's own socket, state, root, pid and log: never the host's."""
         return self._at("run", "containerd", "containerd.sock")

@@ -18,8 +18,9 @@ toolkit_memory_fix = "256Mi"  # fix.py: memory request the repaired upgrade asks
 max_unavailable = 1  # step 8: the DaemonSet's rollingUpdate.maxUnavailable
 containerd_binary = "/usr/bin/containerd"  # the lab node's containerd daemon (Debian's 1.6.20); a containerd 2.x path selects that one (make CONTAINERD=2.4.2); empty, or absent on the host: none, use loaded_runtimes_observed
 crictl_binary = "crictl"  # asks the lab containerd what it holds, through CRI
+nvidia_ctk_binary = "nvidia-ctk"  # fix.py: the NVIDIA toolkit CLI that writes the repaired drop-in, as an operator would (make fix passes the lab's build); absent on the host: gpuop writes it
 loaded_runtimes_observed = "runc"  # step 3: handlers the node's containerd held on the incident day, "recorded", used only where no lab containerd runs
 kube_context = ""  # kubeconfig context on the target; empty: its current context
 wait_timeout_s = 180  # longest wait for any live condition (scheduling, Ready Pods, the stall)
-_timeout = 120  # pyinfra's deadline on each command sent to a target (a stalled SSH link or shell); kubectl, crictl and containerd calls have shorter ones of their own on the target, and a delete that waits gets wait_timeout_s more
+_timeout = 600  # pyinfra's deadline on each command of an operation, a wait included (a stalled SSH link or shell): above wait_timeout_s by a minute at least; kubectl, crictl and containerd calls have shorter ones of their own on the target
 replay = False  # true: reset the lab to before step 1 (owned files, objects, GPU advertisements) and replay it all

@@ -9,13 +9,13 @@ import tomli_w
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from facts.containerd import LabContainerd
-from facts.files import shell_glob
+from facts.containerd import ContainerdRestart, LabContainerd
+from facts.files import Files, shell_glob
 from gpuop.layout import backup_of
 from gpuop.containerd import repaired_dropin, runtime_names
 
 from . import reads
-from .files import text
+from .files import inline_write as _inline_write
 from .poll import failure, poll, until
 
 
@@ -48,7 +48,8 @@ class LabDaemon:
 
     def loaded_fact_args(self) -> dict:
         """What ``LabContainerd`` takes to find this daemon and ask it."""
-        return {"pidfile": self.pidfile, "socket": self.socket, "root": self.root, "crictl": self.crictl}
+        return {"pidfile": self.pidfile, "socket": self.socket, "root": self.root, "crictl": self.crictl,
+                "log": self.log}
 
     def loaded(self) -> dict:
         """The loaded view, live (for waits): the daemons on this root and what CRI holds."""
@@ -117,7 +118,7 @@ def describe(seen: dict) -> str:
     """The loaded view in words, for progress and errors."""
     daemons = seen["daemons"]
     if not daemons:
-        return "not running"
+        return f"not running (its log ends: {seen['log']})" if seen.get("log") else "not running"
     if len(daemons) > 1:
         return f"{len(daemons)} daemons on its root (pids {', '.join(map(str, _pids(seen)))})"
     pid = f"pid {daemons[0]['pid']}" + (" (stopped)" if daemons[0]["state"] == "T" else "")
@@ -230,25 +231,69 @@ def stopped(daemon: LabDaemon, timeout_s: int = 120):
     yield from _stop(daemon, _pids(reads.containerd()["loaded"]), timeout_s)
 
 
+def _loads(restart, runtimes) -> bool:
+    """Whether a restart forecast loads ``runtimes`` with CRI ok."""
+    return bool(restart) and restart["cri_ok"] and set(runtimes) <= set(restart["runtimes"])
+
+
 @operation()
-def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict):
+def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict, runtimes, nvidia_ctk: str,
+                     scratch: str):
     """
-    Ensure the nvidia drop-in is one this containerd's merge keeps the node whole with: on 1.x it
-    carries the main config's CRI section (runc, the default runtime) beside the nvidia runtime,
-    as the NVIDIA toolkit 1.18 writes it; on 2.x the toolkit's minimal drop-in. A drop-in it
-    replaces is kept as ``<path>.gpuop-bak.<time>``.
+    Ensure the nvidia drop-in is one this containerd's merge keeps the node whole with: the files
+    on disk, merged as this binary merges them at its next start, load ``runtimes`` with CRI ok.
+    Where they do not, the drop-in is written as an operator would, by the NVIDIA toolkit's own
+    ``nvidia-ctk runtime configure --drop-in-config`` (given a scratch copy of the main config,
+    which it would rewrite), and judged by the restart forecast before anything restarts; where
+    the host has no nvidia-ctk, or what it wrote would not load, by gpuop: on 1.x the main
+    config's CRI section beside the nvidia runtime (as the toolkit 1.18 writes it), on 2.x the
+    toolkit's minimal drop-in. A drop-in it replaces is kept as ``<path>.gpuop-bak.<time>``.
 
     + path: the drop-in
     + daemon: the lab's containerd, whose binary's version decides
     + main_doc: the main config, as written
+    + runtimes: what the node must load, e.g. ("runc", "nvidia")
+    + nvidia_ctk: the toolkit CLI on the target (a name on PATH or a path)
+    + scratch: a directory of the lab's own for nvidia-ctk's copy of the main config
 
     .. code:: python
 
-        surviving_dropin(path=".../conf.d/99-nvidia.toml", daemon=LabDaemon(...), main_doc=main)
+        surviving_dropin(path=".../conf.d/99-nvidia.toml", daemon=LabDaemon(...), main_doc=main,
+                         runtimes=("runc", "nvidia"), nvidia_ctk="nvidia-ctk", scratch=".../.gpuop/nvidia-ctk")
     """
     restart = reads.containerd()["restart"]
-    version = restart["version"] if restart else "unknown"
-    yield from text._inner(path=path, content=tomli_w.dumps(repaired_dropin(version, main_doc)))
+    if restart is None or _loads(restart, runtimes):
+        return
+    current = reads.files((path,)).get(path)
+    ours = tomli_w.dumps(repaired_dropin(restart["version"], main_doc))
+    keep = f"cp -p {shlex.quote(path)} {shlex.quote(backup_of(path))}; " if current else ""
+    copy = posixpath.join(scratch, "config.toml")
+    ctk = shlex.quote(nvidia_ctk)
+    # The scratch copy is there only when nvidia-ctk ran: the judge tells the two cases apart by it.
+    yield reads.containerd_changes(StringCommand(
+        f"rm -rf {shlex.quote(scratch)}; command -v {ctk} >/dev/null 2>&1 || exit 0; "
+        f"{keep}mkdir -p {shlex.quote(scratch)} && "
+        f"cp {shlex.quote(daemon.config)} {shlex.quote(copy)} && timeout -k 2 60 {ctk} runtime configure "
+        f"--runtime=containerd --config={shlex.quote(copy)} --drop-in-config={shlex.quote(path)} "
+        "--config-source=file"))
+
+    def judged(state, host):
+        after = host.get_fact(ContainerdRestart, binary=daemon.binary, config=daemon.config)
+        by_ctk = copy in host.get_fact(Files, paths=(copy,))
+        if by_ctk and _loads(after, runtimes):
+            logger.info(f"{host.print_prefix}{nvidia_ctk} wrote {path}; the restart forecast loads "
+                        f"{','.join(after['runtimes'])} with CRI ok")
+            return True
+        why = (f"what {nvidia_ctk} wrote would not load ({after['reason'] or ','.join(after['runtimes'])})"
+               if by_ctk else f"no {nvidia_ctk} on this host")
+        logger.warning(f"{host.print_prefix}{why}: writing gpuop's own drop-in for containerd "
+                       f"{restart['version']} to {path}")
+        status, _ = host.run_shell_command(
+            StringCommand(("" if by_ctk else keep) + _inline_write(path, ours, "644")),
+            _sudo=bool(host.data.get("_sudo")), _timeout=host.data.get("_timeout"))
+        return status
+
+    yield FunctionCommand(judged, (), {})
 
 
 @operation()

@@ -48,20 +48,24 @@ def text(path: str, content: str, mode: str = "644", backup: bool = True):
     yield from _written(path, content, mode, keep)
 
 
-def _written(path: str, content: str, mode: str, before: str = ""):
-    """Write a file whole: its directory, the text into a file beside it with its mode, renamed
-    over the path (never half-written), in one command after ``before``. The text goes in base64
-    (any byte survives the shell) inside the command, or, past ``INLINE_MAX_BYTES``, by an upload
-    first. pyinfra's ``files.put`` would spend six round trips on a small file (its own stat
-    facts, a temporary directory, the copy, the mode); the run already read the file in its batch."""
-    tmp = f"{path}.gpuop-tmp"
-    directory = f"mkdir -p {shlex.quote(posixpath.dirname(path))}"
+def inline_write(path: str, content: str, mode: str) -> str:
+    """One command writing a small file whole (see ``_written``): its directory, the text in
+    base64 (any byte survives the shell) into a file beside it with its mode, renamed over it."""
+    tmp = shlex.quote(f"{path}.gpuop-tmp")
     body = base64.b64encode(content.encode()).decode()
-    if len(body) <= INLINE_MAX_BYTES:
-        filled = f"printf %s {body} | base64 -d > {shlex.quote(tmp)} && "
-    else:
-        yield StringCommand(directory)
-        yield FileUploadCommand(io.BytesIO(content.encode()), tmp)
-        filled = ""
-    yield StringCommand(f"{before}{directory} && {filled}chmod {mode} {shlex.quote(tmp)} "
-                        f"&& mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
+    return (f"mkdir -p {shlex.quote(posixpath.dirname(path))} && printf %s {body} | base64 -d > {tmp} "
+            f"&& chmod {mode} {tmp} && mv -f {tmp} {shlex.quote(path)}")
+
+
+def _written(path: str, content: str, mode: str, before: str = ""):
+    """Write a file whole, never half-written, after ``before``: inline in one command
+    (``inline_write``), or, past ``INLINE_MAX_BYTES``, uploaded beside it first and renamed over
+    it. pyinfra's ``files.put`` would spend six round trips on a small file (its own stat facts, a
+    temporary directory, the copy, the mode); the run already read the file in its batch."""
+    if len(content.encode()) * 4 // 3 <= INLINE_MAX_BYTES:
+        yield StringCommand(before + inline_write(path, content, mode))
+        return
+    tmp = f"{path}.gpuop-tmp"
+    yield StringCommand(f"mkdir -p {shlex.quote(posixpath.dirname(path))}")
+    yield FileUploadCommand(io.BytesIO(content.encode()), tmp)
+    yield StringCommand(f"{before}chmod {mode} {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")

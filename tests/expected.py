@@ -34,5 +34,5 @@ LOADED_RUNTIMES=runc
 LOADED_FROM=cri
 RESTART_RUNTIMES=nvidia
 RESTART_CRI=fails
-RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes (configured: nvidia)
+RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes (configured: nvidia); containerd 1.6: the runtimes an imported file names replace the main config's whole; a version above 2 is not checked (1.6.32 and 1.7.17 stop the daemon on it)
 """

@@ -9,6 +9,7 @@ A cell's outcome is one of ``ok <runtimes>`` (CRI answers and holds those handle
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class Cell:
     reason: str  # the forecast's reason (its version's rule)
     observed: str  # what the restart did
     said: str  # the daemon's own words when it failed
+    read: str  # what the forecast's command printed on the target (the unit tests' data)
 
     @property
     def agrees(self) -> bool:
@@ -63,11 +65,12 @@ def nvidia_ctk_dropin(nvidia_ctk: str, main: str, dropin: str):
          f"--drop-in-config={dropin}", "--config-source=file"], timeout_s=60, check=True)
 
 
-def forecast_of(binary: str, config: str) -> dict:
-    """The product's forecast: the ContainerdRestart fact's own command and parsing."""
+def forecast_of(binary: str, config: str) -> tuple:
+    """The product's forecast, and the output it was made from: the ContainerdRestart fact's own
+    command and parsing."""
     fact = ContainerdRestart()
     out = run(["sh", "-c", fact.command(binary=binary, config=config)], timeout_s=90)
-    return fact.process(out.stdout.splitlines())
+    return fact.process(out.stdout.splitlines()), out.stdout
 
 
 def restarted(binary: str, crictl: str, d: str) -> tuple:
@@ -75,7 +78,6 @@ def restarted(binary: str, crictl: str, d: str) -> tuple:
     sock = f"{d}/run/containerd.sock"
     log_path = f"{d}/containerd.log"
     with open(log_path, "w") as log:
-        import subprocess
         proc = subprocess.Popen([binary, "--config", f"{d}/etc/containerd/config.toml", "--root",
                                  f"{d}/root", "--state", f"{d}/run", "--address", sock],
                                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -122,9 +124,10 @@ def cell(version: str, dropin: str, binary: str, crictl: str, nvidia_ctk: str, b
     else:
         with open(f"{conf}/conf.d/99-nvidia.toml", "w") as f:
             f.write(DROPINS[dropin])
-    forecast = forecast_of(binary, main)
+    forecast, read = forecast_of(binary, main)
     observed, said = restarted(binary, crictl, d)
-    return Cell(version, dropin, outcome(forecast), forecast["reason"], observed, said)
+    return Cell(version, dropin, outcome(forecast), forecast["reason"], observed, said,
+                read.replace(d, "/root/gpuop"))
 
 
 def table(cells) -> list:
@@ -140,7 +143,12 @@ def table(cells) -> list:
     return rows
 
 
-if __name__ == "__main__":  # the table, as the README shows it
+def recorded(version: str, dropin: str) -> str:
+    """Where the unit tests keep a cell's forecast output (``--record``)."""
+    return os.path.join(os.path.dirname(__file__), "../unit/data", f"start-{version}-{dropin}.txt")
+
+
+if __name__ == "__main__":  # the table, as the README shows it; --record: the unit tests' data too
     import tempfile
 
     from tests.labcontainerd import binary, crictl, nvidia_ctk
@@ -148,6 +156,10 @@ if __name__ == "__main__":  # the table, as the README shows it
     cells = [cell(v, n, binary(v), crictl(), nvidia_ctk(), base) for v in VERSIONS for n in DROPINS]
     print(f"containerd restart matrix, {time.strftime('%Y-%m-%d')}: observed outcome per cell")
     print("\n".join(table(cells)))
+    if "--record" in sys.argv:
+        for c in cells:
+            with open(recorded(c.version, c.dropin), "w") as f:
+                f.write(c.read)
     bad = [c for c in cells if not c.agrees]
     print(f"{len(cells) - len(bad)} of {len(cells)} forecasts equal the restart")
     for c in bad:

@@ -1,7 +1,8 @@
 """The lab node's real containerd: loaded is what the daemon holds, a restart is forecast (issue 9).
 
-Every test runs against a real daemon, once with Debian's containerd 1.6.20 and once with 2.4.2
-built from its Go module; they merge the drop-in differently, and the forecast must say so.
+Every test runs against a real daemon of every version the lab offers: Debian's containerd 1.6.20,
+and those of lab/versions.env built from their Go modules. 1.x and 2.x merge the drop-in
+differently, and the forecast must say so on each.
 """
 
 import pytest
@@ -13,11 +14,16 @@ from tests.labcontainerd import (binary, check_loaded, crictl_info, kill, loaded
 from tests.playbook import deploy, lab_daemon_pid, tree
 
 # What a restart of each version's daemon loads, with the incident's files on disk.
-FORECAST = {
-    "1.6.20": ["RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails",
+ONE_X_FAILS = ("RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails",
                'RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes '
-               "(configured: nvidia)"],
-    "2.4.2": ["RESTART_RUNTIMES=nvidia,runc", "RESTART_CRI=ok"],
+               "(configured: nvidia); containerd {minor}: the runtimes an imported file names replace "
+               "the main config's whole")
+FORECAST = {
+    "1.6.20": [*ONE_X_FAILS[:2], ONE_X_FAILS[2].format(minor="1.6")
+               + "; a version above 2 is not checked (1.6.32 and 1.7.17 stop the daemon on it)"],
+    "1.7.35": [*ONE_X_FAILS[:2], ONE_X_FAILS[2].format(minor="1.7") + " and a version above 2 stops the daemon"],
+    **{v: ["RESTART_RUNTIMES=nvidia,runc", "RESTART_CRI=ok"]
+       for v in ("2.0.5", "2.0.14", "2.1.9", "2.2.9", "2.3.3", "2.4.2")},
 }
 
 
@@ -78,7 +84,7 @@ def test_a_real_restart_does_what_the_forecast_said_and_a_rerun_replays_the_inci
     fresh = files(root)
     restart(root, binary(version))
     code, info = crictl_info(root)
-    if version == "1.6.20":
+    if version.startswith("1."):
         # The CRI plugin refused to load: the node can run no Pod at all.
         assert code != 0 and "unknown service runtime.v1.RuntimeService" in info
         checked = check_loaded(root)

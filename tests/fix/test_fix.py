@@ -1,7 +1,7 @@
 """From incident to healthy with fix.py, verified live, and back with deploy.py (issue 10).
 
 Every test runs on the real lab cluster and a real lab containerd, with both versions the lab
-offers: Debian's 1.6.20 and 2.4.2 built from its Go module.
+offers: Debian's 1.6.20 and each of lab/versions.env built from its Go module.
 """
 
 import json
@@ -11,16 +11,19 @@ import pytest
 
 from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
 from tests.kube import get, reset_lab
-from tests.labcontainerd import binary, crictl_info, loaded
+from tests.containerd.matrix import VERSIONS as VERSIONS_OF_THE_LAB
+from tests.labcontainerd import binary, crictl_info, loaded, nvidia_ctk
 from tests.playbook import PYINFRA, RUN_DEADLINE_S, deploy, lab_daemon_pid, target_commands, tree
 from tests.proc import Started
 
-VERSIONS = ("1.6.20", "2.4.2")
+VERSIONS = VERSIONS_OF_THE_LAB  # every containerd the lab offers
 REPORTS = {"merge.txt": MERGE, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS, "rollout.txt": ROLLOUT}
 
 
-def fix(root, *data, debug=False):
-    return deploy(root, *data, script="fix.py", debug=debug)
+def fix(root, *data, debug=False, ctk=True):
+    """fix.py, with the lab's nvidia-ctk (``ctk``), or none on the host."""
+    tool = nvidia_ctk() if ctk else "/nonexistent/nvidia-ctk"
+    return deploy(root, *data, f"nvidia_ctk_binary={tool}", script="fix.py", debug=debug)
 
 
 def audit(root, *data):
@@ -56,9 +59,12 @@ def test_incident_fixed_then_back(tmp_path, version):
     root, data = incident(tmp_path, version)
     fresh = {name: (root / "out" / name).read_text() for name in (*REPORTS, "unscheduled.txt")}
     dropin = (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
+    one_x = version.startswith("1.")
 
     run = fix(root, *data)
     assert run.code == 0, run.log
+    # On 1.x the toolkit's CLI writes the drop-in, as an operator would, and the forecast judges it.
+    assert ("wrote " in run.log and "the restart forecast loads nvidia,runc with CRI ok" in run.log) == one_x
     assert_healthy(root)
     assert "no gap: written is loaded is scheduled" in run.log
     result = json.loads((root / "out/audit.json").read_text())
@@ -69,9 +75,9 @@ def test_incident_fixed_then_back(tmp_path, version):
     # On 1.x the drop-in is replaced by one carrying the CRI section, the old one kept; on 2.x
     # the toolkit's minimal drop-in already survives the merge and stays as it is.
     backups = list((root / "etc/containerd/conf.d").glob("99-nvidia.toml.gpuop-bak.*"))
-    assert [b.read_text() for b in backups] == ([dropin] if version == "1.6.20" else [])
+    assert [b.read_text() for b in backups] == ([dropin] if one_x else [])
     now = (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
-    assert ('default_runtime_name = "runc"' in now) == (version == "1.6.20")
+    assert ('default_runtime_name = "runc"' in now) == one_x
     assert "RESTART_CRI=ok" in (root / "out/restart.txt").read_text()
     assert audit(root, *data).code == 0
 
@@ -88,7 +94,7 @@ def test_incident_fixed_then_back(tmp_path, version):
     assert audit(root, *data).code != 0
     gaps = [g["kind"] for g in json.loads((root / "out/audit.json").read_text())["gaps"]]
     assert "handler-not-loaded" in gaps and "rollout-stalled" in gaps
-    assert ("restart-takes-cri-down" in gaps) == (version == "1.6.20")
+    assert ("restart-takes-cri-down" in gaps) == one_x
 
     assert fix(root, *data).code == 0
     assert_healthy(root)
@@ -110,6 +116,28 @@ def test_a_failing_forecast_stops_the_fix_before_any_restart(tmp_path, version):
     ds = get("daemonset/nvidia-container-toolkit", "gpu-operator")
     assert ds["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] == "64Gi"
     assert ds["status"]["updatedNumberScheduled"] == 1
+
+
+def test_without_nvidia_ctk_or_with_one_whose_drop_in_would_not_load_gpuop_writes_its_own(tmp_path, tmp_path_factory):
+    root, data = incident(tmp_path, "1.6.20")
+    run = fix(root, *data, ctk=False)
+    assert run.code == 0, run.log
+    assert "no /nonexistent/nvidia-ctk on this host: writing gpuop's own drop-in for containerd 1.6.20" in run.log
+    assert_healthy(root)
+    # A toolkit CLI that writes a drop-in the restart would not load: judged before any restart.
+    root, data = incident(tmp_path_factory.mktemp("ctk"), "1.6.20")
+    bad = tmp_path / "bad-nvidia-ctk"
+    bad.write_text("#!/bin/sh\nfor a; do case $a in --drop-in-config=*) f=${a#*=};; esac; done\n"
+                   "printf 'version = 2\\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\\n"
+                   "default_runtime_name = \"crun\"\\n' >\"$f\"\n")
+    bad.chmod(0o755)
+    pid = lab_daemon_pid(root)
+    run = deploy(root, *data, f"nvidia_ctk_binary={bad}", script="fix.py")
+    assert run.code == 0, run.log
+    assert (f"what {bad} wrote would not load (default_runtime_name \"crun\" has no runtime in "
+            "containerd.runtimes (configured: runc)") in run.log
+    assert lab_daemon_pid(root) != pid  # restarted once, on gpuop's drop-in
+    assert_healthy(root)
 
 
 def test_bad_input_is_refused_before_any_change(tmp_path):

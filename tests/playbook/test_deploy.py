@@ -36,7 +36,9 @@ def summary_at_end(run, root, slots="20 advertised from 4 GPUs x 5; 0 GiB guaran
         'plugins."io.containerd.grpc.v1.cri".containerd.runtimes (merge.txt)',
         "loaded     runc, from cri (merge.txt, restart.txt)",
         'restart    containerd 1.6.20 would load nvidia; its CRI fails: default_runtime_name "runc" '
-        "has no runtime in containerd.runtimes (configured: nvidia) (restart.txt)",
+        "has no runtime in containerd.runtimes (configured: nvidia); containerd 1.6: the runtimes an "
+        "imported file names replace the main config's whole; a version above 2 is not checked (1.6.32 and "
+        "1.7.17 stop the daemon on it) (restart.txt)",
         f"scheduled  the GPU Pod Pending, {reason}: {message} (unscheduled.txt)",
         f"GPUs       {gpus} (node-gpu.txt)",
         f"slots      {slots} (slots.txt)",

@@ -2,8 +2,11 @@
 
 import tomllib
 
+import pytest
+
 import tomli_w
 
+from facts.containerd import ContainerdRestart
 from gpuop import containerd
 from gpuop.tomlpath import key_path, quote_key
 
@@ -86,37 +89,90 @@ def test_key_quoting():
 
 DATA = "tests/unit/data"
 
+# What each version's daemon did when restarted on each drop-in (tests/containerd/matrix.py, run
+# on real daemons; tests/containerd/test_versions.py proves it again live at every `make test`).
+OBSERVED = {
+    "1.6.20": ("fails", "ok nvidia,runc", "ok runc", "fails", "refuses-start"),
+    "1.7.35": ("fails", "ok nvidia,runc", "refuses-start", "fails", "refuses-start"),
+    "2.0.5": ("ok nvidia,runc", "ok nvidia,runc", "ok nvidia,runc", "fails", "refuses-start"),
+    "2.0.14": ("ok nvidia,runc", "ok nvidia,runc", "ok nvidia,runc", "fails", "refuses-start"),
+    "2.1.9": ("ok nvidia,runc", "ok nvidia,runc", "ok nvidia,runc", "fails", "refuses-start"),
+    "2.2.9": ("ok nvidia,runc", "ok nvidia,runc", "ok nvidia,runc", "fails", "refuses-start"),
+    "2.3.3": ("ok nvidia,runc", "ok nvidia,runc", "refuses-start", "fails", "refuses-start"),
+    "2.4.2": ("ok nvidia,runc", "ok nvidia,runc", "ok nvidia,runc", "fails", "refuses-start"),
+}
+DROPINS = ("seed", "nvidia-ctk", "version-3", "default-unconfigured", "invalid-toml")
+CELLS = [(v, d, seen) for v, row in OBSERVED.items() for d, seen in zip(DROPINS, row)]
 
-def dump(name):
-    """A real `containerd config dump` (see tests/unit/data/README)."""
-    with open(f"{DATA}/{name}", "rb") as f:
-        return tomllib.load(f)
+
+def forecast_from(version, dropin) -> dict:
+    """The forecast the fact makes of a real binary's recorded output (see tests/unit/data/README)."""
+    with open(f"{DATA}/start-{version}-{dropin}.txt") as f:
+        return ContainerdRestart().process(f.read().splitlines())
 
 
-def test_restart_forecast_of_the_incident_on_1_6_replaces_the_cri_section():
-    forecast = containerd.restart_forecast(dump("dump-1.6.20-incident.toml"))
-    assert forecast.runtimes == ["nvidia"] and forecast.default_runtime == "runc"
-    assert not forecast.cri_ok
-    assert forecast.reason == ('default_runtime_name "runc" has no runtime in containerd.runtimes '
-                               "(configured: nvidia)")
+def outcome(forecast: dict) -> str:
+    if not forecast["starts"]:
+        return "refuses-start"
+    return f"ok {','.join(sorted(forecast['runtimes']))}" if forecast["cri_ok"] else "fails"
 
 
-def test_restart_forecast_of_the_main_config_alone_loads():
-    forecast = containerd.restart_forecast(dump("dump-1.6.20-main-only.toml"))
-    assert (forecast.runtimes, forecast.default_runtime, forecast.cri_ok, forecast.reason) == (
-        ["runc"], "runc", True, "")
+@pytest.mark.parametrize("version,dropin,seen", CELLS, ids=[f"{v}-{d}" for v, d, _ in CELLS])
+def test_the_forecast_of_each_version_is_what_its_restart_did(version, dropin, seen):
+    forecast = forecast_from(version, dropin)
+    assert forecast["version"] == version
+    assert outcome(forecast) == seen, forecast["reason"]
+
+
+def test_a_failing_forecast_names_why_and_its_version_s_rule():
+    incident = forecast_from("1.6.20", "seed")
+    assert (incident["runtimes"], incident["default_runtime"]) == (["nvidia"], "runc")
+    assert incident["reason"] == ('default_runtime_name "runc" has no runtime in containerd.runtimes '
+                                  "(configured: nvidia); containerd 1.6: the runtimes an imported file "
+                                  "names replace the main config's whole; a version above 2 is not checked (1.6.32 and 1.7.17 "
+                                  "stop the daemon on it)")
+    assert forecast_from("1.7.35", "version-3")["reason"] == (
+        "the daemon will not start: containerd: failed to load TOML from "
+        "/root/gpuop/etc/containerd/conf.d/99-nvidia.toml: unsupported config version `3`; containerd 1.7: "
+        "the runtimes an imported file names replace the main config's whole and a version above 2 stops the daemon")
+    assert forecast_from("2.3.3", "version-3")["reason"] == (
+        "the daemon will not start: containerd: drop-in config version 3 higher than root config version 2; "
+        "containerd 2.3: plugin sections merge deeply, and a drop-in whose version is above the root "
+        "config's stops the daemon")
+    unconfigured = forecast_from("2.2.9", "default-unconfigured")
+    assert unconfigured["reason"].startswith('default_runtime_name "crun" has no runtime in containerd.runtimes '
+                                             "(configured: runc); containerd 2.2: plugin sections merge deeply")
+    assert forecast_from("2.4.2", "seed")["reason"] == ""
+
+
+def test_2_0_5_is_forecast_from_config_migrate_whose_runtimes_its_dump_misses():
+    """containerd issue 11600: 2.0.0-2.0.5's dump drops a version-2 file's CRI runtimes."""
+    assert containerd.start_subcommand("2.0.5") == "migrate"
+    assert containerd.start_subcommand("2.0.6") == containerd.start_subcommand("2.1.9") == "dump"
+    forecast = forecast_from("2.0.5", "seed")
+    assert sorted(forecast["runtimes"]) == ["nvidia", "runc"] and "config migrate" not in forecast["reason"]
+    assert "forecast from config migrate" in containerd.start_rule("2.0.5")
+
+
+def test_1_x_reads_only_its_own_cri_plugin():
+    """1.6.20 with a version-3 drop-in: the drop-in's plugins.'io.containerd.cri.v1.runtime' is
+    a plugin 1.6 does not have; its CRI holds runc alone."""
+    forecast = forecast_from("1.6.20", "version-3")
+    assert forecast["runtimes"] == ["runc"] and forecast["cri_ok"]
+    assert containerd.cri_plugin("1.7.35") == "io.containerd.grpc.v1.cri"
+    assert containerd.cri_plugin("2.0.5") == "io.containerd.cri.v1.runtime"
 
 
 def test_restart_forecast_without_a_default_runtime_fails():
     doc = {"plugins": {"io.containerd.grpc.v1.cri": {"containerd": {"runtimes": {"runc": {}}}}}}
-    forecast = containerd.restart_forecast(doc)
-    assert not forecast.cri_ok and "no default_runtime_name" in forecast.reason
+    forecast = containerd.restart_forecast("1.6.20", doc)
+    assert not forecast.cri_ok and forecast.reason.startswith("the CRI plugin has no default_runtime_name; ")
 
 
 def test_unreadable_config_is_a_failed_start():
-    forecast = containerd.unreadable_config("toml: line 3: expected '='")
-    assert (forecast.runtimes, forecast.cri_ok) == ([], False)
-    assert forecast.reason == "containerd cannot read its config: toml: line 3: expected '='"
+    forecast = containerd.unreadable_config("2.4.2", "toml: line 3: expected '='")
+    assert (forecast.runtimes, forecast.cri_ok, forecast.starts) == ([], False, False)
+    assert forecast.reason.startswith("the daemon will not start: toml: line 3: expected '='; containerd 2.4")
 
 
 def test_binary_version():
@@ -135,11 +191,10 @@ def test_cri_runtimes_reads_the_handlers_crictl_reports():
 
 
 def test_restart_lines():
-    fails = containerd.restart_forecast(dump("dump-1.6.20-incident.toml"))
+    fails = containerd.Forecast(["nvidia"], "runc", False, "why; rule")
     assert containerd.restart_lines("1.6.20", ["runc"], "cri", fails) == [
         "CONTAINERD_VERSION=1.6.20", "LOADED_RUNTIMES=runc", "LOADED_FROM=cri",
-        "RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails",
-        'RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes (configured: nvidia)']
+        "RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails", "RESTART_REASON=why; rule"]
     ok = containerd.Forecast(["nvidia", "runc"], "runc", True, "")
     assert containerd.restart_lines("2.4.2", ["runc"], "cri", ok)[3:] == [
         "RESTART_RUNTIMES=nvidia,runc", "RESTART_CRI=ok"]
@@ -172,8 +227,3 @@ def test_repaired_dropin_follows_the_version_s_merge():
     assert containerd.release_major("1.6.20") == 1 and containerd.release_major("x") == 0
 
 
-def test_restart_forecast_of_the_incident_on_2_4_merges_deeply():
-    doc = dump("dump-2.4.2-incident.toml")
-    assert doc["version"] == 4 and "io.containerd.cri.v1.runtime" in doc["plugins"]
-    forecast = containerd.restart_forecast(doc)
-    assert (forecast.runtimes, forecast.default_runtime, forecast.cri_ok) == (["nvidia", "runc"], "runc", True)

@@ -67,3 +67,20 @@ def test_lab_containerd_knobs():
         knobs(containerd_binary="containerd")
     with pytest.raises(KnobError, match="crictl_binary='crictl x'"):
         knobs(crictl_binary="crictl x")
+
+
+def test_a_wait_longer_than_pyinfra_s_own_deadline_is_refused():
+    with pytest.raises(KnobError) as bad:
+        knobs(wait_timeout_s="580")
+    assert str(bad.value).startswith("knob wait_timeout_s=")
+    assert "at most _timeout - 60 (540): pyinfra ends any command of an operation after _timeout=600s" in str(bad.value)
+    assert knobs(wait_timeout_s="540", _timeout=600).wait_timeout_s == 540
+
+
+def test_a_root_too_long_for_containerd_s_sockets_is_refused():
+    root = "/tmp/" + "r" * 70
+    with pytest.raises(KnobError) as bad:
+        knobs(gpuop_root=root)
+    assert (f"a root short enough for the lab containerd's sockets ({root}/run/containerd/containerd.sock.ttrpc "
+            "is 112 bytes; a unix socket path has at most 104)") in str(bad.value)
+    assert knobs(gpuop_root=root, containerd_binary="").gpuop_root == root  # no daemon, no socket
