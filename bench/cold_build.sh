@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Benchmark: every lab binary `make test` needs, built from nothing, as on a new machine: empty
+# Go module and build caches and an empty binary cache (all in a temporary directory, removed
+# after; the real caches are left alone). Prints each build's own line and the total.
+#   bench/cold_build.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cold=$(mktemp -d /tmp/gpuop-cold-XXXXXX)
+trap 'chmod -R u+w "$cold" 2>/dev/null; rm -rf "$cold"' EXIT
+export GOMODCACHE=$cold/mod GOCACHE=$cold/build GPUOP_LAB_CACHE=$cold/bin
+start=$SECONDS
+for component in cluster crictl containerds nvidia-ctk; do
+  lab/build.sh "$component" >/dev/null
+done
+echo "cold build of every lab binary: $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s"
