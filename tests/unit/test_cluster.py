@@ -98,3 +98,30 @@ def test_nodes_too_small_for_a_memory_request():
     assert nodes_too_small(nodes, ["a", "b", "c"], "32Gi") == []
     assert nodes_too_small(nodes, ["a", "b", "c"], "64Gi") == [("a", "32Gi"), ("c", "33554432Ki")]
     assert nodes_too_small(nodes, ["a", "missing"], "1Mi") == [("missing", "0")]
+
+
+def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
+    from datetime import datetime, timezone
+
+    from gpuop.cluster import stalled_components
+
+    def lease(namespace, name, renewed, duration):
+        spec = {"leaseDurationSeconds": duration, **({"renewTime": renewed} if renewed else {})}
+        return {"kind": "Lease", "metadata": {"namespace": namespace, "name": name}, "spec": spec}
+
+    now = datetime(2026, 12, 1, 9, 0, 0, tzinfo=timezone.utc)
+    fresh = [lease("kube-system", "kube-scheduler", "2026-12-01T08:59:55.123456Z", 15),
+             lease("kube-system", "kube-controller-manager", "2026-12-01T08:59:58Z", 15),
+             lease("kube-node-lease", "lab-node-0", "2026-12-01T08:59:59.5Z", 8)]
+    assert stalled_components(fresh, ["lab-node-0"], now) == []
+    stale = [lease("kube-system", "kube-scheduler", "2026-12-01T08:59:08Z", 15), fresh[1],
+             lease("kube-node-lease", "lab-node-0", None, 8)]
+    assert stalled_components(stale, ["lab-node-0", "lab-node-1"], now) == [
+        "kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed 52s ago (duration 15s)",
+        "node lab-node-0's agent (kwok-controller, or its kubelet): the node lease kube-node-lease/lab-node-0 "
+        "was last renewed never (duration 8s)",
+        "node lab-node-1's agent (kwok-controller, or its kubelet): the node lease kube-node-lease/lab-node-1 is absent",
+    ]
+    # A renewal late by less than the grace is load, not a dead holder.
+    late = [lease("kube-system", "kube-scheduler", "2026-12-01T08:59:41Z", 15), *fresh[1:]]
+    assert stalled_components(late, ["lab-node-0"], now) == []
