@@ -247,7 +247,9 @@ down)
     mapfile -t left < <(pgrep -f -- "$cluster_dir/" || true)
     kwokctl delete cluster --name "$name"
     # What kwokctl could not stop (a stopped process ignores its TERM until continued).
-    for pid in "${left[@]}"; do [ -n "$(proc_state "$pid")" ] || continue; stop_pids "a leftover of the cluster" "$pid"; done
+    for pid in "${left[@]}"; do
+      case $(proc_state "$pid") in "" | Z) ;; *) stop_pids "a leftover of the cluster" "$pid" ;; esac
+    done
   else
     log "no such cluster"
   fi
