@@ -303,15 +303,6 @@ def restart_lines(version: str, loaded: list, loaded_from: str, forecast: Foreca
     return lines + ([] if forecast.cri_ok else [f"RESTART_REASON={forecast.reason}"])
 
 
-def release_major(version: str) -> int:
-    """The major release of a containerd version string, 0 when unknown.
-
-        release_major("1.6.20") -> 1
-    """
-    head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else 0
-
-
 def repaired_dropin(version: str, main_doc: dict) -> dict:
     """The nvidia drop-in that survives this containerd's merge: containerd 2.x merges plugin
     sections deeply, so the toolkit's minimal drop-in is enough; 1.x replaces a plugin's whole
@@ -320,6 +311,6 @@ def repaired_dropin(version: str, main_doc: dict) -> dict:
         repaired_dropin("1.6.20", main_config("/x"))  # runc, the default runtime, and nvidia
         repaired_dropin("2.4.2", main_config("/x")) == nvidia_dropin()
     """
-    if release_major(version) >= 2:
+    if release(version) >= (2,):
         return nvidia_dropin()
     return dropin_keeping_cri(main_doc, nvidia_dropin())

@@ -9,6 +9,7 @@ import tomli_w
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
+from facts.batch import Batch
 from facts.containerd import ContainerdRestart, LabContainerd
 from facts.files import Files, shell_glob
 from gpuop.layout import backup_of
@@ -278,8 +279,13 @@ def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict, runtimes, nvi
         "--config-source=file"))
 
     def judged(state, host):
-        after = host.get_fact(ContainerdRestart, binary=daemon.binary, config=daemon.config)
-        by_ctk = copy in host.get_fact(Files, paths=(copy,))
+        after, scratch_files = host.get_fact(Batch, parts=(
+            (ContainerdRestart, {"binary": daemon.binary, "config": daemon.config}),
+            (Files, {"paths": (copy,)})))  # one round trip
+        for part in (after, scratch_files):
+            if isinstance(part, Exception):  # a part that failed: its own words
+                raise part
+        by_ctk = copy in scratch_files
         if by_ctk and _loads(after, runtimes):
             logger.info(f"{host.print_prefix}{nvidia_ctk} wrote {path}; the restart forecast loads "
                         f"{','.join(after['runtimes'])} with CRI ok")

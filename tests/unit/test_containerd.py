@@ -7,6 +7,7 @@ import pytest
 import tomli_w
 
 from facts.containerd import ContainerdRestart
+from tests.containerd.matrix import outcome
 from gpuop import containerd
 from gpuop.tomlpath import key_path, quote_key
 
@@ -109,12 +110,6 @@ def forecast_from(version, dropin) -> dict:
     """The forecast the fact makes of a real binary's recorded output (see tests/unit/data/README)."""
     with open(f"{DATA}/start-{version}-{dropin}.txt") as f:
         return ContainerdRestart().process(f.read().splitlines())
-
-
-def outcome(forecast: dict) -> str:
-    if not forecast["starts"]:
-        return "refuses-start"
-    return f"ok {','.join(sorted(forecast['runtimes']))}" if forecast["cri_ok"] else "fails"
 
 
 @pytest.mark.parametrize("version,dropin,seen", CELLS, ids=[f"{v}-{d}" for v, d, _ in CELLS])
@@ -224,6 +219,6 @@ def test_repaired_dropin_follows_the_version_s_merge():
                        "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True}},
         }}}}}
     assert containerd.repaired_dropin("unknown", MAIN) == on_1x  # when in doubt, the safe one
-    assert containerd.release_major("1.6.20") == 1 and containerd.release_major("x") == 0
+    assert containerd.release("1.6.20") == (1, 6, 20) and containerd.release("x") == (0, 0, 0)
 
 
