@@ -1,9 +1,11 @@
 """
-Audit a lab host, read-only: ``pyinfra inventory.py audit.py``.
+Audit, read-only: a lab host (``pyinfra inventory.py audit.py``) or real nodes
+(``pyinfra nodes.py audit.py``).
 
 Written is not loaded, loaded is not scheduled: the audit names every place where they differ,
-in a table at the end of the run and in <root>/out/audit.json. Any gap makes the run fail, so
-it can gate a cron job or CI. Safe on any host, any time: it changes nothing in the lab.
+in a table at the end of the run and in JSON (a lab host's <root>/out/audit.json; the fleet's at
+``--data report=PATH`` on this machine). Any gap makes the run fail, so it can gate a cron job,
+CI or a maintenance window. Safe on any host, any time: it changes nothing.
 """
 
 from pyinfra import host
@@ -13,6 +15,9 @@ import target
 from operations import ordering
 
 ordering.install()  # pyinfra's own operation order, read faster (operations/ordering.py)
-lab, at = target.checked(host)
-steps.reachable(lab)  # read-only: no run lock, but the cluster must answer
-steps.audit(lab, at)
+if target.is_node(host):
+    steps.node_audit(target.node_checked(host))
+else:
+    lab, at = target.checked(host)
+    steps.reachable(lab)  # read-only: no run lock, but the cluster must answer
+    steps.audit(lab, at)

@@ -19,6 +19,7 @@ from gpuop.slots import replicas_of, sharing_config, slot_lines
 from manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, REPORTS,
                        RUNTIME_CLASS, TIME_SLICING, TOOLKIT, manifest)
 from operations import audit as audits
+from operations import fleet
 from operations import containerd as lab_containerd
 from operations import incident, kube, reports
 from operations import preflight as checks
@@ -211,3 +212,11 @@ def audit(lab, at: Layout):
                     time_slicing={"node": lab.timeslice_node, "physical_gpus": lab.physical_gpus,
                                   "vram_per_gpu_gib": lab.vram_per_gpu_gib,
                                   "configmap": f"{OPERATOR_NAMESPACE}/{TIME_SLICING}"})
+
+
+@deploy("Audit a real node: written against loaded against after restart against scheduled")
+def node_audit(node):
+    fleet.node_audit(name="Read the node and the cluster", node_name=node.node_name,
+                     gpu_handler=node.gpu_handler, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
+                     context=node.kube_context, read_timeout_s=node.node_read_timeout_s)
+    fleet.fleet_report(name="Findings", report=node.report, textfile=node.textfile)

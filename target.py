@@ -7,7 +7,7 @@ import posixpath
 
 from pyinfra.api.exceptions import DeployError
 
-from gpuop.knobs import KnobError, parse_knobs
+from gpuop.knobs import KnobError, parse_knobs, parse_node_knobs
 from gpuop.layout import Layout
 from manifests import MANIFESTS, REPORTS
 from operations import reads
@@ -45,3 +45,19 @@ def checked(host):
                  posixpath.join(at.dropins_aside, "*"))
     reads.declare(host, files=lab_files, context=lab.kube_context, daemon=lab_daemon(lab, at))
     return lab, at
+
+
+def is_node(host) -> bool:
+    """Whether the host is a real node (nodes.py), not a lab host."""
+    return host.data.get("gpuop_target") == "node"
+
+
+def node_checked(host):
+    """A real node's knobs, parsed and checked (a bad one stops the run naming host and key).
+
+        node = node_checked(host)   # node.node_name -> "" (its hostname), node.gpu_handler -> "nvidia"
+    """
+    try:
+        return parse_node_knobs(host.data)
+    except KnobError as bad:
+        raise DeployError(f"{host.name}: {bad} (nothing was read)") from None

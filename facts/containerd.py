@@ -72,8 +72,7 @@ class LabContainerd(FactBase):
             'p=${f%/cmdline}; a=$(base64 -w0 <"$f" 2>/dev/null); [ -n "$a" ] || continue; '
             'echo "${p#/proc/} $(sed \'s/.*) //; s/ .*//\' "$p/stat" 2>/dev/null) $a $(readlink "$p/exe")"; '
             f'done; echo {_LOG}; tail -n 1 {shlex.quote(log or "/dev/null")} 2>/dev/null | cut -c1-300; echo {_CRI}; '
-            f'timeout -k 2 {CRICTL_DEADLINE_S} {shlex.quote(crictl)} --config /dev/null '
-            f'--runtime-endpoint unix://{shlex.quote(socket)} --timeout 3s info 2>&1; echo "$?"'
+            + cri_info(shlex.quote(crictl), shlex.quote(socket))
         )
 
     def process(self, output):
@@ -86,16 +85,36 @@ class LabContainerd(FactBase):
             daemons.append({"pid": int(pid), "state": state, "args": args, "exe": " ".join(exe)})
         daemons = [d for d in daemons if holds_root(d["args"], self.root)]
         one = daemons[0] if len(daemons) == 1 else {"pid": None, "exe": "", "args": []}
-        answer, status = "\n".join(output[at_cri + 1:-1]), output[-1].strip()
         found = {"daemons": daemons, "pid": one["pid"], "exe": one["exe"], "args": one["args"],
-                 "last_pid": int(last) if last.isdigit() else None, "crictl": status != "127",
+                 "last_pid": int(last) if last.isdigit() else None,
                  "log": " ".join(output[at_log + 1:at_cri]).strip()}
-        if status != "0":
-            error = (f"crictl did not answer within {CRICTL_DEADLINE_S}s" if status in ("124", "137")
-                     else answer.strip().splitlines()[-1] if answer.strip() else f"exit {status}")
-            return {**found, "cri": "down", "runtimes": [], "default_runtime": "", "error": error}
-        runtimes, default = cri_runtimes(json.loads(answer))
-        return {**found, "cri": "ok", "runtimes": runtimes, "default_runtime": default, "error": ""}
+        return {**found, **cri_answer(output[at_cri + 1:])}
+
+
+def cri_info(crictl: str, socket: str) -> str:
+    """The shell that asks a containerd through CRI what it holds (``crictl info``), under a deadline,
+    and prints crictl's answer then its exit status; ``crictl`` and ``socket`` are shell words
+    (quoted, or a variable), read by ``cri_answer``.
+
+        cri_info("crictl", '"$addr"')
+    """
+    return (f'timeout -k 2 {CRICTL_DEADLINE_S} {crictl} --config /dev/null '
+            f'--runtime-endpoint unix://{socket} --timeout 3s info 2>&1; echo "$?"')
+
+
+def cri_answer(lines: list) -> dict:
+    """What ``cri_info`` printed, as the loaded view: ``cri`` ok or down, the runtimes, the error.
+
+        cri_answer(['{"config": {"containerd": {"runtimes": {"runc": {}}}}}', "0"])
+        -> {"cri": "ok", "runtimes": ["runc"], "default_runtime": "", "error": "", "crictl": True}
+    """
+    answer, status = "\n".join(lines[:-1]), lines[-1].strip()
+    if status != "0":
+        error = (f"crictl did not answer within {CRICTL_DEADLINE_S}s" if status in ("124", "137")
+                 else answer.strip().splitlines()[-1] if answer.strip() else f"exit {status}")
+        return {"cri": "down", "runtimes": [], "default_runtime": "", "error": error, "crictl": status != "127"}
+    runtimes, default = cri_runtimes(json.loads(answer))
+    return {"cri": "ok", "runtimes": runtimes, "default_runtime": default, "error": "", "crictl": True}
 
 
 class ContainerdRestart(FactBase):
@@ -121,25 +140,44 @@ class ContainerdRestart(FactBase):
         return None
 
     def command(self, binary, config):
-        b, c = shlex.quote(binary), shlex.quote(config)
-        # What this version loads at start is its `config dump`, or `config migrate` where the
-        # dump skips migrations (gpuop.containerd.start_subcommand): the release decides.
-        migrating = "|".join(DUMP_WITHOUT_MIGRATIONS)
-        start = f"timeout -k 2 {DUMP_DEADLINE_S} {b} --config {c} config \"$sub\""
-        # One that fails is asked again for its words; one that hung is not asked twice.
-        return (f"if [ -x {b} ]; then v=$(timeout -k 2 {DUMP_DEADLINE_S} {b} --version); "
-                'echo "$v"; set -- $v; r=${3#v}; r=${r%%[~+-]*}; '
-                f'case "$r" in {migrating}) sub=migrate;; *) sub=dump;; esac; '
-                f"{start} 2>/dev/null || {{ rc=$?; echo {shlex.quote(_DUMP_FAILED)}; "
-                f'if [ "$rc" -ge 124 ]; then echo "config $sub did not answer within {DUMP_DEADLINE_S}s"; '
-                f"else {start} 2>&1 | tail -n 3; fi; }}; fi")
+        return restart_merge(shlex.quote(binary), shlex.quote(config))
 
     def process(self, output):
-        version, body = binary_version(output[0]), output[1:]
-        if _DUMP_FAILED in body:
-            said = [line.strip() for line in body[body.index(_DUMP_FAILED) + 1:] if line.strip()]
-            error = said[-1] if said else ""  # the binary's own last word; log lines come before it
-            forecast = unreadable_config(version, error or f"config {start_subcommand(version)} failed")
-        else:
-            forecast = restart_forecast(version, tomllib.loads("\n".join(body)))
-        return {"version": version, **forecast.__dict__}
+        return restart_answer(output)
+
+
+def restart_merge(binary: str, config: str) -> str:
+    """The shell that asks a containerd binary for its version and its own merge of ``config``
+    as its next start reads it; ``binary`` and ``config`` are shell words (quoted, or a variable).
+    Prints nothing where the binary is not there; read by ``restart_answer``.
+
+        restart_merge("/usr/bin/containerd", '"$cfg"')
+    """
+    b, c = binary, config
+    # What this version loads at start is its `config dump`, or `config migrate` where the
+    # dump skips migrations (gpuop.containerd.start_subcommand): the release decides.
+    migrating = "|".join(DUMP_WITHOUT_MIGRATIONS)
+    start = f"timeout -k 2 {DUMP_DEADLINE_S} {b} --config {c} config \"$sub\""
+    # One that fails is asked again for its words; one that hung is not asked twice.
+    return (f"if [ -x {b} ]; then v=$(timeout -k 2 {DUMP_DEADLINE_S} {b} --version); "
+            'echo "$v"; set -- $v; r=${3#v}; r=${r%%[~+-]*}; '
+            f'case "$r" in {migrating}) sub=migrate;; *) sub=dump;; esac; '
+            f"{start} 2>/dev/null || {{ rc=$?; echo {shlex.quote(_DUMP_FAILED)}; "
+            f'if [ "$rc" -ge 124 ]; then echo "config $sub did not answer within {DUMP_DEADLINE_S}s"; '
+            f"else {start} 2>&1 | tail -n 3; fi; }}; fi")
+
+
+def restart_answer(output: list) -> dict:
+    """What ``restart_merge`` printed, as the restart forecast: the version and ``Forecast``'s fields.
+
+        restart_answer(["containerd github.com/containerd/containerd/v2 v2.4.2 x", "version = 3", ...])
+        -> {"version": "2.4.2", "runtimes": [...], "default_runtime": "runc", "cri_ok": True, ...}
+    """
+    version, body = binary_version(output[0]), output[1:]
+    if _DUMP_FAILED in body:
+        said = [line.strip() for line in body[body.index(_DUMP_FAILED) + 1:] if line.strip()]
+        error = said[-1] if said else ""  # the binary's own last word; log lines come before it
+        forecast = unreadable_config(version, error or f"config {start_subcommand(version)} failed")
+    else:
+        forecast = restart_forecast(version, tomllib.loads("\n".join(body)))
+    return {"version": version, **forecast.__dict__}

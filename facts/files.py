@@ -38,20 +38,26 @@ class Files(FactBase):
         # and the read costs two processes however many files there are (a stat and a base64 per
         # file cost 80 ms of the target's CPU for the lab's twenty). A file gone between the test
         # and tar is left out, as if it had never been there.
-        return (
-            f'set --; for f in {targets}; do [ -f "$f" ] && set -- "$@" "$f"; done; '
-            '[ $# -eq 0 ] || { tar -czhPf - --no-recursion --ignore-failed-read -- "$@" | base64 -w0; echo; }'
-        )
+        return f'set --; for f in {targets}; do [ -f "$f" ] && set -- "$@" "$f"; done; {TAR_OF_ARGS}'
 
     def process(self, output):
-        found = {}
-        try:
-            with tarfile.open(fileobj=io.BytesIO(base64.b64decode("".join(output))), mode="r:gz") as tar:
-                for member in tar:
-                    if member.isfile() or member.islnk():  # tar stores a file seen twice as a link
-                        found[member.name] = {"mode": format(member.mode & 0o7777, "o"),
-                                              "text": tar.extractfile(member).read().decode()}
-        except (tarfile.TarError, binascii.Error, EOFError) as e:
-            raise ValueError(f"the target's files came back unreadable ({e}): does it have GNU tar "
-                             "and base64?") from None
-        return found
+        return untarred("".join(output))
+
+
+# The files named in "$@", as one base64 tar on one line (nothing when there are none).
+TAR_OF_ARGS = '[ $# -eq 0 ] || { tar -czhPf - --no-recursion --ignore-failed-read -- "$@" | base64 -w0; echo; }'
+
+
+def untarred(line: str) -> dict:
+    """The files in ``TAR_OF_ARGS``'s line: ``{path: {"mode": "644", "text": ...}}``."""
+    found = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(line)), mode="r:gz") as tar:
+            for member in tar:
+                if member.isfile() or member.islnk():  # tar stores a file seen twice as a link
+                    found[member.name] = {"mode": format(member.mode & 0o7777, "o"),
+                                          "text": tar.extractfile(member).read().decode()}
+    except (tarfile.TarError, binascii.Error, EOFError) as e:
+        raise ValueError(f"the target's files came back unreadable ({e}): does it have GNU tar "
+                         "and base64?") from None
+    return found

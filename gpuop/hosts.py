@@ -35,7 +35,7 @@ def _expand(path):
     return os.path.expanduser(str(path))
 
 
-def host_data(name: str, spec: dict, source: str) -> dict:
+def host_data(name: str, spec: dict, source: str, what: str = "the lab VM") -> dict:
     """One host's pyinfra data: SSH settings with safe defaults, plus its knobs.
 
         host_data("lab-a", {"ssh_hostname": "10.0.0.5", "ssh_user": "ubuntu"}, "hosts.yaml")
@@ -51,7 +51,7 @@ def host_data(name: str, spec: dict, source: str) -> dict:
             raise HostsFileError(f"{where}: unknown key {key}; expected one of "
                                  f"{', '.join(sorted(SSH_KEYS | set(PARSERS)))}")
     if "ssh_hostname" not in spec:
-        raise HostsFileError(f"{where}: ssh_hostname missing; expected the address of the lab VM")
+        raise HostsFileError(f"{where}: ssh_hostname missing; expected the address of {what}")
     if spec.get("ssh_strict_host_key_checking", STRICT) != STRICT:
         raise HostsFileError(f"{where}: ssh_strict_host_key_checking="
                              f"{spec['ssh_strict_host_key_checking']!r} refused; host keys are "
@@ -65,8 +65,9 @@ def host_data(name: str, spec: dict, source: str) -> dict:
     return data
 
 
-def load_hosts(text: str, source: str) -> list:
-    """The inventory's hosts, ``[(name, data), ...]``, from the hosts file's text.
+def load_hosts(text: str, source: str, what: str = "the lab VM") -> list:
+    """The inventory's hosts, ``[(name, data), ...]``, from the hosts file's text (a lab's hosts
+    file, or the nodes file of real nodes: ``what`` names them in errors).
 
         load_hosts(open("hosts.yaml").read(), "hosts.yaml") -> [("lab-a", {...}), ...]
     """
@@ -80,5 +81,5 @@ def load_hosts(text: str, source: str) -> list:
     unknown = set(doc) - {"defaults", "hosts"}
     if unknown:
         raise HostsFileError(f"{source}: unknown top-level keys {sorted(unknown)}; expected defaults, hosts")
-    return [(name, host_data(name, {**defaults, **(spec or {})}, source))
+    return [(name, host_data(name, {**defaults, **(spec or {})}, source, what))
             for name, spec in doc["hosts"].items()]

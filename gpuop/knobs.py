@@ -110,6 +110,18 @@ def _context(key, value):
     return value
 
 
+def _optional_name(key, value):
+    return "" if value in (None, "") else _name(key, value)
+
+
+def _controller_path(key, value):
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or "\0" in value:
+        raise KnobError(key, value, "a file path on the machine that runs pyinfra, or empty for none")
+    return value
+
+
 def _bool(key, value):
     text = str(value).strip().lower()
     if text in ("1", "true", "yes", "on"):
@@ -169,6 +181,39 @@ PARSERS = {
     "wait_timeout_s": _int(1),
     "replay": _bool,
 }
+
+
+@dataclass(frozen=True)
+class NodeKnobs:
+    node_name: str
+    gpu_handler: str
+    crictl_binary: str
+    kube_context: str
+    kubeconfig: str
+    report: str
+    textfile: str
+    node_read_timeout_s: int
+
+
+NODE_PARSERS = {
+    "node_name": _optional_name,
+    "gpu_handler": _name,
+    "crictl_binary": _command,
+    "kube_context": _context,
+    "kubeconfig": _controller_path,
+    "report": _controller_path,
+    "textfile": _controller_path,
+    "node_read_timeout_s": _int(10),
+}
+PARSERS.update(NODE_PARSERS)
+
+
+def parse_node_knobs(data) -> NodeKnobs:
+    """A real node's knobs from host data, parsed (see ``NODE_PARSERS``).
+
+        parse_node_knobs({"node_name": "gpu-a", "gpu_handler": "nvidia", ...}).node_name -> "gpu-a"
+    """
+    return NodeKnobs(**{f.name: NODE_PARSERS[f.name](f.name, data.get(f.name)) for f in fields(NodeKnobs)})
 
 
 SOCKET_PATH_MAX = 104  # what containerd accepts for a unix socket's path

@@ -24,3 +24,12 @@ kube_context = ""  # kubeconfig context on the target; empty: its current contex
 wait_timeout_s = 180  # longest wait for any live condition (scheduling, Ready Pods, the stall)
 _timeout = 600  # pyinfra's deadline on each command of an operation, a wait included (a stalled SSH link or shell): above wait_timeout_s by a minute at least; kubectl, crictl and containerd calls have shorter ones of their own on the target
 replay = False  # true: reset the lab to before step 1 (owned files, objects, GPU advertisements) and replay it all
+
+# Real nodes (pyinfra nodes.py audit.py): read-only, one command per node, the cluster read once
+# from the machine that runs pyinfra.
+node_name = ""  # the node's name in the cluster; empty: the host's own hostname
+gpu_handler = "nvidia"  # the runtime handler GPU Pods need (RuntimeClass nvidia's)
+kubeconfig = ""  # the operator's kubeconfig on this machine; empty: $KUBECONFIG or ~/.kube/config (kube_context picks its context)
+report = ""  # the fleet's JSON, written on this machine; empty: none
+textfile = ""  # the fleet in Prometheus' text format for node_exporter's textfile collector, written on this machine; empty: none
+node_read_timeout_s = 150  # the deadline of a node's one read (crictl and config dump have shorter ones of their own)

@@ -1,0 +1,125 @@
+"""Facts about a real node: the containerd that runs on it and the kubelet that talks to it.
+
+A real node is not a lab root: its containerd runs under systemd with flags of its own, or none.
+Everything is found from the processes, never assumed, and read in one command that writes
+nothing (no temporary file, no socket left behind).
+"""
+
+import base64
+import shlex
+
+from pyinfra.api import FactBase
+
+from .containerd import cri_answer, cri_info, restart_answer, restart_merge
+from .files import TAR_OF_ARGS, untarred
+
+DEFAULT_CONFIG = "/etc/containerd/config.toml"
+DEFAULT_SOCKET = "/run/containerd/containerd.sock"
+_SECTION = "--- gpuop "
+
+# Per containerd: its --config and --address (both forms of each flag), relative to its cwd.
+_DAEMON_FLAGS = (
+    'o=$(tr "\\0" "\\n" <"/proc/$p/cmdline" | { c=' + DEFAULT_CONFIG + '; a=; n=; '
+    'while IFS= read -r x; do case "$n" in c) c=$x;; a) a=$x;; esac; n=; case "$x" in '
+    '-c|--config) n=c;; -a|--address) n=a;; -c=*|--config=*) c=${x#*=};; -a=*|--address=*) a=${x#*=};; '
+    'esac; done; printf "%s\\n%s\\n" "$c" "$a"; }); '
+    'cfg=$(echo "$o" | sed -n 1p); addr=$(echo "$o" | sed -n 2p); '
+    'case "$cfg" in /*) ;; *) cfg="$(readlink "/proc/$p/cwd")/$cfg";; esac; '
+)
+# The socket the config names when no flag does (grpc.address), else containerd's default.
+_CONFIG_ADDRESS = (
+    '[ -n "$addr" ] || addr=$(awk -F\'"\' \'/^[[:space:]]*\\[/ {t=$0; gsub(/[[:space:]]/, "", t)} '
+    't == "[grpc]" && $1 ~ /^[[:space:]]*address[[:space:]]*=/ {print $2; exit}\' "$cfg" 2>/dev/null); '
+    f'[ -n "$addr" ] || addr={DEFAULT_SOCKET}; addr=${{addr#unix://}}; '
+)
+# The files the config's top-level `imports` reach, and every file of the conf.d beside it
+# (a drop-in there that no import reaches is a finding). tomllib re-reads `imports` exactly.
+_WRITTEN = (
+    'set -- "$cfg"; d=${cfg%/*}; '
+    'for g in $(awk \'/^[[:space:]]*\\[/ {exit} /^[[:space:]]*imports[[:space:]]*=/ {on=1} '
+    'on {print} on && /\\]/ {exit}\' "$cfg" 2>/dev/null | grep -o "\\"[^\\"]*\\"\\|\'[^\']*\'" | tr -d "\\"\'"); do '
+    'case "$g" in /*) ;; *) g="$d/$g";; esac; for f in $g; do [ -f "$f" ] && set -- "$@" "$f"; done; done; '
+    'for f in "$d"/conf.d/*; do [ -f "$f" ] && set -- "$@" "$f"; done; '
+)
+
+
+class NodeRuntime(FactBase):
+    """
+    What runs on a real node, read-only and in one command: its hostname; every containerd
+    process (found by its binary's name, whatever its flags), each with its binary
+    (``/proc/PID/exe``), command line, ``--config`` (default /etc/containerd/config.toml) and
+    socket (``--address``, else the config's ``grpc.address``, else the default), and its three
+    views: the files written (its config, the files its imports reach, its conf.d), what it
+    holds (``crictl info`` on its socket) and what its binary's next start would load
+    (``config dump``, see ``facts.containerd.restart_merge``); and kubelet's command line and
+    config file, which say the endpoint kubelet uses.
+
+    .. code:: python
+
+        host.get_fact(NodeRuntime, crictl="crictl")
+        {"hostname": "gpu-a",
+         "containerds": [{"pid": 812, "exe": "/usr/bin/containerd", "args": ["/usr/bin/containerd"],
+                          "config": "/etc/containerd/config.toml",
+                          "address": "/run/containerd/containerd.sock",
+                          "files": {"/etc/containerd/config.toml": {"mode": "644", "text": "..."}},
+                          "loaded": {"cri": "ok", "runtimes": ["runc"], ...},
+                          "restart": {"version": "1.6.20", "runtimes": ["runc"], "cri_ok": True, ...}}],
+         "kubelet": {"pid": 901, "args": [...], "config_text": "..."} or None}
+    """
+
+    @staticmethod
+    def default():
+        return {"hostname": "", "containerds": [], "kubelet": None}
+
+    def command(self, crictl="crictl"):
+        # `ls -l` names every process's binary in one process (a readlink each costs a fork per
+        # process on a busy node); shims and ctr are other binaries and do not match.
+        found = ("ls -l /proc/[0-9]*/exe 2>/dev/null | sed -nE "
+                 "'s@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet)( \\(deleted\\))?$@\\3:\\1@p'")
+        return (
+            f'echo "{_SECTION}hostname $(cat /proc/sys/kernel/hostname)"; '
+            f'for x in $({found}); do kind=${{x%:*}}; p=${{x#*:}}; '
+            f'echo "{_SECTION}$kind $p"; e=$(readlink "/proc/$p/exe"); echo "${{e% (deleted)}}"; '
+            'base64 -w0 <"/proc/$p/cmdline"; echo; '
+            'if [ "$kind" = kubelet ]; then '
+            'k=$(tr "\\0" "\\n" <"/proc/$p/cmdline" | sed -n "/^--config=/{s/^--config=//p;q};/^--config$/{n;p;q}"); '
+            '[ -n "$k" ] && base64 -w0 <"$k" 2>/dev/null; echo; continue; fi; '
+            f'{_DAEMON_FLAGS}{_CONFIG_ADDRESS}echo "$cfg"; echo "$addr"; '
+            f'( {_WRITTEN}{TAR_OF_ARGS} ) | grep . || echo; '
+            f'echo "{_SECTION}restart"; exe=${{e% (deleted)}}; {restart_merge(chr(34) + "$exe" + chr(34), chr(34) + "$cfg" + chr(34))}; '
+            f'echo "{_SECTION}cri"; {cri_info(shlex.quote(crictl), chr(34) + "$addr" + chr(34))}; '
+            'done'
+        )
+
+    def process(self, output):
+        result = self.default()
+        sections, current = [], None
+        for line in output:
+            if line.startswith(_SECTION):
+                current = (line[len(_SECTION):].split(" ", 1), [])
+                sections.append(current)
+            elif current is not None:
+                current[1].append(line)
+        daemon = None
+        for (kind, *rest), lines in sections:
+            if kind == "hostname":
+                result["hostname"] = rest[0].strip() if rest else ""
+            elif kind == "kubelet":
+                exe, args, config = (lines + ["", "", ""])[:3]
+                result["kubelet"] = {"pid": int(rest[0]), "exe": exe, "args": _args(args),
+                                     "config_text": base64.b64decode(config).decode(errors="replace")}
+            elif kind == "containerd":
+                exe, args, config, address, files = (lines + [""] * 5)[:5]
+                daemon = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
+                          "address": address, "files": untarred(files) if files.strip() else {},
+                          "restart": None, "loaded": None}
+                result["containerds"].append(daemon)
+            elif kind == "restart":
+                daemon["restart"] = restart_answer(lines) if lines else None
+            elif kind == "cri":
+                daemon["loaded"] = cri_answer(lines)
+        return result
+
+
+def _args(b64: str) -> list:
+    return base64.b64decode(b64).decode(errors="replace").split("\0")[:-1]

@@ -1,0 +1,291 @@
+"""A real node's audit: which containerd serves kubelet, its three views, and the findings.
+
+Plain data in (``facts.node.NodeRuntime``'s read, the cluster's objects), plain data out: the
+fleet report's entry for one node. Each finding names the views it joins: ``written`` (the
+files), ``loaded`` (the daemon, through CRI), ``after-restart`` (the binary's own merge) and
+``scheduled`` (the cluster).
+"""
+
+import fnmatch
+import posixpath
+import tomllib
+
+import yaml
+
+from .cluster import allocatable_count
+from .containerd import analyze_merge, import_globs, release
+from .objects import of_kind
+
+DEFAULT_SOCKET = "/run/containerd/containerd.sock"
+KUBELET_DEFAULT_ENDPOINT = "unix://" + DEFAULT_SOCKET  # kubelet's own default since 1.27
+TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
+
+
+def _socket(endpoint: str) -> str:
+    return endpoint.removeprefix("unix://")
+
+
+def kubelet_endpoint(kubelet: dict | None) -> str | None:
+    """The containerd socket kubelet talks to: ``--container-runtime-endpoint``, else its config
+    file's ``containerRuntimeEndpoint``, else kubelet's default; None where no kubelet runs.
+
+        kubelet_endpoint({"args": ["kubelet", "--container-runtime-endpoint=unix:///run/k.sock"]})
+        -> "/run/k.sock"
+    """
+    if kubelet is None:
+        return None
+    args = kubelet.get("args", [])
+    for i, arg in enumerate(args):
+        if arg.startswith("--container-runtime-endpoint="):
+            return _socket(arg.split("=", 1)[1])
+        if arg == "--container-runtime-endpoint" and i + 1 < len(args):
+            return _socket(args[i + 1])
+    try:
+        config = yaml.safe_load(kubelet.get("config_text") or "") or {}
+    except yaml.YAMLError:
+        config = {}
+    endpoint = config.get("containerRuntimeEndpoint") if isinstance(config, dict) else None
+    return _socket(endpoint or KUBELET_DEFAULT_ENDPOINT)
+
+
+def serving_daemon(containerds: list, endpoint: str | None):
+    """The containerd that matters on a node: the one on kubelet's endpoint, else the only one,
+    else the one on the default socket; None where none runs (or none is on kubelet's endpoint).
+
+        serving_daemon([{"address": "/run/containerd/containerd.sock", ...}], None)["address"]
+        -> "/run/containerd/containerd.sock"
+    """
+    if endpoint is not None:
+        return next((d for d in containerds if d["address"] == endpoint), None)
+    if len(containerds) == 1:
+        return containerds[0]
+    return next((d for d in containerds if d["address"] == DEFAULT_SOCKET), containerds[0] if containerds else None)
+
+
+def _toml(path: str, text: str):
+    try:
+        return tomllib.loads(text), None
+    except tomllib.TOMLDecodeError as e:
+        return None, f"{path} is not valid TOML: {e}"
+
+
+def written_view(daemon: dict) -> dict:
+    """What the daemon's files say: runtimes of its config and of the drop-ins its imports reach,
+    which files those are, and the conf.d files beside the config that no import reaches.
+
+        written_view({"config": "/etc/containerd/config.toml", "files": {...}})
+        -> {"runtimes": ["runc", "nvidia"], "dropins": ["/etc/containerd/conf.d/99-nvidia.toml"],
+            "unreached": [], "errors": []}
+    """
+    config, files = daemon["config"], daemon["files"]
+    if config not in files:
+        return {"runtimes": [], "dropins": [], "unreached": [], "errors": [f"{config} is missing or unreadable"]}
+    main, error = _toml(config, files[config]["text"])
+    if main is None:
+        return {"runtimes": [], "dropins": [], "unreached": [], "errors": [error]}
+    globs = import_globs(main, config)
+    reached = sorted(p for p in files if p != config and any(fnmatch.fnmatchcase(p, g) for g in globs))
+    docs, errors = [], []
+    for path in reached:
+        doc, error = _toml(path, files[path]["text"])
+        docs.append(doc) if doc is not None else errors.append(error)
+    conf_d = posixpath.join(posixpath.dirname(config), "conf.d")
+    unreached = sorted(p for p in files if posixpath.dirname(p) == conf_d and p not in reached)
+    merged = analyze_merge(main, docs)
+    runtimes = merged.main_runtimes + [n for n in merged.dropin_runtimes if n not in merged.main_runtimes]
+    return {"runtimes": runtimes, "dropins": reached, "unreached": unreached, "errors": errors,
+            "imports": main.get("imports", [])}
+
+
+def sandbox_error(version: str, handler: str) -> str:
+    """What containerd of ``version`` answers kubelet for a sandbox whose handler it does not load
+    (kubelet's event: ``Failed to create pod sandbox: rpc error: code = Unknown desc = ...``).
+
+        sandbox_error("1.6.20", "nvidia") -> 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
+    """
+    cause = f'no runtime for "{handler}" is configured'
+    if release(version) >= (2,):
+        return f'unable to get OCI runtime for sandbox "<id>": {cause}'
+    return f"failed to get sandbox runtime: {cause}"
+
+
+def runtime_view(read: dict) -> dict:
+    """One node's containerd, from ``NodeRuntime``'s read: which daemon serves kubelet, its
+    version and three views, and the other daemons.
+
+        runtime_view(read)["cri_after_restart"] -> "ok" | "fails" | "refuses-start" | "unknown"
+    """
+    endpoint = kubelet_endpoint(read.get("kubelet"))
+    daemon = serving_daemon(read["containerds"], endpoint)
+    others = [{"pid": d["pid"], "config": d["config"], "address": d["address"]}
+              for d in read["containerds"] if d is not daemon]
+    view = {"kubelet_endpoint": endpoint, "others": others}
+    if daemon is None:
+        return {**view, "daemon": None, "version": "none", "written": [], "loaded": [], "loaded_from": "none",
+                "after_restart": [], "cri_after_restart": "unknown", "restart_reason": "", "files": {}}
+    loaded, restart = daemon["loaded"] or {}, daemon["restart"]
+    written = written_view(daemon)
+    if not loaded.get("crictl", True):
+        loaded_from = "no-crictl"
+    else:
+        loaded_from = "cri" if loaded.get("cri") == "ok" else "cri-down"
+    if restart is None:
+        after, cri_after, reason = [], "unknown", f"{daemon['exe']} is not there to ask"
+    else:
+        after, reason = restart["runtimes"], restart["reason"]
+        cri_after = "refuses-start" if not restart["starts"] else "ok" if restart["cri_ok"] else "fails"
+    return {**view, "daemon": {"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
+                               "address": daemon["address"]},
+            "version": restart["version"] if restart else "unknown",
+            "written": written["runtimes"], "dropins": written["dropins"], "unreached": written["unreached"],
+            "config_errors": written["errors"], "imports": written.get("imports", []),
+            "loaded": loaded.get("runtimes", []), "loaded_from": loaded_from, "cri_error": loaded.get("error", ""),
+            "after_restart": after, "cri_after_restart": cri_after, "restart_reason": reason}
+
+
+def _ref(obj) -> str:
+    return f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+
+
+def _ready(pod) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _toolkit_pod(pod) -> bool:
+    return any(o.get("kind") == "DaemonSet" and TOOLKIT_MARK in o.get("name", "")
+               for o in pod["metadata"].get("ownerReferences") or [])
+
+
+def _gap(kind: str, subject: str, views, detail: str) -> dict:
+    return {"kind": kind, "subject": subject, "views": list(views), "detail": detail}
+
+
+def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "nvidia") -> list:
+    """The gaps of one node, each with the views it joins.
+
+    + name: the node's name in the cluster
+    + runtime: ``runtime_view``'s answer
+    + objects: the cluster's Nodes, RuntimeClasses and Pods (plain JSON, as the API gives them)
+    + gpu_handler: the runtime handler GPU Pods need
+
+        node_findings("gpu-a", runtime_view(read), objects)
+        -> [{"kind": "sandbox-fails", "views": ["scheduled", "loaded"], "detail": "..."}, ...]
+    """
+    gaps, version = [], runtime["version"]
+    node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == name), None)
+    if node is None:
+        gaps.append(_gap("no-node-object", name, ["scheduled"],
+                         f"no Node named {name} in the cluster: set node_name for this host"))
+    if runtime["daemon"] is None:
+        where = f" on kubelet's endpoint {runtime['kubelet_endpoint']}" if runtime["kubelet_endpoint"] else ""
+        gaps.append(_gap("no-containerd", name, ["loaded"], f"no containerd runs{where}"))
+        return gaps
+    d = runtime["daemon"]
+    for other in runtime["others"]:
+        gaps.append(_gap("second-containerd", str(other["pid"]), ["loaded"],
+                         f"a second containerd runs (pid {other['pid']}, config {other['config']}, socket "
+                         f"{other['address']}); the audited one is pid {d['pid']} on {d['address']}"
+                         + (", kubelet's endpoint" if runtime["kubelet_endpoint"] else "")))
+    gaps += [_gap("config-unreadable", d["config"], ["written"], e) for e in runtime["config_errors"]]
+    for path in runtime["unreached"]:
+        gaps.append(_gap("dropin-not-imported", path, ["written"],
+                         f"{path} is in conf.d but no imports glob of {d['config']} reaches it "
+                         f"(imports: {', '.join(runtime['imports']) or 'none'}): containerd never reads it"))
+    down = runtime["loaded_from"] == "cri-down"
+    if down:
+        gaps.append(_gap("cri-down", d["address"], ["loaded"], f"containerd {version} runs but its CRI does not answer "
+                                                 f"({runtime['cri_error']}): no Pod can start on this node"))
+    for handler in runtime["written"]:
+        if runtime["loaded_from"] == "cri" and handler not in runtime["loaded"]:
+            gaps.append(_gap("handler-not-loaded", handler, ["written", "loaded"],
+                             f"runtime handler {handler} is written but containerd {version} does not load it"))
+    if runtime["cri_after_restart"] == "refuses-start":
+        gaps.append(_gap("restart-refuses-start", d["exe"], ["after-restart"], runtime["restart_reason"]))
+    elif runtime["cri_after_restart"] == "fails":
+        gaps.append(_gap("restart-takes-cri-down", d["exe"], ["after-restart"],
+                         f"a restart of containerd {version} takes CRI down: {runtime['restart_reason']}"))
+    if node is None:
+        return gaps
+
+    knows = runtime["loaded_from"] in ("cri", "cri-down")
+    handlers = {rc["metadata"]["name"]: rc.get("handler") for rc in of_kind(objects, "RuntimeClass")}
+    restart_ok = runtime["cri_after_restart"] == "ok"
+    for pod in of_kind(objects, "Pod"):
+        if pod["spec"].get("nodeName") != name or pod["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        rc = pod["spec"].get("runtimeClassName")
+        handler = handlers.get(rc, rc) if rc else None
+        if handler is None:
+            continue
+        if knows and handler not in runtime["loaded"]:
+            why = "its CRI is down" if down else f"containerd says: {sandbox_error(version, handler)}"
+            gaps.append(_gap("sandbox-fails", _ref(pod), ["scheduled", "loaded"],
+                             f"Pod {_ref(pod)} (RuntimeClass {rc}, handler {handler}) cannot start a "
+                             f"sandbox: {why}"))
+        elif knows and (not restart_ok or handler not in runtime["after_restart"]):
+            gaps.append(_gap("handler-gone-after-restart", _ref(pod), ["scheduled", "after-restart"],
+                             f"Pod {_ref(pod)} (handler {handler}) runs now, but after a restart "
+                             + (f"CRI is {runtime['cri_after_restart']}" if not restart_ok
+                                else f"containerd loads only {','.join(runtime['after_restart']) or 'nothing'}")))
+    if knows and gpu_handler not in runtime["loaded"]:
+        gpus = allocatable_count(node)
+        if gpus:
+            gaps.append(_gap("gpu-advertised-not-loaded", name, ["scheduled", "loaded"],
+                             f"node {name} advertises {gpus} nvidia.com/gpu but its containerd does not "
+                             f"load {gpu_handler}"))
+        for pod in of_kind(objects, "Pod"):
+            if pod["spec"].get("nodeName") == name and _toolkit_pod(pod) and _ready(pod):
+                gaps.append(_gap("toolkit-ready-not-loaded", _ref(pod), ["scheduled", "loaded"],
+                                 f"toolkit Pod {_ref(pod)} is Ready on {name} while containerd does not "
+                                 f"load {gpu_handler}: Ready says the toolkit wrote its drop-in, not that "
+                                 "anything loaded it"))
+    return gaps
+
+
+def pods_at_risk(gaps: list) -> int:
+    """How many Pods a node's gaps name (cannot start, or will not after a restart)."""
+    return len({g["subject"] for g in gaps if g["kind"] in ("sandbox-fails", "handler-gone-after-restart")})
+
+
+def fleet_gaps(nodes: dict, objects: list) -> list:
+    """Gaps of the fleet as a whole: RuntimeClasses whose handler no audited node loads.
+
+        fleet_gaps({"gpu-a": {"loaded": ["runc"], ...}}, objects)
+        -> [{"kind": "runtimeclass-handler-nowhere", ...}]
+    """
+    loaded = {h for n in nodes.values() for h in n["loaded"]}
+    return [_gap("runtimeclass-handler-nowhere", rc["metadata"]["name"], ["scheduled", "loaded"],
+                 f"RuntimeClass {rc['metadata']['name']}: no audited node loads its handler {rc.get('handler')}")
+            for rc in of_kind(objects, "RuntimeClass") if rc.get("handler") not in loaded]
+
+
+def node_entry(name: str, runtime: dict, gaps: list) -> dict:
+    """One node of the fleet report (the JSON's ``nodes.<name>``)."""
+    return {"version": runtime["version"], "daemon": runtime["daemon"], "loaded": runtime["loaded"],
+            "loaded_from": runtime["loaded_from"], "written": runtime["written"],
+            "after_restart": runtime["after_restart"], "cri_after_restart": runtime["cri_after_restart"],
+            "kubelet_endpoint": runtime["kubelet_endpoint"], "pods_at_risk": pods_at_risk(gaps),
+            "gaps": gaps}
+
+
+def fleet_table(report: dict) -> list:
+    """The fleet as a table, one line per node, then every gap.
+
+        fleet_table({"nodes": {"gpu-a": {...}}, "gaps": []})
+        -> ["NODE   VERSION  LOADED  AFTER RESTART  CRI AFTER RESTART  PODS AT RISK  GAPS", ...]
+    """
+    head = ("NODE", "VERSION", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "PODS AT RISK", "GAPS")
+    rows = [head] + [(name, n["version"], (",".join(n["loaded"]) or "-") if n["loaded_from"] == "cri"
+                      else n["loaded_from"], ",".join(n["after_restart"]) or "-", n["cri_after_restart"],
+                      str(n["pods_at_risk"]), str(len(n["gaps"])))
+                     for name, n in sorted(report["nodes"].items())]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines += [f"GAP {name}: [{g['kind']}] {g['detail']}" for name, n in sorted(report["nodes"].items())
+              for g in n["gaps"]]
+    lines += [f"GAP fleet: [{g['kind']}] {g['detail']}" for g in report["gaps"]]
+    total = sum(len(n["gaps"]) for n in report["nodes"].values()) + len(report["gaps"])
+    lines.append(f"{total} gap(s) on {len(report['nodes'])} node(s)" if total
+                 else f"no gap on {len(report['nodes'])} node(s): written is loaded is scheduled")
+    return lines

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A simulated GPU node, for the node audit's tests and benchmark: its own mount, pid and UTS
+# namespaces, where /etc/containerd, /run and /var/lib/containerd are its own at the default
+# paths; a containerd started with no flags, as systemd starts it; and sshd on a loopback port.
+# Nothing of the host's is touched: /etc/containerd is a bind of DIR/etc, /run a tmpfs, /var/lib
+# an overlay whose writes land in DIR/varlib, all private to the namespace and gone with it.
+#
+#   lab/node.sh start DIR CONTAINERD HOSTNAME   DIR holds etc/ (the node's /etc/containerd) and
+#       sshd_config; optional hooks run inside: DIR/before.sh before containerd starts,
+#       DIR/after.sh once its socket is there. Returns once sshd listens.
+#   lab/node.sh stop DIR                        the namespace's first process, and so all of it
+set -euo pipefail
+
+die() { echo "lab/node.sh: $*" >&2; exit 1; }
+
+# The `unshare` whose command line names DIR (found by what it is, not by a pid file) ...
+ns_unshare() {
+  local f p
+  for f in $(grep -lxzF -- "$1" /proc/[0-9]*/cmdline 2>/dev/null); do
+    p=${f#/proc/}; p=${p%/cmdline}
+    [[ $(readlink "/proc/$p/exe" 2>/dev/null) == */unshare ]] && echo "$p"
+  done
+  return 0
+}
+
+# ... and its child, the namespace's first process: stopping it stops every process inside.
+ns_init() {
+  local p
+  for p in $(ns_unshare "$1"); do cat "/proc/$p/task/$p/children" 2>/dev/null; done
+}
+
+inside() {  # runs as the namespace's pid 1
+  local dir=$1 containerd=$2
+  mount -t tmpfs -o mode=755 tmpfs /run
+  mkdir -p /run/containerd /run/sshd "$dir/varlib/upper" "$dir/varlib/work"
+  mount --bind "$dir/etc" /etc/containerd
+  mount -t overlay overlay -o "lowerdir=/var/lib,upperdir=$dir/varlib/upper,workdir=$dir/varlib/work" /var/lib
+  hostname "$3"
+  [[ ! -x $dir/before.sh ]] || "$dir/before.sh"
+  setsid "$containerd" </dev/null >"$dir/containerd.log" 2>&1 &
+  local waited=0
+  until [[ -S /run/containerd/containerd.sock ]]; do
+    (( waited++ < 200 )) || { echo "containerd did not open its socket in 20s" >&2; exit 1; }
+    sleep 0.1
+  done
+  [[ ! -x $dir/after.sh ]] || "$dir/after.sh"
+  exec /usr/sbin/sshd -D -e -f "$dir/sshd_config"
+}
+
+case ${1:-} in
+  start)
+    [[ $# -eq 4 ]] || die "usage: start DIR CONTAINERD HOSTNAME"
+    dir=$(realpath "$2"); [[ -d $dir/etc && -f $dir/sshd_config ]] || die "$dir needs etc/ and sshd_config"
+    [[ -d /etc/containerd ]] || die "/etc/containerd is missing on this host (install containerd: lab/deps.sh)"
+    [[ -z $(ns_unshare "$dir") ]] || die "a node already runs on $dir"
+    port=$(awk '$1 == "Port" {print $2}' "$dir/sshd_config")
+    setsid unshare -m -p -u -f --mount-proc --propagation private \
+      bash "$0" inside "$dir" "$3" "$4" </dev/null >"$dir/node.log" 2>&1 &
+    for _ in $(seq 400); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && exit 0
+      [[ -n $(ns_unshare "$dir") ]] || die "node $dir exited: $(tail -n 5 "$dir/node.log")"
+      sleep 0.1
+    done
+    die "node $dir: sshd did not listen on $port in 40s: $(tail -n 5 "$dir/node.log")" ;;
+  inside) shift; inside "$@" ;;
+  stop)
+    dir=$(realpath "$2")
+    for p in $(ns_init "$dir"); do kill -KILL "$p" 2>/dev/null || true; done
+    for _ in $(seq 100); do [[ -z $(ns_unshare "$dir") ]] && exit 0; sleep 0.1; done
+    die "node $dir did not stop" ;;
+  *) die "usage: start DIR CONTAINERD HOSTNAME | stop DIR" ;;
+esac

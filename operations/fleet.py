@@ -1,0 +1,173 @@
+"""The audit of real nodes: each node read once, the cluster read once, the fleet reported once.
+
+Hosts are prepared in parallel (pyinfra's greenlets); the first to ask reads the cluster from the
+operator's kubeconfig, on this machine, and the others wait for that read. Every node's entry is
+kept for the run; the first host to execute writes the fleet's JSON and textfile and logs its
+table, so they hold every node of the run.
+"""
+
+import json
+import os
+import time
+import weakref
+
+from gevent.lock import Semaphore
+from kubernetes import client, config
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, operation
+from pyinfra.api.exceptions import DeployError
+
+from facts.node import NodeRuntime
+from gpuop.node import fleet_gaps, fleet_table, node_entry, node_findings, runtime_view
+from gpuop.textfile import write_textfile
+
+_RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
+CLUSTER_REQUEST_TIMEOUT_S = 20
+
+
+class _Fleet:
+    def __init__(self):
+        self.lock = Semaphore()
+        self.objects = None  # the cluster's objects, read once
+        self.cluster = {}  # how it was read: context, requests, seconds
+        self.nodes = {}  # node name -> its entry in the report
+        self.hosts = {}  # pyinfra host name -> node name
+        self.reported = False
+
+
+def _fleet(state) -> _Fleet:
+    return _RUNS.setdefault(state, _Fleet())
+
+
+# The kinds the findings join, each one list request: one read of the cluster, whatever its size.
+_LISTS = (("Node", "CoreV1Api", "list_node"), ("RuntimeClass", "NodeV1Api", "list_runtime_class"),
+          ("Pod", "CoreV1Api", "list_pod_for_all_namespaces"),
+          ("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"))
+
+
+def read_cluster(kubeconfig: str, context: str) -> tuple:
+    """Every Node, RuntimeClass, Pod and DaemonSet of the cluster, as plain JSON (the API's own
+    field names, ``kind`` set), read from the operator's kubeconfig and context on this machine;
+    and how the read went.
+
+        read_cluster("", "prod-east")[0][0]["kind"] -> "Node"
+    """
+    where = f"kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}, " \
+            f"context {context or '(current)'}"
+    started = time.monotonic()
+    try:
+        api = config.new_client_from_config(config_file=kubeconfig or None, context=context or None)
+        objects = []
+        for kind, group, method in _LISTS:
+            items = getattr(getattr(client, group)(api), method)(_request_timeout=CLUSTER_REQUEST_TIMEOUT_S).items
+            objects += [{**api.sanitize_for_serialization(item), "kind": kind} for item in items]
+    except Exception as e:  # a missing file, a bad context, a refused or stalled API server
+        raise DeployError(f"the cluster cannot be read ({where}): {type(e).__name__}: {e}") from None
+    return objects, {"from": where, "requests": len(_LISTS), "reads": 1,
+                     "seconds": round(time.monotonic() - started, 3)}
+
+
+def cluster_objects(state, kubeconfig: str, context: str) -> list:
+    """The cluster's objects for this run: read by the first host to ask, the others wait for it."""
+    fleet = _fleet(state)
+    with fleet.lock:
+        if fleet.objects is None:
+            fleet.objects, fleet.cluster = read_cluster(kubeconfig, context)
+            logger.info(f"--> cluster read once for the fleet: {len(fleet.objects)} objects, "
+                        f"{fleet.cluster['requests']} list requests, {fleet.cluster['seconds']}s ({fleet.cluster['from']})")
+    return fleet.objects
+
+
+def _whole(state, fleet: _Fleet) -> dict:
+    """The run's report: every node's entry, the fleet's own gaps, how the cluster was read, and
+    the nodes that were not read (their error is pyinfra's, above)."""
+    unread = sorted(h.name for h in state.inventory if h.data.get("gpuop_target") == "node"
+                    and h.name not in fleet.hosts)
+    return {"nodes": dict(sorted(fleet.nodes.items())), "gaps": fleet_gaps(fleet.nodes, fleet.objects or []),
+            "cluster": fleet.cluster, "unread": unread}
+
+
+def _report_once(state, report_path: str, textfile_path: str) -> dict:
+    fleet = _fleet(state)
+    report = _whole(state, fleet)
+    if not fleet.reported:
+        fleet.reported = True
+        if report_path:
+            with open(report_path + ".tmp", "w") as f:
+                f.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
+            os.replace(report_path + ".tmp", report_path)
+        if textfile_path:
+            write_textfile(textfile_path, report)
+        for line in fleet_table(report):
+            logger.info(line)
+        if report["unread"]:
+            logger.error(f"not read, so not judged: {', '.join(report['unread'])}")
+        for where, path in (("JSON", report_path), ("textfile", textfile_path)):
+            if path:
+                logger.info(f"fleet {where}: {path}")
+    return report
+
+
+@operation()
+def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, context: str,
+               read_timeout_s: int):
+    """
+    Audit one real node, read-only: its containerd's three views, in one command on the node
+    (``facts.node.NodeRuntime``), joined with the cluster read once for the run. The node's
+    entry is kept for ``fleet_report``; nothing is changed anywhere, so this yields no command.
+    A plan and its run (pyinfra without ``-y``) share the one read.
+
+    + node_name: the node's name in the cluster; empty: the node's hostname
+    + gpu_handler: the runtime handler GPU Pods need
+    + crictl: crictl on the node
+    + kubeconfig: the operator's kubeconfig on this machine; empty: the default
+    + context: its context; empty: the current one
+    + read_timeout_s: the deadline of the node's read
+
+    .. code:: python
+
+        node_audit(node_name="", gpu_handler="nvidia", crictl="crictl", kubeconfig="",
+                   context="prod", read_timeout_s=150)
+    """
+    fleet = _fleet(host.state)
+    if host.name not in fleet.hosts:
+        read = host.get_fact(NodeRuntime, crictl=crictl, _timeout=read_timeout_s)
+        objects = cluster_objects(host.state, kubeconfig, context)
+        name = node_name or read["hostname"] or host.name
+        runtime = runtime_view(read)
+        fleet.nodes[name] = node_entry(name, runtime, node_findings(name, runtime, objects, gpu_handler))
+        fleet.hosts[host.name] = name
+    yield from ()
+
+
+@operation(is_idempotent=False)
+def fleet_report(report: str, textfile: str):
+    """
+    Report the fleet, once all its nodes are read: the first host to get here writes the JSON
+    and the textfile on this machine and logs the fleet's table; each host then fails on its
+    node's gaps (and the first one by name on the fleet's own), so the run's exit status gates
+    a maintenance window.
+
+    + report: the fleet's JSON on this machine; empty: none
+    + textfile: the fleet in Prometheus' text format on this machine; empty: none
+
+    .. code:: python
+
+        fleet_report(report="fleet.json", textfile="/var/lib/node_exporter/textfile/gpuop.prom")
+    """
+
+    def judge(state, host):
+        fleet = _fleet(state)
+        report_now = _report_once(state, report, textfile)
+        name, failed = fleet.hosts[host.name], False
+        if report_now["gaps"] and host.name == min(fleet.hosts):
+            logger.error(f"{host.print_prefix}fleet: {len(report_now['gaps'])} gap(s) of the fleet as a whole")
+            failed = True
+        gaps = report_now["nodes"][name]["gaps"]
+        if gaps:
+            logger.error(f"{host.print_prefix}node {name}: {len(gaps)} gap(s) between written, loaded, "
+                         "after restart and scheduled")
+            failed = True
+        return not failed
+
+    yield FunctionCommand(judge, (), {})

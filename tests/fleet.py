@@ -1,0 +1,186 @@
+"""A simulated fleet of real GPU nodes for the node audit: each node in its own mount, pid and
+UTS namespaces (lab/node.sh), with its own containerd of a chosen version at the default paths,
+its own sshd on a loopback port, and a kwok Node of the same name with Pods bound to it."""
+
+import hashlib
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+
+import tomli_w
+import yaml
+
+from gpuop.containerd import main_config, nvidia_dropin
+from tests.kube import kubectl
+from tests.labcontainerd import binary, crictl, nvidia_ctk
+from tests.proc import run
+from tests.ssh import free_port, keygen
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NODE_SH = os.path.join(HERE, "lab/node.sh")
+NAMESPACE = "gpuop-fleet"
+MARK = "gpuop-fleet"  # label and taint of the fleet's Nodes: the lab's own Pods stay off them
+CONFIG = "/etc/containerd/config.toml"
+DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
+
+
+@dataclass
+class Node:
+    """One simulated node: its version, files and hooks, as an operator left it."""
+    name: str
+    version: str
+    hostname: str = ""  # the node's own hostname; empty: its Node's name
+    imports: str = "/etc/containerd/conf.d/*.toml"
+    before: list = field(default_factory=list)  # shell lines run inside, before containerd starts
+    after: list = field(default_factory=list)  # ... once its socket is there
+    files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
+    dir: str = ""
+    port: int = 0
+    host_key: str = ""
+
+
+def nvidia_ctk_configure() -> str:
+    """The real toolkit CLI configuring the node's own containerd, as the GPU Operator does."""
+    return (f"{nvidia_ctk()} runtime configure --runtime=containerd --config={CONFIG} "
+            f"--drop-in-config={DROPIN} >/dev/null")
+
+
+def write_file(path: str, text: str) -> str:
+    return f"cat >{path} <<'GPUOP_EOF'\n{text}GPUOP_EOF"
+
+
+def second_containerd(version: str) -> list:
+    """A second daemon beside the node's own, on its own root and socket (as a second runtime
+    a node runs for another purpose)."""
+    cfg = tomli_w.dumps({"version": 2, "root": "/var/lib/containerd-second", "state": "/run/containerd-second",
+                         "grpc": {"address": "/run/containerd-second/containerd.sock"}})
+    return [write_file("/etc/containerd/second.toml", cfg),
+            f"setsid {binary(version)} --config /etc/containerd/second.toml </dev/null >/dev/null 2>&1 &"]
+
+
+def start(node: Node, root: str, pubkey: str) -> Node:
+    """Start ``node`` under ``root`` (its files, its sshd trusting ``pubkey``)."""
+    node.dir, node.port = os.path.join(root, node.name), free_port()
+    os.makedirs(os.path.join(node.dir, "etc", "conf.d"), exist_ok=True)
+    files = {CONFIG: tomli_w.dumps(main_config(node.imports)), **node.files}
+    for path, text in files.items():
+        with open(os.path.join(node.dir, "etc", os.path.relpath(path, "/etc/containerd")), "w") as f:
+            f.write(text)
+    # kubelet asks a new containerd for its CRI status within seconds of its start, and 1.7+
+    # then writes its introspection uuid once, for good: a real node has it before any audit.
+    first_status = (f"{crictl()} --config /dev/null --runtime-endpoint unix:///run/containerd/containerd.sock "
+                    "--timeout 3s info >/dev/null 2>&1 || true")
+    for hook, lines in (("before.sh", node.before), ("after.sh", node.after + [first_status])):
+        if lines:
+            path = os.path.join(node.dir, hook)
+            with open(path, "w") as f:
+                f.write("#!/bin/sh\nset -e\n" + "\n".join(lines) + "\n")
+            os.chmod(path, 0o755)
+    host_key = keygen(os.path.join(node.dir, "host_ed25519"))
+    with open(os.path.join(node.dir, "authorized_keys"), "w") as f:
+        f.write(pubkey + "\n")
+    with open(os.path.join(node.dir, "sshd_config"), "w") as f:
+        f.write(f"Port {node.port}\nListenAddress 127.0.0.1\nHostKey {node.dir}/host_ed25519\nPidFile none\n"
+                f"AuthorizedKeysFile {node.dir}/authorized_keys\nPasswordAuthentication no\n"
+                "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n")
+    node.host_key = host_key
+    run([NODE_SH, "start", node.dir, binary(node.version), node.hostname or node.name], timeout_s=60, check=True)
+    return node
+
+
+def stop(node: Node):
+    run([NODE_SH, "stop", node.dir], timeout_s=30, check=True)
+
+
+def ns_pid(node: Node) -> int:
+    """The node's first process, as the host sees it (its files are under /proc/PID/root)."""
+    out = run(["sh", "-c", f"for f in $(grep -lxzF -- {node.dir} /proc/[0-9]*/cmdline); do p=${{f#/proc/}}; "
+                           "p=${p%/cmdline}; cat /proc/$p/task/$p/children 2>/dev/null; done"], timeout_s=10)
+    return int(out.stdout.split()[0])
+
+
+def nodes_file(nodes, key: str, path: str, node_names: dict) -> str:
+    """The nodes file an operator would write for ``nodes`` (and their known_hosts beside it)."""
+    known = os.path.join(os.path.dirname(path), "known_hosts")
+    with open(known, "w") as f:
+        f.write("".join(f"[127.0.0.1]:{n.port} {n.host_key}\n" for n in nodes))
+    hosts = {}
+    for n in nodes:
+        hosts[f"ssh-{n.name}"] = {"ssh_hostname": "127.0.0.1", "ssh_port": n.port,
+                                  **({"node_name": node_names[n.name]} if n.name in node_names else {})}
+    doc = {"defaults": {"ssh_user": "root", "ssh_key": key, "ssh_known_hosts_file": known,
+                        "crictl_binary": crictl()}, "hosts": hosts}
+    with open(path, "w") as f:
+        yaml.safe_dump(doc, f)
+    return path
+
+
+def cluster_objects(nodes, gpus: int = 4) -> str:
+    """The fleet's objects: its Nodes (GPUs advertised), RuntimeClasses (one whose handler no
+    node loads), a GPU Pod bound to each node, and a toolkit DaemonSet on every fleet node."""
+    toleration = [{"key": MARK, "operator": "Exists", "effect": "NoSchedule"}]
+    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-nvidia"},
+             "handler": "nvidia"},
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-kata"},
+             "handler": "kata"},
+            {"apiVersion": "apps/v1", "kind": "DaemonSet",
+             "metadata": {"name": "fleet-container-toolkit", "namespace": NAMESPACE},
+             "spec": {"selector": {"matchLabels": {"app": "fleet-toolkit"}},
+                      "template": {"metadata": {"labels": {"app": "fleet-toolkit"}},
+                                   "spec": {"nodeSelector": {MARK: "true"}, "tolerations": toleration,
+                                            "containers": [{"name": "toolkit", "image": "toolkit:v1.17.0"}]}}}}]
+    for n in nodes:
+        docs.append({"apiVersion": "v1", "kind": "Node",
+                     "metadata": {"name": n.name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                  "labels": {MARK: "true", "type": "kwok"}},
+                     "spec": {"taints": [{"key": MARK, "value": "true", "effect": "NoSchedule"}]}})
+        docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"gpu-{n.name}", "namespace": NAMESPACE},
+                     "spec": {"nodeName": n.name, "runtimeClassName": "fleet-nvidia", "tolerations": toleration,
+                              "containers": [{"name": "cuda", "image": "cuda:12",
+                                              "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+def create_cluster_objects(nodes, gpus: int = 4):
+    kubectl("apply", "-f", "-", stdin=cluster_objects(nodes, gpus))
+    capacity = json.dumps({"status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": str(gpus)},
+                                      "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110",
+                                                      "nvidia.com/gpu": str(gpus)}}})
+    for n in nodes:
+        kubectl("patch", "node", n.name, "--subresource=status", "--type=merge", "-p", capacity)
+
+
+def delete_cluster_objects(nodes):
+    kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s")
+    kubectl("delete", "runtimeclass", "fleet-nvidia", "fleet-kata", "--ignore-not-found")
+    if nodes:
+        kubectl("delete", "node", *[n.name for n in nodes], "--ignore-not-found")
+
+
+def tree(path: str) -> dict:
+    """Every entry under ``path``: type, mode, size, mtime and (files) content hash."""
+    found = {}
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = os.path.join(top, name)
+            st = os.lstat(p)
+            digest = ""
+            if stat.S_ISREG(st.st_mode):
+                with open(p, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+            found[os.path.relpath(p, path)] = (stat.S_IFMT(st.st_mode), st.st_mode & 0o7777, st.st_size,
+                                               st.st_mtime_ns, digest)
+    return found
+
+
+def node_files(node: Node) -> dict:
+    """What the node itself sees at its containerd's default paths, read from the host."""
+    root = f"/proc/{ns_pid(node)}/root"
+    return {p: tree(root + p) for p in ("/etc/containerd", "/run/containerd", "/var/lib/containerd")}
+
+
+def keypair(root: str) -> tuple:
+    key = os.path.join(root, "id_ed25519")
+    return key, keygen(key)

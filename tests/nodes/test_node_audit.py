@@ -1,0 +1,181 @@
+"""The audit of real nodes, on a simulated fleet: each node in its own namespaces with its own
+containerd at the default paths and its own sshd, and a kwok Node with Pods bound to it."""
+
+import json
+import os
+
+import pytest
+import tomli_w
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuop.containerd import nvidia_dropin
+from tests import fleet
+from tests.fleet import DROPIN, Node, write_file
+from tests.kube import kubectl
+from tests.playbook import deploy, target_commands
+
+SEED_DROPIN = tomli_w.dumps(nvidia_dropin())
+
+
+def planted():
+    """The fleet: one healthy node, and one of each way the incident shows on real nodes."""
+    ctk = fleet.nvidia_ctk_configure()
+    return [
+        # configured by the real nvidia-ctk, then (re)started: written is loaded
+        Node("gpu-healthy", "2.4.2", before=[ctk]),
+        # the same, never restarted: the seed's trap (a restart is safe, and needed)
+        Node("gpu-unrestarted", "1.7.35", after=[ctk]),
+        # the incident: the seed's drop-in on 1.x, not loaded, and the restart is fatal
+        Node("gpu-incident", "1.6.20", hostname="ip-10-0-0-7", after=[write_file(DROPIN, SEED_DROPIN)]),
+        # the same drop-in on 2.x, loaded: fine
+        Node("gpu-v2-dropin", "2.0.14", files={DROPIN: SEED_DROPIN}),
+        # a drop-in the imports miss, and a second containerd beside the node's own
+        Node("gpu-missed-import", "2.2.9", imports="/etc/containerd/config.d/*.toml",
+             files={DROPIN: SEED_DROPIN}, after=fleet.second_containerd("2.2.9")),
+        # CRI already down: the seed's drop-in was there when 1.7 started
+        Node("gpu-cri-down", "1.7.35", files={DROPIN: SEED_DROPIN}),
+    ]
+
+
+# Exactly the planted gaps, per node: (kind, subject); "toolkit" stands for the toolkit's Pod.
+EXPECTED = {
+    "gpu-healthy": [],
+    "gpu-v2-dropin": [],
+    "gpu-unrestarted": [("handler-not-loaded", "nvidia"), ("sandbox-fails", "gpuop-fleet/gpu-gpu-unrestarted"),
+                        ("gpu-advertised-not-loaded", "gpu-unrestarted"), ("toolkit-ready-not-loaded", "toolkit")],
+    "gpu-incident": [("handler-not-loaded", "nvidia"), ("restart-takes-cri-down", "/usr/bin/containerd"),
+                     ("sandbox-fails", "gpuop-fleet/gpu-gpu-incident"), ("gpu-advertised-not-loaded", "gpu-incident"),
+                     ("toolkit-ready-not-loaded", "toolkit")],
+    "gpu-missed-import": [("second-containerd", "pid"), ("dropin-not-imported", DROPIN),
+                          ("sandbox-fails", "gpuop-fleet/gpu-gpu-missed-import"),
+                          ("gpu-advertised-not-loaded", "gpu-missed-import"), ("toolkit-ready-not-loaded", "toolkit")],
+    "gpu-cri-down": [("cri-down", "/run/containerd/containerd.sock"), ("restart-takes-cri-down", "exe"),
+                     ("sandbox-fails", "gpuop-fleet/gpu-gpu-cri-down"), ("gpu-advertised-not-loaded", "gpu-cri-down"),
+                     ("toolkit-ready-not-loaded", "toolkit")],
+}
+
+
+def _subject(gap):
+    if gap["kind"] == "toolkit-ready-not-loaded":
+        return "toolkit"
+    if gap["kind"] == "second-containerd":
+        return "pid"
+    if gap["kind"] == "restart-takes-cri-down" and not gap["subject"].startswith("/usr/bin"):
+        return "exe"  # a built binary's path in the lab's cache
+    return gap["subject"]
+
+
+def _cluster_state():
+    """Every fleet object's identity and version, and the Nodes' own metadata and spec (kwok
+    heartbeats move a Node's status, nothing else)."""
+    state = {}
+    for kind in ("pods", "daemonsets", "runtimeclasses", "namespaces"):
+        for o in json.loads(kubectl("get", kind, "-A", "-o", "json"))["items"]:
+            m = o["metadata"]
+            state[(kind, m.get("namespace"), m["name"])] = (m["uid"], m["resourceVersion"])
+    for o in json.loads(kubectl("get", "nodes", "-o", "json"))["items"]:
+        m = o["metadata"]
+        state[("nodes", None, m["name"])] = (m["uid"], m.get("labels"), m.get("annotations"), o["spec"])
+    return state
+
+
+def _host_files():
+    return {p: fleet.tree(p) if os.path.isdir(p) else None for p in ("/etc/containerd", "/var/lib/containerd")}
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("fleet"))
+    key, pubkey = fleet.keypair(root)
+    nodes = planted()
+    fleet.delete_cluster_objects(nodes)
+    started = []
+    try:
+        for n in nodes:
+            started.append(fleet.start(n, root, pubkey))
+        fleet.create_cluster_objects(nodes)
+        kubectl("rollout", "status", "-n", fleet.NAMESPACE, "daemonset/fleet-container-toolkit", "--timeout=120s")
+        kubectl("wait", "-n", fleet.NAMESPACE, "--for=condition=Ready", "pod", "--all", "--timeout=120s")
+        path = fleet.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {"gpu-incident": "gpu-incident"})
+        yield nodes, path, root
+    finally:
+        for n in started:
+            fleet.stop(n)
+        fleet.delete_cluster_objects(nodes)
+
+
+@pytest.fixture(scope="module")
+def audited(simulated):
+    nodes, path, root = simulated
+    before = {"nodes": {n.name: fleet.node_files(n) for n in nodes}, "cluster": _cluster_state(),
+              "host": _host_files()}
+    report, textfile = os.path.join(root, "fleet.json"), os.path.join(root, "fleet.prom")
+    run = deploy(None, f"report={report}", f"textfile={textfile}", env={"GPUOP_NODES": path},
+                 inventory="nodes.py", script="audit.py", debug=True)
+    after = {"nodes": {n.name: fleet.node_files(n) for n in nodes}, "cluster": _cluster_state(),
+             "host": _host_files()}
+    with open(report) as f:
+        doc = json.load(f)
+    with open(textfile) as f:
+        prom = f.read()
+    return run, doc, prom, before, after
+
+
+def test_the_audit_names_exactly_the_planted_gaps(audited):
+    run, doc, _, _, _ = audited
+    assert run.code != 0, "a fleet with gaps must fail the run"
+    found = {name: sorted((g["kind"], _subject(g)) for g in entry["gaps"]) for name, entry in doc["nodes"].items()}
+    assert found == {name: sorted(gaps) for name, gaps in EXPECTED.items()}
+    assert [(g["kind"], g["subject"]) for g in doc["gaps"]] == [("runtimeclass-handler-nowhere", "fleet-kata")]
+    assert doc["unread"] == []
+
+
+def test_each_node_is_read_where_it_runs(audited):
+    _, doc, _, _, _ = audited
+    nodes = doc["nodes"]
+    assert {n: e["version"] for n, e in nodes.items()} == {
+        "gpu-healthy": "2.4.2", "gpu-unrestarted": "1.7.35", "gpu-incident": "1.6.20", "gpu-v2-dropin": "2.0.14",
+        "gpu-missed-import": "2.2.9", "gpu-cri-down": "1.7.35"}
+    for name, e in nodes.items():  # systemd's layout: default config and socket, no flags
+        assert e["daemon"]["config"] == "/etc/containerd/config.toml", name
+        assert e["daemon"]["address"] == "/run/containerd/containerd.sock", name
+    assert sorted(nodes["gpu-healthy"]["loaded"]) == sorted(nodes["gpu-healthy"]["after_restart"]) == ["nvidia", "runc"]
+    assert nodes["gpu-unrestarted"]["loaded"] == ["runc"] and "nvidia" in nodes["gpu-unrestarted"]["after_restart"]
+    assert nodes["gpu-unrestarted"]["cri_after_restart"] == "ok"
+    assert nodes["gpu-incident"]["cri_after_restart"] == "fails"
+    assert nodes["gpu-cri-down"]["loaded_from"] == "cri-down"
+    incident = next(g for g in nodes["gpu-incident"]["gaps"] if g["kind"] == "sandbox-fails")
+    assert 'failed to get sandbox runtime: no runtime for "nvidia" is configured' in incident["detail"]
+    assert incident["views"] == ["scheduled", "loaded"]
+
+
+def test_table_json_and_textfile_agree(audited):
+    run, doc, prom, _, _ = audited
+    metrics = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(prom) for s in family.samples}
+    for name, entry in doc["nodes"].items():
+        assert metrics[("gpuop_node_gap_count", (("node", name),))] == len(entry["gaps"])
+        assert metrics[("gpuop_node_cri_after_restart", (("node", name), ("state", entry["cri_after_restart"])))] == 1
+        row = next(line for line in run.log.splitlines() if line.split()[:2] == [name, entry["version"]])
+        assert row.split()[-1] == str(len(entry["gaps"])) and entry["cri_after_restart"] in row.split()
+        for gap in entry["gaps"]:
+            assert f"GAP {name}: [{gap['kind']}] {gap['detail']}" in run.log
+    assert metrics[("gpuop_fleet_gaps", (("kind", "runtimeclass-handler-nowhere"),))] == 1
+
+
+def test_one_command_per_node_one_cluster_read(audited):
+    run, doc, _, _, _ = audited
+    commands = target_commands(run.log)
+    per_host = {}
+    for host, _ in commands:
+        per_host[host] = per_host.get(host, 0) + 1
+    assert per_host == {f"ssh-{n}": 1 for n in EXPECTED}, commands
+    assert doc["cluster"]["reads"] == 1 and run.log.count("cluster read once for the fleet") == 1
+
+
+def test_nothing_changed_on_any_node_or_in_the_cluster(audited):
+    _, _, _, before, after = audited
+    for name in EXPECTED:
+        assert after["nodes"][name] == before["nodes"][name], name
+    assert after["cluster"] == before["cluster"]
+    assert after["host"] == before["host"]
