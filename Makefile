@@ -58,9 +58,10 @@ fix: setup deps nvidia-ctk lab-up
 audit: setup deps lab-up
 	$(VENV)/bin/pyinfra inventory.py audit.py -y $(CONTAINERD_DATA)
 
-bench: setup deps lab-up
+bench: setup deps containerds lab-up
 	bench/lab_start.sh
 	bench/rerun.sh
 	bench/audit.sh
 	bench/fix.sh
 	$(VENV)/bin/python bench/roundtrips.py
+	$(VENV)/bin/python bench/nodes.py

@@ -7,6 +7,7 @@ its next start (``ContainerdRestart``). None of them reads the host's own /etc/c
 
 import base64
 import json
+import re
 import shlex
 import tomllib
 
@@ -102,6 +103,15 @@ def cri_info(crictl: str, socket: str) -> str:
             f'--runtime-endpoint unix://{socket} --timeout 3s info 2>&1; echo "$?"')
 
 
+_MSG = re.compile(r'msg="((?:[^"\\]|\\.)*)"')
+
+
+def _said(line: str) -> str:
+    """crictl's words in its log line (``time=... level=fatal msg="..."``), or the line itself."""
+    m = _MSG.search(line)
+    return m.group(1).replace('\\"', '"') if m else line
+
+
 def cri_answer(lines: list) -> dict:
     """What ``cri_info`` printed, as the loaded view: ``cri`` ok or down, the runtimes, the error.
 
@@ -111,7 +121,7 @@ def cri_answer(lines: list) -> dict:
     answer, status = "\n".join(lines[:-1]), lines[-1].strip()
     if status != "0":
         error = (f"crictl did not answer within {CRICTL_DEADLINE_S}s" if status in ("124", "137")
-                 else answer.strip().splitlines()[-1] if answer.strip() else f"exit {status}")
+                 else _said(answer.strip().splitlines()[-1]) if answer.strip() else f"exit {status}")
         return {"cri": "down", "runtimes": [], "default_runtime": "", "error": error, "crictl": status != "127"}
     runtimes, default = cri_runtimes(json.loads(answer))
     return {"cri": "ok", "runtimes": runtimes, "default_runtime": default, "error": "", "crictl": True}

@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+import yaml
 import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -12,6 +13,7 @@ from gpuop.containerd import nvidia_dropin
 from tests import fleet
 from tests.fleet import DROPIN, Node, write_file
 from tests.kube import kubectl
+from tests.ssh import free_port
 from tests.playbook import deploy, target_commands
 
 SEED_DROPIN = tomli_w.dumps(nvidia_dropin())
@@ -179,3 +181,30 @@ def test_nothing_changed_on_any_node_or_in_the_cluster(audited):
         assert after["nodes"][name] == before["nodes"][name], name
     assert after["cluster"] == before["cluster"]
     assert after["host"] == before["host"]
+
+
+def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated):
+    nodes, path, root = simulated
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    doc["hosts"] = {"ssh-gpu-healthy": doc["hosts"]["ssh-gpu-healthy"],
+                    "ssh-gone": {"ssh_hostname": "127.0.0.1", "ssh_port": free_port(), "node_name": "gpu-gone"}}
+    partial = os.path.join(root, "nodes-partial.yaml")
+    with open(partial, "w") as f:
+        yaml.safe_dump(doc, f)
+    report = os.path.join(root, "partial.json")
+    run = deploy(None, f"report={report}", env={"GPUOP_NODES": partial}, inventory="nodes.py", script="audit.py")
+    assert run.code != 0
+    with open(report) as f:
+        got = json.load(f)
+    assert list(got["nodes"]) == ["gpu-healthy"] and got["nodes"]["gpu-healthy"]["gaps"] == []
+    assert got["unread"] == ["ssh-gone"]
+    assert "not read, so not judged: ssh-gone" in run.log
+
+
+def test_a_cluster_that_cannot_be_read_is_named(simulated):
+    _, path, _ = simulated
+    run = deploy(None, "kube_context=no-such-context", env={"GPUOP_NODES": path}, inventory="nodes.py",
+                 script="audit.py")
+    assert run.code != 0
+    assert "the cluster cannot be read (kubeconfig" in run.log and "context no-such-context" in run.log

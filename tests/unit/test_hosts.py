@@ -59,3 +59,20 @@ def test_malformed_files_say_what_is_wrong(text, message):
 def test_a_uid_0_login_may_go_without_sudo():
     hosts = dict(load_hosts(GOOD + "    _sudo: false\n", "hosts.yaml"))
     assert hosts["lab-b"]["_sudo"] is False and "_sudo" not in hosts["lab-a"]
+
+
+def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
+    import pytest
+
+    from gpuop.hosts import HostsFileError, load_hosts
+    from gpuop.knobs import parse_node_knobs
+    hosts = load_hosts("hosts:\n  a:\n    ssh_hostname: 10.0.0.1\n    ssh_user: ubuntu\n    node_name: ip-10-0-0-1\n",
+                       "nodes.yaml", "the node")
+    (name, data), = hosts
+    assert data["_sudo"] is True and data["ssh_strict_host_key_checking"] == "yes"
+    knobs = parse_node_knobs({"gpu_handler": "nvidia", "crictl_binary": "crictl", "node_read_timeout_s": 150, **data})
+    assert knobs.node_name == "ip-10-0-0-1" and knobs.report == ""
+    with pytest.raises(HostsFileError, match="ssh_hostname missing; expected the address of the node"):
+        load_hosts("hosts:\n  a:\n    node_name: x\n", "nodes.yaml", "the node")
+    with pytest.raises(Exception, match="node_read_timeout_s"):
+        parse_node_knobs({"gpu_handler": "nvidia", "crictl_binary": "crictl", "node_read_timeout_s": 1})

@@ -1,0 +1,102 @@
+"""Benchmark: the audit of real nodes on a simulated fleet of 1, 3 and 10 nodes.
+
+    .venv/bin/python bench/nodes.py [ROUNDS]
+
+Each node is a simulated real node (lab/node.sh: its own namespaces, containerd 1.6.20 at the
+default paths, sshd on loopback) with a kwok Node and a GPU Pod bound to it. Per fleet size,
+ROUNDS audits (`pyinfra nodes.py audit.py -y`, timed; then again with --debug, counted), and
+prints medians of:
+- cluster reads per run, counted by the API server itself (its LIST requests of the kinds the
+  audit reads, from /metrics, before and after), and the audit's own count;
+- commands per node on the targets (pyinfra's --debug lines);
+- the controller's CPU (pyinfra and its children, getrusage) and wall time, and the floor of the
+  same fleet: an empty deploy (no operation) over the same SSH hosts, in the same round;
+- the controller's CPU per added node: (CPU at 10 - CPU at 1) / 9, audit and floor.
+Target: 1 cluster read, 1 command per node, under 30 ms of controller CPU per added node.
+"""
+
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests import fleet  # noqa: E402
+from tests.kube import kubectl  # noqa: E402
+from tests.playbook import PYINFRA, target_commands  # noqa: E402
+
+SIZES = (1, 3, 10)
+LISTED = ("nodes", "pods", "runtimeclasses", "daemonsets")
+_LIST = re.compile(r'^apiserver_request_total\{(.*)\} (\S+)$')
+
+
+def list_requests() -> float:
+    """LIST requests the API server has served for the kinds the audit reads."""
+    total = 0.0
+    for line in kubectl("get", "--raw", "/metrics").splitlines():
+        m = _LIST.match(line)
+        if m and 'verb="LIST"' in m.group(1) and re.search(r'resource="(%s)"' % "|".join(LISTED), m.group(1)):
+            total += float(m.group(2))
+    return total
+
+
+def timed(args, env) -> tuple:
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    wall, after = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return proc, cpu, wall
+
+
+def main(rounds: int):
+    root = tempfile.mkdtemp(prefix="gpuop-bench-nodes-")
+    key, pubkey = fleet.keypair(root)
+    nodes = [fleet.Node(f"bench-{i}", "1.6.20") for i in range(max(SIZES))]
+    fleet.delete_cluster_objects(nodes)
+    empty = os.path.join(root, "empty.py")
+    with open(empty, "w") as f:
+        f.write("# the floor: pyinfra connects, prepares and disconnects, with no operation\n")
+    figures = {}
+    try:
+        for n in nodes:
+            fleet.start(n, root, pubkey)
+        fleet.create_cluster_objects(nodes)
+        for size in SIZES:
+            path = fleet.nodes_file(nodes[:size], key, os.path.join(root, f"nodes-{size}.yaml"), {})
+            env = {**os.environ, "GPUOP_NODES": path}
+            rows = []
+            for _ in range(rounds):
+                floor, floor_cpu, floor_wall = timed([PYINFRA, "nodes.py", empty, "-y"], env)
+                assert floor.returncode == 0, floor.stderr[-2000:]
+                _, cpu, wall = timed([PYINFRA, "nodes.py", "audit.py", "-y"], env)
+                lists = list_requests()  # counted in a run of its own: --debug's logging costs CPU
+                counted, _, _ = timed([PYINFRA, "nodes.py", "audit.py", "-y", "--debug"], env)
+                served = list_requests() - lists
+                commands = len(target_commands(counted.stderr))
+                reads = counted.stderr.count("cluster read once for the fleet")
+                rows.append((served / len(LISTED), reads, commands / size, cpu, wall, floor_cpu, floor_wall))
+            figures[size] = [statistics.median(col) for col in zip(*rows)]
+            print(f"{size:>2} node(s): cluster reads {figures[size][0]:.0f} (API server: "
+                  f"{figures[size][0] * len(LISTED):.0f} LIST requests), audit's own count {figures[size][1]:.0f}; "
+                  f"commands per node {figures[size][2]:.0f}; controller CPU {figures[size][3]:.2f}s "
+                  f"(floor {figures[size][5]:.2f}s), wall {figures[size][4]:.2f}s (floor {figures[size][6]:.2f}s)",
+                  flush=True)
+        added = (figures[10][3] - figures[1][3]) / 9 * 1000
+        floor_added = (figures[10][5] - figures[1][5]) / 9 * 1000
+        print(f"controller CPU per added node, (10 nodes - 1 node) / 9: audit {added:.0f} ms, "
+              f"floor {floor_added:.0f} ms (the floor's spread is of the same size: this machine is shared)")
+    finally:
+        for n in nodes:
+            if n.dir:
+                fleet.stop(n)
+        fleet.delete_cluster_objects(nodes)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)

@@ -1,0 +1,199 @@
+"""A real node's audit from reads shaped as NodeRuntime returns them, without a node or a cluster."""
+
+import base64
+import io
+import tarfile
+
+import tomli_w
+from prometheus_client.parser import text_string_to_metric_families
+
+from facts.node import NodeRuntime
+from gpuop.containerd import main_config, nvidia_dropin
+from gpuop.node import (fleet_gaps, fleet_table, kubelet_endpoint, node_entry, node_findings, runtime_view,
+                        sandbox_error, serving_daemon, written_view)
+from gpuop.textfile import textfile
+
+CONFIG = "/etc/containerd/config.toml"
+SOCKET = "/run/containerd/containerd.sock"
+MAIN = tomli_w.dumps(main_config("/etc/containerd/conf.d/*.toml"))
+DROPIN = tomli_w.dumps(nvidia_dropin())
+
+
+def daemon(loaded=("runc",), after=("runc",), cri="ok", cri_ok=True, starts=True, files=None, address=SOCKET,
+           version="1.6.20", pid=10):
+    return {"pid": pid, "exe": "/usr/bin/containerd", "args": ["/usr/bin/containerd"], "config": CONFIG,
+            "address": address, "files": files if files is not None else {CONFIG: {"mode": "644", "text": MAIN}},
+            "loaded": {"cri": cri, "runtimes": list(loaded) if cri == "ok" else [], "default_runtime": "runc",
+                       "error": "" if cri == "ok" else "unknown service runtime.v1.RuntimeService", "crictl": True},
+            "restart": {"version": version, "runtimes": list(after), "default_runtime": "runc", "cri_ok": cri_ok,
+                        "reason": "" if cri_ok else "default_runtime_name \"runc\" has no runtime", "starts": starts}}
+
+
+def read(*containerds, kubelet=None):
+    return {"hostname": "gpu-a", "containerds": list(containerds), "kubelet": kubelet}
+
+
+def node(name="gpu-a", gpus=4):
+    alloc = {"cpu": "8", "nvidia.com/gpu": str(gpus)}
+    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": alloc, "capacity": alloc}}
+
+
+def pod(name, node_name="gpu-a", runtime_class="nvidia", owner=None, ready=True):
+    meta = {"name": name, "namespace": "ns"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": "DaemonSet", "name": owner}]
+    return {"kind": "Pod", "metadata": meta,
+            "spec": {"nodeName": node_name, **({"runtimeClassName": runtime_class} if runtime_class else {})},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+RC = {"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+
+
+def kinds(gaps):
+    return sorted((g["kind"], g["subject"]) for g in gaps)
+
+
+def test_kubelet_endpoint_from_its_flag_its_config_or_its_default():
+    assert kubelet_endpoint(None) is None
+    assert kubelet_endpoint({"args": ["kubelet", "--container-runtime-endpoint=unix:///run/k.sock"]}) == "/run/k.sock"
+    assert kubelet_endpoint({"args": ["kubelet", "--container-runtime-endpoint", "/run/k2.sock"]}) == "/run/k2.sock"
+    assert kubelet_endpoint({"args": ["kubelet"], "config_text":
+                             "kind: KubeletConfiguration\ncontainerRuntimeEndpoint: unix:///run/c/c.sock\n"}) == "/run/c/c.sock"
+    assert kubelet_endpoint({"args": ["kubelet"], "config_text": ""}) == SOCKET
+
+
+def test_the_daemon_kubelet_talks_to_is_the_one_audited():
+    a, b = daemon(pid=1, address="/run/other.sock"), daemon(pid=2)
+    assert serving_daemon([a, b], None) is b  # the default socket, without a kubelet
+    assert serving_daemon([a, b], "/run/other.sock") is a
+    assert serving_daemon([a, b], "/run/none.sock") is None
+    view = runtime_view(read(a, b, kubelet={"args": ["kubelet", "--container-runtime-endpoint=/run/other.sock"]}))
+    assert view["daemon"]["pid"] == 1 and [o["pid"] for o in view["others"]] == [2]
+    gaps = node_findings("gpu-a", view, [node()])
+    assert ("second-containerd", "2") in kinds(gaps)
+    assert "kubelet's endpoint" in next(g for g in gaps if g["kind"] == "second-containerd")["detail"]
+
+
+def test_no_daemon_on_kubelets_endpoint_is_a_finding():
+    view = runtime_view(read(daemon(address="/run/a.sock"), kubelet={"args": ["kubelet"], "config_text": ""}))
+    assert kinds(node_findings("gpu-a", view, [node()])) == [("no-containerd", "gpu-a")]
+
+
+def test_written_view_follows_imports_and_names_unreached_dropins():
+    files = {CONFIG: {"mode": "644", "text": MAIN},
+             "/etc/containerd/conf.d/99-nvidia.toml": {"mode": "644", "text": DROPIN}}
+    assert written_view(daemon(files=files)) == {
+        "runtimes": ["runc", "nvidia"], "dropins": ["/etc/containerd/conf.d/99-nvidia.toml"], "unreached": [],
+        "errors": [], "imports": ["/etc/containerd/conf.d/*.toml"]}
+    missed = tomli_w.dumps(main_config("/etc/containerd/config.d/*.toml"))
+    view = written_view(daemon(files={**files, CONFIG: {"mode": "644", "text": missed}}))
+    assert view["runtimes"] == ["runc"] and view["unreached"] == ["/etc/containerd/conf.d/99-nvidia.toml"]
+    broken = written_view(daemon(files={CONFIG: {"mode": "644", "text": "version = ["}}))
+    assert broken["errors"] and "is not valid TOML" in broken["errors"][0]
+
+
+def test_a_pod_whose_handler_goes_with_a_restart():
+    view = runtime_view(read(daemon(loaded=("runc", "nvidia"), after=("runc",), version="2.4.2")))
+    gaps = node_findings("gpu-a", view, [node(), RC, pod("p")])
+    assert kinds(gaps) == [("handler-gone-after-restart", "ns/p")]
+    assert gaps[0]["views"] == ["scheduled", "after-restart"]
+
+
+def test_a_restart_the_daemon_refuses():
+    view = runtime_view(read(daemon(cri_ok=False, starts=False)))
+    assert view["cri_after_restart"] == "refuses-start"
+    assert ("restart-refuses-start", "/usr/bin/containerd") in kinds(node_findings("gpu-a", view, [node(0)]))
+
+
+def test_sandbox_error_is_the_versions_own():
+    assert sandbox_error("1.7.35", "nvidia") == 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
+    assert sandbox_error("2.4.2", "nvidia").startswith('unable to get OCI runtime for sandbox "<id>": no runtime for')
+
+
+def test_a_host_without_its_node_object():
+    view = runtime_view(read(daemon(loaded=("runc", "nvidia"), after=("runc", "nvidia"))))
+    assert kinds(node_findings("gpu-b", view, [node("gpu-a")])) == [("no-node-object", "gpu-b")]
+
+
+def test_a_toolkit_pod_ready_without_its_handler_and_gpus_without_it():
+    view = runtime_view(read(daemon()))
+    objects = [node(), pod("toolkit-x", runtime_class=None, owner="nvidia-container-toolkit-daemonset"),
+               pod("other", runtime_class=None, owner="dcgm-exporter")]
+    assert kinds(node_findings("gpu-a", view, objects)) == [("gpu-advertised-not-loaded", "gpu-a"),
+                                                             ("toolkit-ready-not-loaded", "ns/toolkit-x")]
+    view_ok = runtime_view(read(daemon(loaded=("runc", "nvidia"), after=("runc", "nvidia"))))
+    assert node_findings("gpu-a", view_ok, objects) == []
+
+
+def test_without_crictl_the_loaded_view_is_not_guessed():
+    d = daemon()
+    d["loaded"] = {"cri": "down", "runtimes": [], "default_runtime": "", "error": "exit 127", "crictl": False}
+    view = runtime_view(read(d))
+    assert view["loaded_from"] == "no-crictl"
+    assert node_findings("gpu-a", view, [node(), RC, pod("p")]) == []  # nothing claimed that was not seen
+
+
+def test_fleet_table_json_and_textfile_from_one_report():
+    healthy = runtime_view(read(daemon(loaded=("runc", "nvidia"), after=("runc", "nvidia"))))
+    incident = runtime_view(read(daemon(after=("nvidia",), cri_ok=False)))
+    objects = [node("a"), node("b"), RC, pod("p", "b"),
+               {"kind": "RuntimeClass", "metadata": {"name": "kata"}, "handler": "kata"}]
+    nodes = {"a": node_entry("a", healthy, node_findings("a", healthy, objects)),
+             "b": node_entry("b", incident, node_findings("b", incident, objects))}
+    report = {"nodes": nodes, "gaps": fleet_gaps(nodes, objects)}
+    assert [g["subject"] for g in report["gaps"]] == ["kata"]
+    lines = fleet_table(report)
+    assert lines[0].split() == ["NODE", "VERSION", "LOADED", "AFTER", "RESTART", "CRI", "AFTER", "RESTART",
+                                "PODS", "AT", "RISK", "GAPS"]
+    assert lines[1].split() == ["a", "1.6.20", "runc,nvidia", "runc,nvidia", "ok", "0", "0"]
+    assert lines[2].split() == ["b", "1.6.20", "runc", "nvidia", "fails", "1", str(len(nodes["b"]["gaps"]))]
+    assert lines[-1] == f"{len(nodes['b']['gaps']) + 1} gap(s) on 2 node(s)"
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(textfile(report)) for s in f.samples}
+    assert samples[("gpuop_node_gap_count", (("node", "b"),))] == len(nodes["b"]["gaps"])
+    assert samples[("gpuop_node_pods_at_risk", (("node", "b"),))] == 1
+    assert samples[("gpuop_node_cri_after_restart", (("node", "b"), ("state", "fails")))] == 1
+    assert samples[("gpuop_node_runtime_handler", (("handler", "nvidia"), ("node", "a"), ("view", "loaded")))] == 1
+
+
+def _tar(files):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_node_runtime_parses_its_sections():
+    b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+    output = ["--- gpuop hostname gpu-a",
+              "--- gpuop kubelet 7", "/usr/bin/kubelet", b64("kubelet\0--config\0/var/lib/kubelet/config.yaml\0"),
+              b64("containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n"),
+              "--- gpuop containerd 9", "/usr/bin/containerd", b64("/usr/bin/containerd\0"), CONFIG, SOCKET,
+              _tar({CONFIG: MAIN}),
+              "--- gpuop restart", "containerd github.com/containerd/containerd 1.6.20~ds1 x", MAIN,
+              "--- gpuop cri", '{"config": {"containerd": {"runtimes": {"runc": {}}, "defaultRuntimeName": "runc"}}}', "0"]
+    got = NodeRuntime().process("\n".join(output).splitlines())
+    assert got["hostname"] == "gpu-a" and got["kubelet"]["args"] == ["kubelet", "--config", "/var/lib/kubelet/config.yaml"]
+    assert kubelet_endpoint(got["kubelet"]) == SOCKET
+    (d,) = got["containerds"]
+    assert (d["pid"], d["config"], d["address"], list(d["files"])) == (9, CONFIG, SOCKET, [CONFIG])
+    assert d["restart"]["version"] == "1.6.20" and d["restart"]["runtimes"] == ["runc"]
+    assert d["loaded"]["runtimes"] == ["runc"] and d["loaded"]["cri"] == "ok"
+
+
+def test_crictl_words_without_its_log_decoration():
+    from facts.containerd import cri_answer
+    line = ('time="2026-12-01T11:11:59Z" level=fatal msg="validate service connection: validate CRI v1 runtime '
+            'API for endpoint \\"unix:///run/containerd/containerd.sock\\": rpc error: code = Unimplemented desc '
+            '= unknown service runtime.v1.RuntimeService"')
+    got = cri_answer([line, "1"])
+    assert got["cri"] == "down" and got["error"] == (
+        'validate service connection: validate CRI v1 runtime API for endpoint '
+        '"unix:///run/containerd/containerd.sock": rpc error: code = Unimplemented desc = unknown service '
+        'runtime.v1.RuntimeService')
+    assert cri_answer(["sh: crictl: not found", "127"])["crictl"] is False
