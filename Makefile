@@ -16,7 +16,7 @@ else
 $(error CONTAINERD=$(CONTAINERD): expected debian, 1.6.20 or one of $(CONTAINERD_LIST))
 endif
 
-.PHONY: setup deps containerds nvidia-ctk lab-up lab-down lab-status test unit run fix audit bench
+.PHONY: setup deps containerds nvidia-ctk kubelet lab-up lab-down lab-status test unit run fix audit bench
 
 setup: $(VENV)/.installed
 
@@ -34,6 +34,9 @@ containerds:
 nvidia-ctk:
 	lab/build.sh nvidia-ctk >/dev/null
 
+kubelet:
+	lab/build.sh kubelet >/dev/null
+
 lab-up:
 	@lab/lab.sh up $(LAB)
 
@@ -46,7 +49,7 @@ lab-status:
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-test: setup deps containerds nvidia-ctk lab-up
+test: setup deps containerds nvidia-ctk kubelet lab-up
 	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
 
 run: setup deps lab-up

@@ -32,6 +32,16 @@ _CONFIG_ADDRESS = (
     't == "[grpc]" && $1 ~ /^[[:space:]]*address[[:space:]]*=/ {print $2; exit}\' "$cfg" 2>/dev/null); '
     f'[ -n "$addr" ] || addr={DEFAULT_SOCKET}; addr=${{addr#unix://}}; '
 )
+# kubelet's --container-runtime-endpoint, else its config file's containerRuntimeEndpoint, else
+# its default (since 1.27): the containerd that kubelet talks to.
+_KUBELET_ENDPOINT = (
+    'c=$(tr "\\0" "\\n" <"/proc/$p/cmdline"); '
+    'ke=$(echo "$c" | sed -n "/^--container-runtime-endpoint=/{s/^[^=]*=//p;q};/^--container-runtime-endpoint$/{n;p;q}"); '
+    'if [ -z "$ke" ]; then k=$(echo "$c" | sed -n "/^--config=/{s/^--config=//p;q};/^--config$/{n;p;q}"); '
+    'case "$k" in ""|/*) ;; *) k="$(readlink "/proc/$p/cwd")/$k";; esac; '
+    '[ -z "$k" ] || ke=$(sed -n "s/^containerRuntimeEndpoint:[[:space:]]*//p" "$k" 2>/dev/null | head -n 1 | tr -d "\\"\' "); fi; '
+    f'ke=${{ke:-unix://{DEFAULT_SOCKET}}}; ke=${{ke#unix://}}; '
+)
 # The files the config's top-level `imports` reach, and every file of the conf.d beside it
 # (a drop-in there that no import reaches is a finding). tomllib re-reads `imports` exactly.
 _WRITTEN = (
@@ -76,19 +86,25 @@ class NodeRuntime(FactBase):
         # process on a busy node); shims and ctr are other binaries and do not match.
         found = ("ls -l /proc/[0-9]*/exe 2>/dev/null | sed -nE "
                  "'s@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet)( \\(deleted\\))?$@\\3:\\1@p'")
+        q = chr(34)  # the chosen daemon's values, as shell words
         return (
-            f'echo "{_SECTION}hostname $(cat /proc/sys/kernel/hostname)"; '
+            f'echo "{_SECTION}hostname $(cat /proc/sys/kernel/hostname)"; ke=; list=; '
             f'for x in $({found}); do kind=${{x%:*}}; p=${{x#*:}}; '
-            f'echo "{_SECTION}$kind $p"; e=$(readlink "/proc/$p/exe"); echo "${{e% (deleted)}}"; '
+            f'echo "{_SECTION}$kind $p"; e=$(readlink "/proc/$p/exe"); e=${{e% (deleted)}}; echo "$e"; '
             'base64 -w0 <"/proc/$p/cmdline"; echo; '
-            'if [ "$kind" = kubelet ]; then '
-            'k=$(tr "\\0" "\\n" <"/proc/$p/cmdline" | sed -n "/^--config=/{s/^--config=//p;q};/^--config$/{n;p;q}"); '
-            '[ -n "$k" ] && base64 -w0 <"$k" 2>/dev/null; echo; continue; fi; '
+            f'if [ "$kind" = kubelet ]; then {_KUBELET_ENDPOINT}echo "$ke"; continue; fi; '
             f'{_DAEMON_FLAGS}{_CONFIG_ADDRESS}echo "$cfg"; echo "$addr"; '
-            f'( {_WRITTEN}{TAR_OF_ARGS} ) | grep . || echo; '
-            f'echo "{_SECTION}restart"; exe=${{e% (deleted)}}; {restart_merge(chr(34) + "$exe" + chr(34), chr(34) + "$cfg" + chr(34))}; '
-            f'echo "{_SECTION}cri"; {cri_info(shlex.quote(crictl), chr(34) + "$addr" + chr(34))}; '
-            'done'
+            'list="$list$p|$addr|$cfg|$e\\n"; done; '
+            # CRI is asked of one daemon, the node's runtime: the one on kubelet's endpoint; with
+            # no kubelet, the only one, or the one on the default socket. Asking another is not
+            # read-only: a containerd writes its introspection uuid at its first CRI Status.
+            'n=$(printf "%b" "$list" | grep -c .); '
+            'printf "%b" "$list" | while IFS="|" read -r p addr cfg exe; do '
+            'if [ -n "$ke" ]; then [ "$addr" = "$ke" ] || continue; '
+            f'elif [ "$n" -gt 1 ]; then [ "$addr" = {DEFAULT_SOCKET} ] || continue; fi; '
+            f'echo "{_SECTION}runtime $p"; ( {_WRITTEN}{TAR_OF_ARGS} ) </dev/null | grep . || echo; '
+            f'echo "{_SECTION}restart"; {{ {restart_merge(q + "$exe" + q, q + "$cfg" + q)}; }} </dev/null; '
+            f'echo "{_SECTION}cri"; {cri_info(shlex.quote(crictl), q + "$addr" + q)} </dev/null; break; done'
         )
 
     def process(self, output):
@@ -100,24 +116,26 @@ class NodeRuntime(FactBase):
                 sections.append(current)
             elif current is not None:
                 current[1].append(line)
-        daemon = None
+        daemons, runtime = {}, None
         for (kind, *rest), lines in sections:
             if kind == "hostname":
                 result["hostname"] = rest[0].strip() if rest else ""
             elif kind == "kubelet":
-                exe, args, config = (lines + ["", "", ""])[:3]
-                result["kubelet"] = {"pid": int(rest[0]), "exe": exe, "args": _args(args),
-                                     "config_text": base64.b64decode(config).decode(errors="replace")}
+                exe, args, endpoint = (lines + ["", "", ""])[:3]
+                result["kubelet"] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "endpoint": endpoint}
             elif kind == "containerd":
-                exe, args, config, address, files = (lines + [""] * 5)[:5]
-                daemon = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
-                          "address": address, "files": untarred(files) if files.strip() else {},
-                          "restart": None, "loaded": None}
-                result["containerds"].append(daemon)
+                exe, args, config, address = (lines + [""] * 4)[:4]
+                daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
+                                    "address": address, "serves": False, "files": {}, "restart": None,
+                                    "loaded": None}
+                result["containerds"].append(daemons[rest[0]])
+            elif kind == "runtime":
+                runtime = daemons[rest[0]]
+                runtime.update(serves=True, files=untarred(lines[0]) if lines and lines[0].strip() else {})
             elif kind == "restart":
-                daemon["restart"] = restart_answer(lines) if lines else None
+                runtime["restart"] = restart_answer(lines) if lines else None
             elif kind == "cri":
-                daemon["loaded"] = cri_answer(lines)
+                runtime["loaded"] = cri_answer(lines)
         return result
 
 

@@ -10,56 +10,11 @@ import fnmatch
 import posixpath
 import tomllib
 
-import yaml
-
 from .cluster import allocatable_count
 from .containerd import analyze_merge, import_globs, release
 from .objects import of_kind
 
-DEFAULT_SOCKET = "/run/containerd/containerd.sock"
-KUBELET_DEFAULT_ENDPOINT = "unix://" + DEFAULT_SOCKET  # kubelet's own default since 1.27
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
-
-
-def _socket(endpoint: str) -> str:
-    return endpoint.removeprefix("unix://")
-
-
-def kubelet_endpoint(kubelet: dict | None) -> str | None:
-    """The containerd socket kubelet talks to: ``--container-runtime-endpoint``, else its config
-    file's ``containerRuntimeEndpoint``, else kubelet's default; None where no kubelet runs.
-
-        kubelet_endpoint({"args": ["kubelet", "--container-runtime-endpoint=unix:///run/k.sock"]})
-        -> "/run/k.sock"
-    """
-    if kubelet is None:
-        return None
-    args = kubelet.get("args", [])
-    for i, arg in enumerate(args):
-        if arg.startswith("--container-runtime-endpoint="):
-            return _socket(arg.split("=", 1)[1])
-        if arg == "--container-runtime-endpoint" and i + 1 < len(args):
-            return _socket(args[i + 1])
-    try:
-        config = yaml.safe_load(kubelet.get("config_text") or "") or {}
-    except yaml.YAMLError:
-        config = {}
-    endpoint = config.get("containerRuntimeEndpoint") if isinstance(config, dict) else None
-    return _socket(endpoint or KUBELET_DEFAULT_ENDPOINT)
-
-
-def serving_daemon(containerds: list, endpoint: str | None):
-    """The containerd that matters on a node: the one on kubelet's endpoint, else the only one,
-    else the one on the default socket; None where none runs (or none is on kubelet's endpoint).
-
-        serving_daemon([{"address": "/run/containerd/containerd.sock", ...}], None)["address"]
-        -> "/run/containerd/containerd.sock"
-    """
-    if endpoint is not None:
-        return next((d for d in containerds if d["address"] == endpoint), None)
-    if len(containerds) == 1:
-        return containerds[0]
-    return next((d for d in containerds if d["address"] == DEFAULT_SOCKET), containerds[0] if containerds else None)
 
 
 def _toml(path: str, text: str):
@@ -110,13 +65,14 @@ def sandbox_error(version: str, handler: str) -> str:
 
 
 def runtime_view(read: dict) -> dict:
-    """One node's containerd, from ``NodeRuntime``'s read: which daemon serves kubelet, its
-    version and three views, and the other daemons.
+    """One node's containerd, from ``NodeRuntime``'s read: the daemon that is the node's runtime
+    (the one the read asked: kubelet's, else the only one, else the one on the default socket),
+    its version and three views, and the other daemons.
 
         runtime_view(read)["cri_after_restart"] -> "ok" | "fails" | "refuses-start" | "unknown"
     """
-    endpoint = kubelet_endpoint(read.get("kubelet"))
-    daemon = serving_daemon(read["containerds"], endpoint)
+    endpoint = read["kubelet"]["endpoint"] if read.get("kubelet") else None
+    daemon = next((d for d in read["containerds"] if d["serves"]), None)
     others = [{"pid": d["pid"], "config": d["config"], "address": d["address"]}
               for d in read["containerds"] if d is not daemon]
     view = {"kubelet_endpoint": endpoint, "others": others}
@@ -178,7 +134,12 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
         gaps.append(_gap("no-node-object", name, ["scheduled"],
                          f"no Node named {name} in the cluster: set node_name for this host"))
     if runtime["daemon"] is None:
-        where = f" on kubelet's endpoint {runtime['kubelet_endpoint']}" if runtime["kubelet_endpoint"] else ""
+        if runtime["kubelet_endpoint"]:
+            where = f" on kubelet's endpoint {runtime['kubelet_endpoint']}"
+        elif runtime["others"]:
+            where = " on the default socket, and no kubelet runs to say which of its containerds serves"
+        else:
+            where = ""
         gaps.append(_gap("no-containerd", name, ["loaded"], f"no containerd runs{where}"))
         return gaps
     d = runtime["daemon"]

@@ -3,6 +3,7 @@
 # per component and version. Prints that component's bin directory. Rebuilds only what is missing.
 #   lab/build.sh [cluster]  kube-apiserver, -controller-manager, -scheduler, kubectl, etcd, kwok, kwokctl
 #                           -> ~/.cache/gpuop-lab/k8s-1.36.3_kwok-0.8.0_etcd-3.6.8/bin
+#   lab/build.sh kubelet    -> ~/.cache/gpuop-lab/kubelet-1.36.3/bin (a real node's agent)
 #   lab/build.sh crictl     -> ~/.cache/gpuop-lab/cri-tools-1.37.0/bin
 #   lab/build.sh containerd V (a containerd of CONTAINERD_VERSIONS for the lab node) -> ~/.cache/gpuop-lab/containerd-V/bin
 #   lab/build.sh containerds (every one of them; prints nothing)
@@ -16,9 +17,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|crictl|containerd VERSION|containerds|nvidia-ctk]; VERSION one of: $CONTAINERD_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|containerd VERSION|containerds|nvidia-ctk]; VERSION one of: $CONTAINERD_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
+kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
 crictl) cache=$cache_root/cri-tools-$CRICTL_VERSION ;;
 nvidia-ctk) cache=$cache_root/nvidia-ctk-$NVIDIA_CTK_VERSION ;;
 containerd)
@@ -49,7 +51,7 @@ have_all() {
 built() {
   local what=$1 start=$SECONDS
   log "building $what ..."
-  if ! "$2" >>"$build_log" 2>&1; then
+  if ! "${@:2}" >>"$build_log" 2>&1; then
     log "building $what FAILED after $((SECONDS - start))s; the end of $build_log:"
     tail -n 30 "$build_log" >&2
     exit 1
@@ -66,7 +68,7 @@ wrapper() {
   echo "$dir"
 }
 
-build_kubernetes() {
+build_kubernetes() {  # the commands named, e.g. kube-apiserver kubectl
   local dir mod minor ldflags=""
   dir=$(wrapper kubernetes)
   mod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
@@ -77,7 +79,7 @@ build_kubernetes() {
     echo ')'
   } >>"$dir/go.mod"
   minor=${K8S_VERSION#1.}; minor=${minor%%.*}
-  local pkgs=(k8s.io/kubernetes/cmd/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl})
+  local pkgs=("${@/#/k8s.io/kubernetes/cmd/}")
   cd "$dir"
   go get "${pkgs[@]/%/@v$K8S_VERSION}"
   local v
@@ -126,8 +128,10 @@ cluster)
   have_all kwok kwokctl || built "kwok and kwokctl v$KWOK_VERSION" build_kwok
   have_all etcd || built "etcd v$ETCD_VERSION" build_etcd
   have_all kube-apiserver kube-controller-manager kube-scheduler kubectl ||
-    built "Kubernetes v$K8S_VERSION (apiserver, controller-manager, scheduler, kubectl)" build_kubernetes
+    built "Kubernetes v$K8S_VERSION (apiserver, controller-manager, scheduler, kubectl)" \
+      build_kubernetes kube-apiserver kube-controller-manager kube-scheduler kubectl
   ;;
+kubelet) have_all kubelet || built "kubelet v$K8S_VERSION" build_kubernetes kubelet ;;
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
 nvidia-ctk) have_all nvidia-ctk || built "nvidia-ctk v$NVIDIA_CTK_VERSION" build_nvidia_ctk ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd ;;

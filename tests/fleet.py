@@ -13,7 +13,7 @@ import yaml
 
 from gpuop.containerd import main_config, nvidia_dropin
 from tests.kube import kubectl
-from tests.labcontainerd import binary, crictl, nvidia_ctk
+from tests.labcontainerd import binary, built, crictl, nvidia_ctk
 from tests.proc import run
 from tests.ssh import free_port, keygen
 
@@ -34,6 +34,7 @@ class Node:
     imports: str = "/etc/containerd/conf.d/*.toml"
     before: list = field(default_factory=list)  # shell lines run inside, before containerd starts
     after: list = field(default_factory=list)  # ... once its socket is there
+    kubelet: str = ""  # a real kubelet's endpoint on this node, started last; empty: none
     files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
     dir: str = ""
     port: int = 0
@@ -59,9 +60,44 @@ def second_containerd(version: str) -> list:
             f"setsid {binary(version)} --config /etc/containerd/second.toml </dev/null >/dev/null 2>&1 &"]
 
 
+def gpu_containerd(version: str) -> list:
+    """A second daemon beside the node's own, with the nvidia runtime loaded, on its own root and
+    socket: the one a kubelet is pointed at (``kubelet``), as on nodes that run two."""
+    cfg = main_config("/etc/containerd/gpu.d/*.toml")
+    cfg.update({"root": "/var/lib/containerd-gpu", "state": "/run/containerd-gpu",
+                "grpc": {"address": "/run/containerd-gpu/containerd.sock"}})
+    cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"].update(
+        nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"])
+    return [write_file("/etc/containerd/gpu.toml", tomli_w.dumps(cfg)),
+            f"setsid {binary(version)} --config /etc/containerd/gpu.toml </dev/null >/dev/null 2>&1 &",
+            "n=0; until [ -S /run/containerd-gpu/containerd.sock ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
+
+
+def kubelet(dir_: str, endpoint: str) -> list:
+    """A real kubelet, standalone (no API server: it only talks to its runtime), on ``endpoint``.
+    What it writes outside its root is the node's own: the sysctls it sets (vm.overcommit_memory,
+    kernel.panic, kernel.panic_on_oops are not namespaced) land in files bound over them, and
+    /var/log is an overlay like /var/lib."""
+    config = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+              "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False,
+              "enforceNodeAllocatable": [], "failSwapOn": False, "containerRuntimeEndpoint": endpoint,
+              "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}},
+              "authorization": {"mode": "AlwaysAllow"}, "makeIPTablesUtilChains": False,
+              "port": free_port(), "readOnlyPort": 0, "healthzPort": 0}
+    masks = [f"cat /proc/sys/{f} >{dir_}/sysctl-{f.replace('/', '.')}; "
+             f"mount --bind {dir_}/sysctl-{f.replace('/', '.')} /proc/sys/{f}"
+             for f in ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")]
+    return [*masks, write_file(f"{dir_}/kubelet.yaml", yaml.safe_dump(config)),
+            f"mkdir -p {dir_}/varlog/upper {dir_}/varlog/work",
+            f"mount -t overlay overlay -o lowerdir=/var/log,upperdir={dir_}/varlog/upper,workdir={dir_}/varlog/work /var/log",
+            f"setsid {built('kubelet', 'kubelet')} --config {dir_}/kubelet.yaml --root-dir /var/lib/kubelet "
+            f"</dev/null >{dir_}/kubelet.log 2>&1 &"]
+
+
 def start(node: Node, root: str, pubkey: str) -> Node:
     """Start ``node`` under ``root`` (its files, its sshd trusting ``pubkey``)."""
     node.dir, node.port = os.path.join(root, node.name), free_port()
+    after = node.after + (kubelet(node.dir, node.kubelet) if node.kubelet else [])
     os.makedirs(os.path.join(node.dir, "etc", "conf.d"), exist_ok=True)
     files = {CONFIG: tomli_w.dumps(main_config(node.imports)), **node.files}
     for path, text in files.items():
@@ -71,7 +107,7 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     # then writes its introspection uuid once, for good: a real node has it before any audit.
     first_status = (f"{crictl()} --config /dev/null --runtime-endpoint unix:///run/containerd/containerd.sock "
                     "--timeout 3s info >/dev/null 2>&1 || true")
-    for hook, lines in (("before.sh", node.before), ("after.sh", node.after + [first_status])):
+    for hook, lines in (("before.sh", node.before), ("after.sh", after + [first_status])):
         if lines:
             path = os.path.join(node.dir, hook)
             with open(path, "w") as f:
@@ -176,9 +212,12 @@ def tree(path: str) -> dict:
 
 
 def node_files(node: Node) -> dict:
-    """What the node itself sees at its containerd's default paths, read from the host."""
+    """Every file the node's processes may write, read from the host: its /etc/containerd and
+    /run as the node sees them, and everything written to its /var/lib and /var/log."""
     root = f"/proc/{ns_pid(node)}/root"
-    return {p: tree(root + p) for p in ("/etc/containerd", "/run/containerd", "/var/lib/containerd")}
+    return {"/etc/containerd": tree(root + "/etc/containerd"), "/run": tree(root + "/run"),
+            "/var/lib": tree(os.path.join(node.dir, "varlib", "upper")),
+            "/var/log": tree(os.path.join(node.dir, "varlog", "upper"))}
 
 
 def keypair(root: str) -> tuple:

@@ -36,6 +36,9 @@ def planted():
              files={DROPIN: SEED_DROPIN}, after=fleet.second_containerd("2.2.9")),
         # CRI already down: the seed's drop-in was there when 1.7 started
         Node("gpu-cri-down", "1.7.35", files={DROPIN: SEED_DROPIN}),
+        # two containerds, and a real kubelet on the second: that one is the node's runtime
+        Node("gpu-kubelet", "1.6.20", after=fleet.gpu_containerd("2.4.2"),
+             kubelet="unix:///run/containerd-gpu/containerd.sock"),
     ]
 
 
@@ -51,6 +54,7 @@ EXPECTED = {
     "gpu-missed-import": [("second-containerd", "pid"), ("dropin-not-imported", DROPIN),
                           ("sandbox-fails", "gpuop-fleet/gpu-gpu-missed-import"),
                           ("gpu-advertised-not-loaded", "gpu-missed-import"), ("toolkit-ready-not-loaded", "toolkit")],
+    "gpu-kubelet": [("second-containerd", "pid")],
     "gpu-cri-down": [("cri-down", "/run/containerd/containerd.sock"), ("restart-takes-cri-down", "exe"),
                      ("sandbox-fails", "gpuop-fleet/gpu-gpu-cri-down"), ("gpu-advertised-not-loaded", "gpu-cri-down"),
                      ("toolkit-ready-not-loaded", "toolkit")],
@@ -81,12 +85,21 @@ def _cluster_state():
     return state
 
 
+SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what kubelet sets
+
+
 def _host_files():
-    return {p: fleet.tree(p) if os.path.isdir(p) else None for p in ("/etc/containerd", "/var/lib/containerd")}
+    found = {p: fleet.tree(p) if os.path.isdir(p) else None
+             for p in ("/etc/containerd", "/var/lib/containerd", "/var/lib/kubelet", "/var/log/pods")}
+    for s in SYSCTLS:
+        with open(f"/proc/sys/{s}") as f:
+            found[s] = f.read()
+    return found
 
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
+    host_before = _host_files()
     root = str(tmp_path_factory.mktemp("fleet"))
     key, pubkey = fleet.keypair(root)
     nodes = planted()
@@ -104,6 +117,8 @@ def simulated(tmp_path_factory):
         for n in started:
             fleet.stop(n)
         fleet.delete_cluster_objects(nodes)
+    # the fleet, its kubelet included, left nothing on the host: the sysctls kubelet sets too
+    assert _host_files() == host_before
 
 
 @pytest.fixture(scope="module")
@@ -137,10 +152,17 @@ def test_each_node_is_read_where_it_runs(audited):
     nodes = doc["nodes"]
     assert {n: e["version"] for n, e in nodes.items()} == {
         "gpu-healthy": "2.4.2", "gpu-unrestarted": "1.7.35", "gpu-incident": "1.6.20", "gpu-v2-dropin": "2.0.14",
-        "gpu-missed-import": "2.2.9", "gpu-cri-down": "1.7.35"}
+        "gpu-missed-import": "2.2.9", "gpu-cri-down": "1.7.35", "gpu-kubelet": "2.4.2"}
     for name, e in nodes.items():  # systemd's layout: default config and socket, no flags
-        assert e["daemon"]["config"] == "/etc/containerd/config.toml", name
-        assert e["daemon"]["address"] == "/run/containerd/containerd.sock", name
+        if name != "gpu-kubelet":
+            assert e["daemon"]["config"] == "/etc/containerd/config.toml", name
+            assert e["daemon"]["address"] == "/run/containerd/containerd.sock", name
+    kubelet = nodes["gpu-kubelet"]  # the daemon kubelet talks to, not the one on the default socket
+    assert kubelet["kubelet_endpoint"] == kubelet["daemon"]["address"] == "/run/containerd-gpu/containerd.sock"
+    assert kubelet["daemon"]["config"] == "/etc/containerd/gpu.toml"
+    assert sorted(kubelet["loaded"]) == ["nvidia", "runc"]
+    second = next(g for g in kubelet["gaps"] if g["kind"] == "second-containerd")
+    assert "/run/containerd/containerd.sock" in second["detail"] and "kubelet's endpoint" in second["detail"]
     assert sorted(nodes["gpu-healthy"]["loaded"]) == sorted(nodes["gpu-healthy"]["after_restart"]) == ["nvidia", "runc"]
     assert nodes["gpu-unrestarted"]["loaded"] == ["runc"] and "nvidia" in nodes["gpu-unrestarted"]["after_restart"]
     assert nodes["gpu-unrestarted"]["cri_after_restart"] == "ok"

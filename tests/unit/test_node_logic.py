@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from facts.node import NodeRuntime
 from gpuop.containerd import main_config, nvidia_dropin
-from gpuop.node import (fleet_gaps, fleet_table, kubelet_endpoint, node_entry, node_findings, runtime_view,
-                        sandbox_error, serving_daemon, written_view)
+from gpuop.node import (fleet_gaps, fleet_table, node_entry, node_findings, runtime_view, sandbox_error,
+                        written_view)
 from gpuop.textfile import textfile
 
 CONFIG = "/etc/containerd/config.toml"
@@ -20,9 +20,12 @@ DROPIN = tomli_w.dumps(nvidia_dropin())
 
 
 def daemon(loaded=("runc",), after=("runc",), cri="ok", cri_ok=True, starts=True, files=None, address=SOCKET,
-           version="1.6.20", pid=10):
+           version="1.6.20", pid=10, serves=True):
+    if not serves:  # the read asks only the node's runtime
+        return {"pid": pid, "exe": "/usr/bin/containerd", "args": [], "config": CONFIG, "address": address,
+                "serves": False, "files": {}, "restart": None, "loaded": None}
     return {"pid": pid, "exe": "/usr/bin/containerd", "args": ["/usr/bin/containerd"], "config": CONFIG,
-            "address": address, "files": files if files is not None else {CONFIG: {"mode": "644", "text": MAIN}},
+            "address": address, "serves": True, "files": files if files is not None else {CONFIG: {"mode": "644", "text": MAIN}},
             "loaded": {"cri": cri, "runtimes": list(loaded) if cri == "ok" else [], "default_runtime": "runc",
                        "error": "" if cri == "ok" else "unknown service runtime.v1.RuntimeService", "crictl": True},
             "restart": {"version": version, "runtimes": list(after), "default_runtime": "runc", "cri_ok": cri_ok,
@@ -54,30 +57,20 @@ def kinds(gaps):
     return sorted((g["kind"], g["subject"]) for g in gaps)
 
 
-def test_kubelet_endpoint_from_its_flag_its_config_or_its_default():
-    assert kubelet_endpoint(None) is None
-    assert kubelet_endpoint({"args": ["kubelet", "--container-runtime-endpoint=unix:///run/k.sock"]}) == "/run/k.sock"
-    assert kubelet_endpoint({"args": ["kubelet", "--container-runtime-endpoint", "/run/k2.sock"]}) == "/run/k2.sock"
-    assert kubelet_endpoint({"args": ["kubelet"], "config_text":
-                             "kind: KubeletConfiguration\ncontainerRuntimeEndpoint: unix:///run/c/c.sock\n"}) == "/run/c/c.sock"
-    assert kubelet_endpoint({"args": ["kubelet"], "config_text": ""}) == SOCKET
-
-
-def test_the_daemon_kubelet_talks_to_is_the_one_audited():
-    a, b = daemon(pid=1, address="/run/other.sock"), daemon(pid=2)
-    assert serving_daemon([a, b], None) is b  # the default socket, without a kubelet
-    assert serving_daemon([a, b], "/run/other.sock") is a
-    assert serving_daemon([a, b], "/run/none.sock") is None
-    view = runtime_view(read(a, b, kubelet={"args": ["kubelet", "--container-runtime-endpoint=/run/other.sock"]}))
+def test_the_daemon_the_read_asked_is_the_nodes_runtime_and_the_others_are_named():
+    kubelet = {"pid": 3, "exe": "/usr/bin/kubelet", "args": [], "endpoint": "/run/other.sock"}
+    view = runtime_view(read(daemon(pid=1, address="/run/other.sock"), daemon(pid=2, serves=False), kubelet=kubelet))
     assert view["daemon"]["pid"] == 1 and [o["pid"] for o in view["others"]] == [2]
-    gaps = node_findings("gpu-a", view, [node()])
-    assert ("second-containerd", "2") in kinds(gaps)
-    assert "kubelet's endpoint" in next(g for g in gaps if g["kind"] == "second-containerd")["detail"]
+    gaps = node_findings("gpu-a", view, [node(gpus=0)])
+    assert kinds(gaps) == [("second-containerd", "2")]
+    assert "kubelet's endpoint" in gaps[0]["detail"]
 
 
 def test_no_daemon_on_kubelets_endpoint_is_a_finding():
-    view = runtime_view(read(daemon(address="/run/a.sock"), kubelet={"args": ["kubelet"], "config_text": ""}))
-    assert kinds(node_findings("gpu-a", view, [node()])) == [("no-containerd", "gpu-a")]
+    kubelet = {"pid": 3, "exe": "/usr/bin/kubelet", "args": [], "endpoint": SOCKET}
+    view = runtime_view(read(daemon(address="/run/a.sock", serves=False), kubelet=kubelet))
+    gaps = node_findings("gpu-a", view, [node()])
+    assert kinds(gaps) == [("no-containerd", "gpu-a")] and SOCKET in gaps[0]["detail"]
 
 
 def test_written_view_follows_imports_and_names_unreached_dropins():
@@ -103,7 +96,7 @@ def test_a_pod_whose_handler_goes_with_a_restart():
 def test_a_restart_the_daemon_refuses():
     view = runtime_view(read(daemon(cri_ok=False, starts=False)))
     assert view["cri_after_restart"] == "refuses-start"
-    assert ("restart-refuses-start", "/usr/bin/containerd") in kinds(node_findings("gpu-a", view, [node(0)]))
+    assert ("restart-refuses-start", "/usr/bin/containerd") in kinds(node_findings("gpu-a", view, [node(gpus=0)]))
 
 
 def test_sandbox_error_is_the_versions_own():
@@ -172,18 +165,22 @@ def test_node_runtime_parses_its_sections():
     b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
     output = ["--- gpuop hostname gpu-a",
               "--- gpuop kubelet 7", "/usr/bin/kubelet", b64("kubelet\0--config\0/var/lib/kubelet/config.yaml\0"),
-              b64("containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n"),
+              SOCKET,
+              "--- gpuop containerd 8", "/opt/containerd", b64("/opt/containerd\0-a\0/run/b.sock\0"), CONFIG, "/run/b.sock",
               "--- gpuop containerd 9", "/usr/bin/containerd", b64("/usr/bin/containerd\0"), CONFIG, SOCKET,
-              _tar({CONFIG: MAIN}),
+              "--- gpuop runtime 9", _tar({CONFIG: MAIN}),
               "--- gpuop restart", "containerd github.com/containerd/containerd 1.6.20~ds1 x", MAIN,
               "--- gpuop cri", '{"config": {"containerd": {"runtimes": {"runc": {}}, "defaultRuntimeName": "runc"}}}', "0"]
     got = NodeRuntime().process("\n".join(output).splitlines())
     assert got["hostname"] == "gpu-a" and got["kubelet"]["args"] == ["kubelet", "--config", "/var/lib/kubelet/config.yaml"]
-    assert kubelet_endpoint(got["kubelet"]) == SOCKET
-    (d,) = got["containerds"]
-    assert (d["pid"], d["config"], d["address"], list(d["files"])) == (9, CONFIG, SOCKET, [CONFIG])
+    assert got["kubelet"]["endpoint"] == SOCKET
+    other, d = got["containerds"]
+    assert (other["pid"], other["address"], other["serves"], other["loaded"]) == (8, "/run/b.sock", False, None)
+    assert (d["pid"], d["config"], d["address"], d["serves"], list(d["files"])) == (9, CONFIG, SOCKET, True, [CONFIG])
     assert d["restart"]["version"] == "1.6.20" and d["restart"]["runtimes"] == ["runc"]
     assert d["loaded"]["runtimes"] == ["runc"] and d["loaded"]["cri"] == "ok"
+    view = runtime_view(got)
+    assert view["daemon"]["pid"] == 9 and view["kubelet_endpoint"] == SOCKET and view["others"][0]["pid"] == 8
 
 
 def test_crictl_words_without_its_log_decoration():
