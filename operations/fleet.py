@@ -29,6 +29,7 @@ class _Fleet:
     def __init__(self):
         self.lock = Semaphore()
         self.objects = None  # the cluster's objects, read once
+        self.unreadable = None  # the DeployError of a read that failed: said once, for every host
         self.cluster = {}  # how it was read: context, requests, seconds
         self.nodes = {}  # node name -> its entry in the report
         self.hosts = {}  # pyinfra host name -> node name
@@ -71,8 +72,14 @@ def cluster_objects(state, kubeconfig: str, context: str) -> list:
     """The cluster's objects for this run: read by the first host to ask, the others wait for it."""
     fleet = _fleet(state)
     with fleet.lock:
+        if fleet.unreadable is not None:
+            raise fleet.unreadable
         if fleet.objects is None:
-            fleet.objects, fleet.cluster = read_cluster(kubeconfig, context)
+            try:
+                fleet.objects, fleet.cluster = read_cluster(kubeconfig, context)
+            except DeployError as e:
+                fleet.unreadable = e
+                raise
             logger.info(f"--> cluster read once for the fleet: {len(fleet.objects)} objects, "
                         f"{fleet.cluster['requests']} list requests, {fleet.cluster['seconds']}s ({fleet.cluster['from']})")
     return fleet.objects
@@ -134,6 +141,10 @@ def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
         read = host.get_fact(NodeRuntime, crictl=crictl, _timeout=read_timeout_s)
         objects = cluster_objects(host.state, kubeconfig, context)
         name = node_name or read["hostname"] or host.name
+        twin = next((h for h, n in fleet.hosts.items() if n == name), None)
+        if twin:
+            raise DeployError(f"{host.name}: hosts {twin} and {host.name} both audit node {name}: "
+                              "set node_name for each")
         runtime = runtime_view(read)
         fleet.nodes[name] = node_entry(name, runtime, node_findings(name, runtime, objects, gpu_handler))
         fleet.hosts[host.name] = name

@@ -36,6 +36,8 @@ def planted():
              files={DROPIN: SEED_DROPIN}, after=fleet.second_containerd("2.2.9")),
         # CRI already down: the seed's drop-in was there when 1.7 started
         Node("gpu-cri-down", "1.7.35", files={DROPIN: SEED_DROPIN}),
+        # nvidia loaded, then its drop-in removed: the GPU Pod runs now, and not after a restart
+        Node("gpu-dropin-removed", "1.7.35", before=[ctk], after=[f"rm {DROPIN}"]),
         # two containerds, and a real kubelet on the second: that one is the node's runtime
         Node("gpu-kubelet", "1.6.20", after=fleet.gpu_containerd("2.4.2"),
              kubelet="unix:///run/containerd-gpu/containerd.sock"),
@@ -55,6 +57,7 @@ EXPECTED = {
                           ("sandbox-fails", "gpuop-fleet/gpu-gpu-missed-import"),
                           ("gpu-advertised-not-loaded", "gpu-missed-import"), ("toolkit-ready-not-loaded", "toolkit")],
     "gpu-kubelet": [("second-containerd", "pid")],
+    "gpu-dropin-removed": [("handler-gone-after-restart", "gpuop-fleet/gpu-gpu-dropin-removed")],
     "gpu-cri-down": [("cri-down", "/run/containerd/containerd.sock"), ("restart-takes-cri-down", "exe"),
                      ("sandbox-fails", "gpuop-fleet/gpu-gpu-cri-down"), ("gpu-advertised-not-loaded", "gpu-cri-down"),
                      ("toolkit-ready-not-loaded", "toolkit")],
@@ -152,7 +155,8 @@ def test_each_node_is_read_where_it_runs(audited):
     nodes = doc["nodes"]
     assert {n: e["version"] for n, e in nodes.items()} == {
         "gpu-healthy": "2.4.2", "gpu-unrestarted": "1.7.35", "gpu-incident": "1.6.20", "gpu-v2-dropin": "2.0.14",
-        "gpu-missed-import": "2.2.9", "gpu-cri-down": "1.7.35", "gpu-kubelet": "2.4.2"}
+        "gpu-missed-import": "2.2.9", "gpu-cri-down": "1.7.35", "gpu-kubelet": "2.4.2",
+        "gpu-dropin-removed": "1.7.35"}
     for name, e in nodes.items():  # systemd's layout: default config and socket, no flags
         if name != "gpu-kubelet":
             assert e["daemon"]["config"] == "/etc/containerd/config.toml", name
@@ -230,3 +234,18 @@ def test_a_cluster_that_cannot_be_read_is_named(simulated):
                  script="audit.py")
     assert run.code != 0
     assert "the cluster cannot be read (kubeconfig" in run.log and "context no-such-context" in run.log
+
+
+def test_two_hosts_on_one_node_name_are_refused_by_name(simulated):
+    _, path, root = simulated
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    doc["hosts"] = {"ssh-a": {**doc["hosts"]["ssh-gpu-healthy"], "node_name": "gpu-healthy"},
+                    "ssh-b": {**doc["hosts"]["ssh-gpu-v2-dropin"], "node_name": "gpu-healthy"}}
+    twins = os.path.join(root, "nodes-twins.yaml")
+    with open(twins, "w") as f:
+        yaml.safe_dump(doc, f)
+    run = deploy(None, env={"GPUOP_NODES": twins}, inventory="nodes.py", script="audit.py")
+    assert run.code != 0
+    assert "hosts ssh-a and ssh-b both audit node gpu-healthy: set node_name for each" in run.log \
+        or "hosts ssh-b and ssh-a both audit node gpu-healthy: set node_name for each" in run.log
