@@ -11,7 +11,8 @@ prints medians of:
 - commands per node on the targets (pyinfra's --debug lines);
 - the controller's CPU (pyinfra and its children, getrusage) and wall time, and the floor of the
   same fleet: an empty deploy (no operation) over the same SSH hosts, in the same round;
-- the controller's CPU per added node: (CPU at 10 - CPU at 1) / 9, audit and floor.
+- the controller's CPU per added node: the slope of CPU against fleet size (least squares over
+  the three sizes), audit and floor.
 Target: 1 cluster read, 1 command per node, under 30 ms of controller CPU per added node.
 """
 
@@ -87,10 +88,10 @@ def main(rounds: int):
                   f"commands per node {figures[size][2]:.0f}; controller CPU {figures[size][3]:.2f}s "
                   f"(floor {figures[size][5]:.2f}s), wall {figures[size][4]:.2f}s (floor {figures[size][6]:.2f}s)",
                   flush=True)
-        added = (figures[10][3] - figures[1][3]) / 9 * 1000
-        floor_added = (figures[10][5] - figures[1][5]) / 9 * 1000
-        print(f"controller CPU per added node, (10 nodes - 1 node) / 9: audit {added:.0f} ms, "
-              f"floor {floor_added:.0f} ms (the floor's spread is of the same size: this machine is shared)")
+        added, floor_added = (statistics.linear_regression(SIZES, [figures[n][col] for n in SIZES]).slope * 1000
+                              for col in (3, 5))
+        print(f"controller CPU per added node (least squares over 1, 3 and 10 nodes): audit {added:.0f} ms, "
+              f"floor {floor_added:.0f} ms")
     finally:
         for n in nodes:
             if n.dir:

@@ -55,26 +55,33 @@ _WRITTEN = (
 
 class NodeRuntime(FactBase):
     """
-    What runs on a real node, read-only and in one command: its hostname; every containerd
-    process (found by its binary's name, whatever its flags), each with its binary
-    (``/proc/PID/exe``), command line, ``--config`` (default /etc/containerd/config.toml) and
-    socket (``--address``, else the config's ``grpc.address``, else the default), and its three
-    views: the files written (its config, the files its imports reach, its conf.d), what it
-    holds (``crictl info`` on its socket) and what its binary's next start would load
-    (``config dump``, see ``facts.containerd.restart_merge``); and kubelet's command line and
-    config file, which say the endpoint kubelet uses.
+    What runs on a real node, read-only and in one command: its hostname; kubelet's command line
+    and the endpoint it uses (``--container-runtime-endpoint``, else its config file's
+    ``containerRuntimeEndpoint``, else its default); every containerd process (found by its
+    binary's name, whatever its flags), each with its binary (``/proc/PID/exe``), command line,
+    ``--config`` (default /etc/containerd/config.toml) and socket (``--address``, else the
+    config's ``grpc.address``, else the default). The three views are read for the one daemon
+    that ``serves``, the node's runtime (kubelet's; with no kubelet, the only one, or the one on
+    the default socket): the files written (its config, the files its imports reach, its
+    conf.d), what it holds (``crictl info`` on its socket) and what its binary's next start
+    would load (``config dump``, see ``facts.containerd.restart_merge``).
 
     .. code:: python
 
         host.get_fact(NodeRuntime, crictl="crictl")
         {"hostname": "gpu-a",
+         "kubelet": {"pid": 901, "exe": "/usr/bin/kubelet", "args": [...],
+                     "endpoint": "/run/containerd/containerd.sock"},  # None without a kubelet
          "containerds": [{"pid": 812, "exe": "/usr/bin/containerd", "args": ["/usr/bin/containerd"],
                           "config": "/etc/containerd/config.toml",
-                          "address": "/run/containerd/containerd.sock",
+                          "address": "/run/containerd/containerd.sock", "serves": True,
                           "files": {"/etc/containerd/config.toml": {"mode": "644", "text": "..."}},
                           "loaded": {"cri": "ok", "runtimes": ["runc"], ...},
-                          "restart": {"version": "1.6.20", "runtimes": ["runc"], "cri_ok": True, ...}}],
-         "kubelet": {"pid": 901, "args": [...], "config_text": "..."} or None}
+                          "restart": {"version": "1.6.20", "runtimes": ["runc"], "cri_ok": True, ...}}]}
+
+    A daemon that does not serve has ``serves`` False, and empty ``files``, ``loaded`` and
+    ``restart``: asking its CRI would not be read-only (a containerd writes its introspection
+    uuid at its first CRI Status).
     """
 
     @staticmethod
