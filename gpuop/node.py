@@ -78,7 +78,7 @@ def runtime_view(read: dict) -> dict:
     view = {"kubelet_endpoint": endpoint, "others": others}
     if daemon is None:
         return {**view, "daemon": None, "version": "none", "written": [], "loaded": [], "loaded_from": "none",
-                "after_restart": [], "cri_after_restart": "unknown", "restart_reason": "", "files": {}}
+                "after_restart": [], "cri_after_restart": "unknown", "restart_reason": ""}
     loaded, restart = daemon["loaded"] or {}, daemon["restart"]
     written = written_view(daemon)
     if not loaded.get("crictl", True):
