@@ -234,17 +234,6 @@ link_tools() {
   done
 }
 
-# Simulated real nodes (lab/node.sh) that a test left behind: their namespaces' first
-# processes, the children of their `unshare`. Stopping one stops its whole namespace.
-simulated_nodes() {
-  local p
-  for p in $(pgrep -x unshare || true); do
-    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "node.sh inside " &&
-      cat "/proc/$p/task/$p/children" 2>/dev/null
-  done
-  return 0
-}
-
 case $cmd in
 up)
   start_cluster
@@ -254,8 +243,7 @@ up)
 down)
   # shellcheck disable=SC2046
   stop_pids "lab containerd daemons" $(lab_daemon_pids)
-  # shellcheck disable=SC2046
-  stop_pids "simulated nodes" $(simulated_nodes)
+  "$here/node.sh" stop-all  # simulated real nodes a test left behind, with their namespaces
   if exists; then
     mapfile -t left < <(pgrep -f -- "$cluster_dir/" || true)
     kwokctl delete cluster --name "$name"

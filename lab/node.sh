@@ -9,14 +9,17 @@
 #       sshd_config; optional hooks run inside: DIR/before.sh before containerd starts,
 #       DIR/after.sh once its socket is there. Returns once sshd listens.
 #   lab/node.sh stop DIR                        the namespace's first process, and so all of it
+#   lab/node.sh pid DIR                         that first process's pid, as the host sees it
+#   lab/node.sh stop-all                        every simulated node on this host (lab-down)
 set -euo pipefail
 
 die() { echo "lab/node.sh: $*" >&2; exit 1; }
 
-# The `unshare` whose command line names DIR (found by what it is, not by a pid file) ...
+# The `unshare` whose command line names DIR, or every node's (found by what it is, not by a
+# pid file) ...
 ns_unshare() {
   local f p
-  for f in $(grep -lxzF -- "$1" /proc/[0-9]*/cmdline 2>/dev/null); do
+  for f in $(grep -lxzF -- "${1:-inside}" /proc/[0-9]*/cmdline 2>/dev/null); do
     p=${f#/proc/}; p=${p%/cmdline}
     [[ $(readlink "/proc/$p/exe" 2>/dev/null) == */unshare ]] && echo "$p"
   done
@@ -63,10 +66,15 @@ case ${1:-} in
     done
     die "node $dir: sshd did not listen on $port in 40s: $(tail -n 5 "$dir/node.log")" ;;
   inside) shift; inside "$@" ;;
+  pid) ns_init "$(realpath "$2")" | head -n 1 ;;
+  stop-all)
+    for p in $(ns_init ""); do kill -KILL "$p" 2>/dev/null || true; done
+    for _ in $(seq 100); do [[ -z $(ns_unshare "") ]] && exit 0; sleep 0.1; done
+    die "simulated nodes did not stop" ;;
   stop)
     dir=$(realpath "$2")
     for p in $(ns_init "$dir"); do kill -KILL "$p" 2>/dev/null || true; done
     for _ in $(seq 100); do [[ -z $(ns_unshare "$dir") ]] && exit 0; sleep 0.1; done
     die "node $dir did not stop" ;;
-  *) die "usage: start DIR CONTAINERD HOSTNAME | stop DIR" ;;
+  *) die "usage: start DIR CONTAINERD HOSTNAME | stop DIR | pid DIR | stop-all" ;;
 esac

@@ -15,7 +15,7 @@ from gpuop.containerd import main_config, nvidia_dropin
 from tests.kube import kubectl
 from tests.labcontainerd import binary, built, crictl, nvidia_ctk
 from tests.proc import run
-from tests.ssh import free_port, keygen
+from tests.ssh import free_port, keygen, sshd_config
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NODE_SH = os.path.join(HERE, "lab/node.sh")
@@ -51,26 +51,19 @@ def write_file(path: str, text: str) -> str:
     return f"cat >{path} <<'GPUOP_EOF'\n{text}GPUOP_EOF"
 
 
-def second_containerd(version: str) -> list:
-    """A second daemon beside the node's own, on its own root and socket (as a second runtime
-    a node runs for another purpose)."""
-    cfg = tomli_w.dumps({"version": 2, "root": "/var/lib/containerd-second", "state": "/run/containerd-second",
-                         "grpc": {"address": "/run/containerd-second/containerd.sock"}})
-    return [write_file("/etc/containerd/second.toml", cfg),
-            f"setsid {binary(version)} --config /etc/containerd/second.toml </dev/null >/dev/null 2>&1 &"]
-
-
-def gpu_containerd(version: str) -> list:
-    """A second daemon beside the node's own, with the nvidia runtime loaded, on its own root and
-    socket: the one a kubelet is pointed at (``kubelet``), as on nodes that run two."""
-    cfg = main_config("/etc/containerd/gpu.d/*.toml")
-    cfg.update({"root": "/var/lib/containerd-gpu", "state": "/run/containerd-gpu",
-                "grpc": {"address": "/run/containerd-gpu/containerd.sock"}})
-    cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"].update(
-        nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"])
-    return [write_file("/etc/containerd/gpu.toml", tomli_w.dumps(cfg)),
-            f"setsid {binary(version)} --config /etc/containerd/gpu.toml </dev/null >/dev/null 2>&1 &",
-            "n=0; until [ -S /run/containerd-gpu/containerd.sock ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
+def another_containerd(version: str, name: str, nvidia: bool = False) -> list:
+    """A second daemon beside the node's own, on its own config, root and socket
+    (/run/containerd-NAME/containerd.sock), as nodes that run two have; with ``nvidia``, the
+    nvidia runtime is loaded in it (the one a ``kubelet`` is pointed at)."""
+    cfg = main_config(f"/etc/containerd/{name}.d/*.toml")
+    cfg.update({"root": f"/var/lib/containerd-{name}", "state": f"/run/containerd-{name}",
+                "grpc": {"address": f"/run/containerd-{name}/containerd.sock"}})
+    if nvidia:
+        cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"].update(
+            nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"])
+    return [write_file(f"/etc/containerd/{name}.toml", tomli_w.dumps(cfg)),
+            f"setsid {binary(version)} --config /etc/containerd/{name}.toml </dev/null >/dev/null 2>&1 &",
+            f"n=0; until [ -S /run/containerd-{name}/containerd.sock ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
 
 
 def kubelet(dir_: str, endpoint: str) -> list:
@@ -117,9 +110,7 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     with open(os.path.join(node.dir, "authorized_keys"), "w") as f:
         f.write(pubkey + "\n")
     with open(os.path.join(node.dir, "sshd_config"), "w") as f:
-        f.write(f"Port {node.port}\nListenAddress 127.0.0.1\nHostKey {node.dir}/host_ed25519\nPidFile none\n"
-                f"AuthorizedKeysFile {node.dir}/authorized_keys\nPasswordAuthentication no\n"
-                "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n")
+        f.write(sshd_config(node.port, f"{node.dir}/host_ed25519", f"{node.dir}/authorized_keys"))
     node.host_key = host_key
     run([NODE_SH, "start", node.dir, binary(node.version), node.hostname or node.name], timeout_s=60, check=True)
     return node
@@ -131,9 +122,7 @@ def stop(node: Node):
 
 def ns_pid(node: Node) -> int:
     """The node's first process, as the host sees it (its files are under /proc/PID/root)."""
-    out = run(["sh", "-c", f"for f in $(grep -lxzF -- {node.dir} /proc/[0-9]*/cmdline); do p=${{f#/proc/}}; "
-                           "p=${p%/cmdline}; cat /proc/$p/task/$p/children 2>/dev/null; done"], timeout_s=10)
-    return int(out.stdout.split()[0])
+    return int(run([NODE_SH, "pid", node.dir], timeout_s=10, check=True).stdout.split()[0])
 
 
 def nodes_file(nodes, key: str, path: str, node_names: dict) -> str:

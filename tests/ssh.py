@@ -17,6 +17,24 @@ def keygen(path):
     return open(f"{path}.pub").read().strip()
 
 
+def sshd_config(port: int, host_key: str, authorized: str, pidfile: str = "none") -> str:
+    """An sshd on 127.0.0.1:port: its own host key, key authentication only, trusting
+    ``authorized`` (and a user's own ``~/.ssh/authorized_keys``)."""
+    return f"""Port {port}
+ListenAddress 127.0.0.1
+HostKey {host_key}
+PidFile {pidfile}
+AuthorizedKeysFile {authorized} .ssh/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+Subsystem sftp internal-sftp
+"""
+
+
 class Sshd:
     """``sshd -D`` on 127.0.0.1:port, trusting ``authorized_keys`` in its own directory (and a
     user's own ``~/.ssh/authorized_keys``, for users who cannot read that directory)."""
@@ -36,19 +54,7 @@ class Sshd:
             f.write("\n".join(authorized_keys) + "\n")
         config = os.path.join(self.dir, "sshd_config")
         with open(config, "w") as f:
-            f.write(f"""Port {self.port}
-ListenAddress 127.0.0.1
-HostKey {self.dir}/host_ed25519
-PidFile {self.dir}/sshd.pid
-AuthorizedKeysFile {self.authorized} .ssh/authorized_keys
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-StrictModes no
-UsePAM no
-Subsystem sftp internal-sftp
-""")
+            f.write(sshd_config(self.port, f"{self.dir}/host_ed25519", self.authorized, f"{self.dir}/sshd.pid"))
         os.makedirs("/run/sshd", exist_ok=True)
         self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", config],
                                      stderr=open(os.path.join(self.dir, "sshd.log"), "w"))

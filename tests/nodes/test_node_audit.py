@@ -33,13 +33,13 @@ def planted():
         Node("gpu-v2-dropin", "2.0.14", files={DROPIN: SEED_DROPIN}),
         # a drop-in the imports miss, and a second containerd beside the node's own
         Node("gpu-missed-import", "2.2.9", imports="/etc/containerd/config.d/*.toml",
-             files={DROPIN: SEED_DROPIN}, after=fleet.second_containerd("2.2.9")),
+             files={DROPIN: SEED_DROPIN}, after=fleet.another_containerd("2.2.9", "second")),
         # CRI already down: the seed's drop-in was there when 1.7 started
         Node("gpu-cri-down", "1.7.35", files={DROPIN: SEED_DROPIN}),
         # nvidia loaded, then its drop-in removed: the GPU Pod runs now, and not after a restart
         Node("gpu-dropin-removed", "1.7.35", before=[ctk], after=[f"rm {DROPIN}"]),
         # two containerds, and a real kubelet on the second: that one is the node's runtime
-        Node("gpu-kubelet", "1.6.20", after=fleet.gpu_containerd("2.4.2"),
+        Node("gpu-kubelet", "1.6.20", after=fleet.another_containerd("2.4.2", "gpu", nvidia=True),
              kubelet="unix:///run/containerd-gpu/containerd.sock"),
     ]
 
