@@ -9,11 +9,22 @@ include lab/versions.env
 CONTAINERD ?= debian
 CONTAINERD_LIST := $(subst ",,$(CONTAINERD_VERSIONS))
 ifneq ($(filter $(CONTAINERD),debian 1.6.20),)
+CONTAINERD_BIN = /usr/bin/containerd
 CONTAINERD_DATA =
 else ifneq ($(filter $(CONTAINERD),$(CONTAINERD_LIST)),)
-CONTAINERD_DATA = --data containerd_binary=$$(lab/build.sh containerd $(CONTAINERD))/containerd
+CONTAINERD_BIN = $$(lab/build.sh containerd $(CONTAINERD))/containerd
+CONTAINERD_DATA = --data containerd_binary=$(CONTAINERD_BIN)
 else
 $(error CONTAINERD=$(CONTAINERD): expected debian, 1.6.20 or one of $(CONTAINERD_LIST))
+endif
+# The GPU node: kwok (every lab node kwok's: the seed's lab) or real (a real kubelet runs
+# lab-node-0 on the lab containerd, in a namespace of its own: lab/realnode.sh).
+NODE ?= kwok
+ifeq ($(NODE),real)
+NODE_ENV = LAB_REAL_NODE=lab-node-0 LAB_CONTAINERD=$(CONTAINERD_BIN)
+NODE_DATA = --data real_node=lab-node-0
+else ifneq ($(NODE),kwok)
+$(error NODE=$(NODE): expected kwok or real)
 endif
 
 .PHONY: setup deps containerds nvidia-ctk kubelet lab-up lab-down lab-status test unit run fix audit bench
@@ -38,7 +49,7 @@ kubelet:
 	lab/build.sh kubelet >/dev/null
 
 lab-up:
-	@lab/lab.sh up $(LAB)
+	@$(NODE_ENV) lab/lab.sh up $(LAB)
 
 lab-down:
 	lab/lab.sh down $(LAB)
@@ -53,13 +64,13 @@ test: setup deps containerds nvidia-ctk kubelet lab-up
 	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
 
 run: setup deps lab-up
-	@$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA)
+	@$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA) $(NODE_DATA)
 
 fix: setup deps nvidia-ctk lab-up
-	$(VENV)/bin/pyinfra inventory.py fix.py -y $(CONTAINERD_DATA) --data nvidia_ctk_binary=$$(lab/build.sh nvidia-ctk)/nvidia-ctk
+	$(VENV)/bin/pyinfra inventory.py fix.py -y $(CONTAINERD_DATA) $(NODE_DATA) --data nvidia_ctk_binary=$$(lab/build.sh nvidia-ctk)/nvidia-ctk
 
 audit: setup deps lab-up
-	$(VENV)/bin/pyinfra inventory.py audit.py -y $(CONTAINERD_DATA)
+	$(VENV)/bin/pyinfra inventory.py audit.py -y $(CONTAINERD_DATA) $(NODE_DATA)
 
 bench: setup deps containerds lab-up
 	bench/lab_start.sh

@@ -6,12 +6,12 @@ from pyinfra.api import deploy
 
 import manifests
 import steps
-from gpuop import containerd
 from gpuop.layout import Layout
 from operations import containerd as lab_containerd
 from operations import kube
 from operations import preflight as checks
 from operations.files import text
+import target
 from target import lab_daemon
 
 NODE_RUNTIMES = ("runc", "nvidia")  # what a healthy GPU node's containerd holds
@@ -29,7 +29,7 @@ def preflight(lab):
 @deploy("Repair 1: a drop-in containerd keeps whole, loaded by one restart")
 def runtime(lab, at: Layout):
     daemon = lab_daemon(lab, at)
-    main = containerd.main_config(at.dropin_glob)
+    main = target.main_config(lab, at)
     text(name="config.toml", path=at.main_config, content=tomli_w.dumps(main))
     lab_containerd.surviving_dropin(name="conf.d/99-nvidia.toml, as this containerd's merge keeps it",
                                     path=at.nvidia_dropin, daemon=daemon, main_doc=main,

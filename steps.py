@@ -11,12 +11,13 @@ from pyinfra.api import deploy
 
 import manifests
 from gpuop import containerd
-from gpuop.cluster import allocatable_count, node_gpu_lines, rollout_lines
+from gpuop.cluster import (SANDBOX_FAILED, allocatable_count, node_gpu_lines, rollout_lines, sandbox_failure,
+                           sandbox_lines)
 from gpuop.layout import Layout
 from gpuop.objects import of_kind
 from gpuop.scheduling import pod_scheduled
 from gpuop.slots import replicas_of, sharing_config, slot_lines
-from manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, REPORTS,
+from manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, REAL_NODE_REPORTS, REPORTS,
                        RUNTIME_CLASS, TIME_SLICING, TOOLKIT, manifest)
 from operations import audit as audits
 from operations import fleet
@@ -27,6 +28,7 @@ from operations.files import text
 from operations.kube import daemonset_and_pods, found, live_object
 from operations.runlock import hold_during_run
 from operations.summary import at_end
+import target
 from target import lab_daemon
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,6 +45,9 @@ def gpu_objects(lab, at: Layout):
 def preflight(lab):
     hold_during_run(host, context=lab.kube_context, timeout_s=lab.wait_timeout_s)
     reachable(lab)
+    if lab.real_node:
+        checks.real_node_held(name="the real node's namespace is there (lab/realnode.sh up)",
+                              node=lab.real_node, namespace=Layout(lab.gpuop_root).node_namespace)
     checks.containerd_askable(name="the lab containerd can be asked through CRI",
                               binary=lab.containerd_binary, crictl=lab.crictl_binary)
 
@@ -50,7 +55,7 @@ def preflight(lab):
 @deploy("Replay: reset the lab to before step 1")
 def reset_lab(lab, at: Layout):
     incident.reset(name="Remove the incident's files, objects and GPU advertisements",
-                   files=at.owned_files(MANIFESTS, REPORTS),
+                   files=at.owned_files(MANIFESTS, REPORTS + REAL_NODE_REPORTS),
                    namespaces=[GPU_NAMESPACE, OPERATOR_NAMESPACE],
                    cluster_objects=[f"runtimeclass/{RUNTIME_CLASS}"], nodes=lab.lab_nodes,
                    context=lab.kube_context, timeout_s=lab.wait_timeout_s)
@@ -62,8 +67,7 @@ def reset_lab(lab, at: Layout):
 
 @deploy("Step 1: containerd main config")
 def main_config(lab, at: Layout):
-    text(name="config.toml", path=at.main_config,
-         content=tomli_w.dumps(containerd.main_config(at.dropin_glob)))
+    text(name="config.toml", path=at.main_config, content=tomli_w.dumps(target.main_config(lab, at)))
 
 
 @deploy("Step 2: the toolkit's nvidia drop-in, and nobody restarts containerd")
@@ -74,8 +78,9 @@ def nvidia_dropin(lab, at: Layout):
             name="The lab containerd runs, started before the drop-in existed",
             daemon=daemon, dropin_glob=at.dropin_glob, aside=at.dropins_aside,
             timeout_s=lab.wait_timeout_s)
+    systemd = containerd.systemd_cgroup(target.main_config(lab, at))  # the toolkit follows runc's driver
     text(name="conf.d/99-nvidia.toml", path=at.nvidia_dropin,
-         content=tomli_w.dumps(containerd.nvidia_dropin()))
+         content=tomli_w.dumps(containerd.nvidia_dropin(systemd=systemd)))
 
 
 @deploy("Step 3: what merges, what is loaded, and what a restart would load")
@@ -106,6 +111,9 @@ def runtime_class_and_pod(lab, at: Layout):
                                 nodes=lab.lab_nodes, context=ctx, timeout_s=timeout)
     kube.namespace(name=f"Namespace {GPU_NAMESPACE}", namespace_name=GPU_NAMESPACE, context=ctx,
                    timeout_s=timeout)
+    if lab.real_node:  # its kubelet registers once the lab containerd (step 2) answers
+        kube.node_takes_pods(name=f"The real node {lab.real_node} takes Pods", node=lab.real_node,
+                             context=ctx, timeout_s=timeout)
     gpu_objects(lab, at)
     kube.pod_scheduling_decided(name="Scheduler's decision on the GPU Pod", pod=GPU_POD,
                                 namespace=GPU_NAMESPACE, context=ctx, timeout_s=timeout)
@@ -132,10 +140,32 @@ def advertise_gpus(lab, at: Layout):
                                     gpu_node=lab.gpu_node, nodes=lab.lab_nodes, context=ctx)
     kube.node_gpus(name=f"{lab.gpu_node} advertises {lab.gpu_count} GPUs", node=lab.gpu_node,
                    count=lab.gpu_count, context=ctx)
-    kube.pod_running(name="The GPU Pod binds and runs", pod=GPU_POD, namespace=GPU_NAMESPACE,
-                     context=ctx, timeout_s=lab.wait_timeout_s)
+    if lab.real_node:
+        sandbox_fails(lab, at)
+    else:  # a kwok node runs whatever binds to it
+        kube.pod_running(name="The GPU Pod binds and runs", pod=GPU_POD, namespace=GPU_NAMESPACE,
+                         context=ctx, timeout_s=lab.wait_timeout_s)
     reports.moment(name="node-gpu.txt", path=report, stamp=stamp, inputs=inputs,
                    capture=lambda: node_gpu_lines(found("nodes", context=ctx), lab.lab_nodes))
+
+
+def sandbox_fails(lab, at: Layout):
+    """On the real node the GPU Pod binds and its sandbox cannot start: sandbox.txt holds the
+    kubelet's live event, captured once per Pod."""
+    ctx = lab.kube_context
+    kube.pod_sandbox_failed(name="The GPU Pod binds, and the kubelet cannot create its sandbox",
+                            pod=GPU_POD, namespace=GPU_NAMESPACE, context=ctx, timeout_s=lab.wait_timeout_s)
+    report, stamp = at.report("sandbox.txt"), at.stamp("sandbox.txt")
+
+    def failed():
+        live, events = kube.pod_and_events(GPU_POD, GPU_NAMESPACE, ctx)
+        event = sandbox_failure(events, live) if live else None
+        if event is None:
+            raise reports.Unobservable(f"Pod {GPU_NAMESPACE}/{GPU_POD} has no {SANDBOX_FAILED} event")
+        return sandbox_lines(live, event, "nvidia")
+
+    reports.moment(name="sandbox.txt", path=report, stamp=stamp, capture=failed,
+                   inputs={"node": lab.real_node})
 
 
 @deploy("Step 7: time-slicing, and what a slot really gets")
@@ -200,8 +230,10 @@ def summary(lab, at: Layout):
 
 @deploy("Preflight: the lab cluster answers")
 def reachable(lab):
+    # A real node registers only once the lab containerd (step 2) answers: step 5 waits for it.
+    kwok_nodes = tuple(n for n in lab.lab_nodes if n != lab.real_node)
     checks.lab_reachable(name="kubectl reaches the lab cluster and its nodes",
-                         nodes=lab.lab_nodes, context=lab.kube_context)
+                         nodes=kwok_nodes, context=lab.kube_context)
 
 
 @deploy("Audit: written against loaded against scheduled")

@@ -19,6 +19,7 @@ from gpuop.containerd import (DUMP_WITHOUT_MIGRATIONS, binary_version, cri_runti
 _DAEMONS = "--- daemons"
 _LOG = "--- log"
 _CRI = "--- cri"
+_NAMESPACE = "--- namespace"
 _DUMP_FAILED = "--- dump failed"
 CRICTL_DEADLINE_S = 10  # crictl's own --timeout is 3 s; this ends one that still hangs
 DUMP_DEADLINE_S = 30  # `containerd config dump` parses files: it has no reason to take longer
@@ -46,7 +47,7 @@ class LabContainerd(FactBase):
         host.get_fact(LabContainerd, pidfile="/root/gpuop/run/containerd.pid",
                       socket="/root/gpuop/run/containerd/containerd.sock",
                       root="/root/gpuop/var/lib/containerd")
-        {"daemons": [{"pid": 4167, "state": "S", "exe": "/usr/bin/containerd",
+        {"daemons": [{"pid": 4167, "state": "S", "mnt": "mnt:[4026531841]", "exe": "/usr/bin/containerd",
                       "args": ["/usr/bin/containerd", "--config", ...]}],
          "pid": 4167, "last_pid": 4167, "exe": "/usr/bin/containerd", "args": [...],
          "cri": "ok", "runtimes": ["runc"], "default_runtime": "runc", "error": "", "crictl": True}
@@ -54,40 +55,48 @@ class LabContainerd(FactBase):
     ``pid``, ``exe`` and ``args`` are the daemon's when exactly one holds the root (None and empty
     otherwise); ``state`` is the kernel's (``T``: stopped). ``last_pid`` is what the pid file (a
     cache) says, None when the lab never started one. ``crictl`` is False when there is no crictl.
-    ``log`` is the last line of the daemon's log: what one that exited said last.
+    ``log`` is the last line of the daemon's log: what one that exited said last. Each daemon's
+    ``mnt`` is its mount namespace (``mnt:[4026531841]``); with a ``namespace`` file given (the
+    real lab node's, see lab/realnode.sh), ``namespace`` is what it holds, in the same words, or
+    empty when it holds none.
     """
 
     @staticmethod
     def default():
         return {"daemons": [], "pid": None, "last_pid": None, "exe": "", "args": [], "cri": "down",
-                "runtimes": [], "default_runtime": "", "error": "not asked", "crictl": True, "log": ""}
+                "runtimes": [], "default_runtime": "", "error": "not asked", "crictl": True, "log": "",
+                "namespace": ""}
 
-    def command(self, pidfile, socket, root, crictl="crictl", log=""):
+    def command(self, pidfile, socket, root, crictl="crictl", log="", namespace=""):
         self.root = root  # pyinfra calls process() on this same instance
         # grep -z reads each /proc/PID/cmdline as NUL-separated arguments: one process finds every
         # candidate (grep itself is one; process() keeps only `--root ROOT`). Per candidate: pid,
-        # kernel state, command line, binary (last: it may end in " (deleted)").
+        # kernel state, mount namespace, command line, binary (last: it may end in " (deleted)").
+        ns = shlex.quote(namespace or "/dev/null")
         return (
             f'echo "$(cat {shlex.quote(pidfile)} 2>/dev/null)"; echo {_DAEMONS}; '
             f'for f in $(grep -lxzF -- {shlex.quote(root)} /proc/[0-9]*/cmdline 2>/dev/null); do '
             'p=${f%/cmdline}; a=$(base64 -w0 <"$f" 2>/dev/null); [ -n "$a" ] || continue; '
-            'echo "${p#/proc/} $(sed \'s/.*) //; s/ .*//\' "$p/stat" 2>/dev/null) $a $(readlink "$p/exe")"; '
-            f'done; echo {_LOG}; tail -n 1 {shlex.quote(log or "/dev/null")} 2>/dev/null | cut -c1-300; echo {_CRI}; '
+            'echo "${p#/proc/} $(sed \'s/.*) //; s/ .*//\' "$p/stat" 2>/dev/null) $(readlink "$p/ns/mnt") $a $(readlink "$p/exe")"; '
+            f'done; echo {_NAMESPACE}; [ "$(stat -f -c %T {ns} 2>/dev/null)" != nsfs ] || echo "mnt:[$(stat -L -c %i {ns})]"; '
+            f'echo {_LOG}; tail -n 1 {shlex.quote(log or "/dev/null")} 2>/dev/null | cut -c1-300; echo {_CRI}; '
             + cri_info(shlex.quote(crictl), shlex.quote(socket))
         )
 
     def process(self, output):
         last = output[0].strip()
-        at_daemons, at_log, at_cri = output.index(_DAEMONS), output.index(_LOG), output.index(_CRI)
+        at_daemons, at_ns, at_log, at_cri = (output.index(_DAEMONS), output.index(_NAMESPACE),
+                                             output.index(_LOG), output.index(_CRI))
         daemons = []
-        for line in output[at_daemons + 1:at_log]:
-            pid, state, args, *exe = line.split(" ", 3)
+        for line in output[at_daemons + 1:at_ns]:
+            pid, state, mnt, args, *exe = line.split(" ", 4)
             args = base64.b64decode(args).decode(errors="replace").split("\0")[:-1]
-            daemons.append({"pid": int(pid), "state": state, "args": args, "exe": " ".join(exe)})
+            daemons.append({"pid": int(pid), "state": state, "mnt": mnt, "args": args, "exe": " ".join(exe)})
         daemons = [d for d in daemons if holds_root(d["args"], self.root)]
         one = daemons[0] if len(daemons) == 1 else {"pid": None, "exe": "", "args": []}
         found = {"daemons": daemons, "pid": one["pid"], "exe": one["exe"], "args": one["args"],
                  "last_pid": int(last) if last.isdigit() else None,
+                 "namespace": " ".join(output[at_ns + 1:at_log]).strip(),
                  "log": " ".join(output[at_log + 1:at_cri]).strip()}
         return {**found, **cri_answer(output[at_cri + 1:])}
 

@@ -215,3 +215,55 @@ def stalled_components(objects: list, nodes, now: datetime) -> list:
             when = "never" if age is None else f"{age:.0f}s ago"
             stalled.append(f"{component}: {lease_words} was last renewed {when} (duration {duration}s)")
     return stalled
+
+
+SANDBOX_FAILED = "FailedCreatePodSandBox"  # the kubelet's event reason when a Pod's sandbox cannot start
+_NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def node_ready(node: dict | None) -> tuple:
+    """Whether a node takes Pods (Ready True, no not-ready or unreachable taint), and in words.
+
+        node_ready(node) -> (False, "Ready False (KubeletNotReady: container runtime is down), taints node.kubernetes.io/not-ready")
+    """
+    if node is None:
+        return False, "not registered"
+    cond = next((c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), None)
+    taints = [t["key"] for t in (node.get("spec") or {}).get("taints") or [] if t["key"] in _NOT_READY_TAINTS]
+    if cond is None:
+        return False, "no Ready condition yet"
+    words = f"Ready {cond['status']}"
+    if cond["status"] != "True":
+        words += f" ({cond.get('reason', '')}: {cond.get('message', '')})"
+    if taints:
+        words += f", taints {', '.join(taints)}"
+    return cond["status"] == "True" and not taints, words
+
+
+def _event_time(event: dict) -> str:
+    return (event.get("lastTimestamp") or (event.get("series") or {}).get("lastObservedTime")
+            or event.get("eventTime") or event["metadata"]["creationTimestamp"])
+
+
+def sandbox_failure(events: list, pod: dict) -> dict | None:
+    """The newest event of the kubelet failing to create this Pod's sandbox (this Pod: its uid, not
+    a deleted one's of the same name), or None.
+
+        sandbox_failure(events, pod)["message"] -> 'Failed to create pod sandbox: rpc error: ...'
+    """
+    uid = pod["metadata"].get("uid")
+    mine = [e for e in events if e.get("reason") == SANDBOX_FAILED
+            and e["involvedObject"].get("kind") == "Pod"
+            and e["involvedObject"].get("name") == pod["metadata"]["name"]
+            and e["involvedObject"].get("uid") == uid]
+    return max(mine, key=_event_time, default=None)
+
+
+def sandbox_lines(pod: dict, event: dict, handler: str) -> list:
+    """sandbox.txt: the event's reason, then its message, exactly as the API returns them; then
+    the runtime handler the Pod asked for and the node that failed it.
+
+        sandbox_lines(pod, event, "nvidia")
+        -> ["FailedCreatePodSandBox", "Failed to create pod sandbox: ...", "handler nvidia", "node lab-node-0"]
+    """
+    return [event["reason"], event["message"], f"handler {handler}", f"node {pod['spec'].get('nodeName')}"]

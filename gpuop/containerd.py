@@ -10,35 +10,53 @@ CRI_PLUGIN = "io.containerd.grpc.v1.cri"
 RUNTIMES_SUFFIX = ("containerd", "runtimes")
 
 
-def main_config(imports_glob: str, default_runtime: str = "runc") -> dict:
+def main_config(imports_glob: str, default_runtime: str = "runc", node_cri: dict | None = None) -> dict:
     """The node's main config.toml as data (tomli-w quotes the dotted plugin key by construction).
 
     + imports_glob: where drop-ins are found, e.g. "/root/gpuop/etc/containerd/conf.d/*.toml"
     + default_runtime: the runtime containerd uses when a Pod names none
+    + node_cri: where a real kubelet runs Pods on it, what its machine needs (``kubelet_node_cri``)
 
         tomli_w.dumps(main_config("/etc/containerd/conf.d/*.toml"))
     """
-    return {
-        "version": 2,
-        "imports": [imports_glob],
-        "plugins": {
-            CRI_PLUGIN: {
-                "containerd": {
-                    "default_runtime_name": default_runtime,
-                    "runtimes": {
-                        "runc": {
-                            "runtime_type": "io.containerd.runc.v2",
-                            "options": {"SystemdCgroup": True},
-                        },
-                    },
+    cri = {
+        **(node_cri or {}),
+        "containerd": {
+            "default_runtime_name": default_runtime,
+            "runtimes": {
+                "runc": {
+                    "runtime_type": "io.containerd.runc.v2",
+                    "options": {"SystemdCgroup": node_cri is None},
                 },
             },
         },
     }
+    return {"version": 2, "imports": [imports_glob], "plugins": {CRI_PLUGIN: cri}}
 
 
-def nvidia_dropin(binary: str = "/usr/bin/nvidia-container-runtime") -> dict:
-    """The drop-in the NVIDIA container toolkit writes: one more runtime, same cgroup driver.
+def kubelet_node_cri(cni_bin_dir: str, cni_conf_dir: str) -> dict:
+    """The CRI settings a real kubelet's Pods need on the lab's kind of machine (``main_config``'s
+    ``node_cri``): the lab node's own CNI; a Pod's ``oom_score_adj`` no lower than containerd's
+    own (this machine refuses to lower it, and runc would fail every sandbox); and, there being
+    no systemd, runc's cgroupfs driver.
+
+        kubelet_node_cri("/root/gpuop/var/node/cni/bin", "/root/gpuop/var/node/cni/net.d")
+    """
+    return {"restrict_oom_score_adj": True, "cni": {"bin_dir": cni_bin_dir, "conf_dir": cni_conf_dir}}
+
+
+def systemd_cgroup(main_doc: dict) -> bool:
+    """Whether the main config's runc uses systemd's cgroup driver (the toolkit's runtime follows it).
+
+        systemd_cgroup(main_config("/x")) -> True
+    """
+    runc = main_doc.get("plugins", {}).get(CRI_PLUGIN, {}).get("containerd", {}).get("runtimes", {}).get("runc", {})
+    return bool(runc.get("options", {}).get("SystemdCgroup", False))
+
+
+def nvidia_dropin(binary: str = "/usr/bin/nvidia-container-runtime", systemd: bool = True) -> dict:
+    """The drop-in the NVIDIA container toolkit writes: one more runtime, with the main config's
+    cgroup driver (``systemd_cgroup``).
 
         tomli_w.dumps(nvidia_dropin())
     """
@@ -49,7 +67,7 @@ def nvidia_dropin(binary: str = "/usr/bin/nvidia-container-runtime") -> dict:
                     "runtimes": {
                         "nvidia": {
                             "runtime_type": "io.containerd.runc.v2",
-                            "options": {"BinaryName": binary, "SystemdCgroup": True},
+                            "options": {"BinaryName": binary, "SystemdCgroup": systemd},
                         },
                     },
                 },
@@ -311,6 +329,7 @@ def repaired_dropin(version: str, main_doc: dict) -> dict:
         repaired_dropin("1.6.20", main_config("/x"))  # runc, the default runtime, and nvidia
         repaired_dropin("2.4.2", main_config("/x")) == nvidia_dropin()
     """
+    dropin = nvidia_dropin(systemd=systemd_cgroup(main_doc))
     if release(version) >= (2,):
-        return nvidia_dropin()
-    return dropin_keeping_cri(main_doc, nvidia_dropin())
+        return dropin
+    return dropin_keeping_cri(main_doc, dropin)

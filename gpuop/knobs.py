@@ -155,6 +155,7 @@ class Knobs:
     kube_context: str
     wait_timeout_s: int
     replay: bool
+    real_node: str
 
 
 PARSERS = {
@@ -180,6 +181,7 @@ PARSERS = {
     "kube_context": _context,
     "wait_timeout_s": _int(1),
     "replay": _bool,
+    "real_node": _optional_name,
 }
 
 
@@ -228,12 +230,18 @@ def parse_knobs(data) -> Knobs:
     values = {}
     for field in fields(Knobs):
         raw = data.get(field.name)
-        if raw is None and field.name not in ("kube_context", "containerd_binary"):
+        if raw is None and field.name not in ("kube_context", "containerd_binary", "real_node"):
             raise KnobError(field.name, raw, "a value (set in group_data/all.py or with --data)")
         values[field.name] = PARSERS[field.name](field.name, raw)
     for key in ("gpu_node", "timeslice_node"):
         if values[key] not in values["lab_nodes"]:
             raise KnobError(key, values[key], f"one of lab_nodes ({','.join(values['lab_nodes'])})")
+    if values["real_node"] and values["real_node"] != values["gpu_node"]:
+        raise KnobError("real_node", values["real_node"],
+                        f"empty, or gpu_node ({values['gpu_node']}): the real node is where the GPU Pod goes")
+    if values["real_node"] and not values["containerd_binary"]:
+        raise KnobError("real_node", values["real_node"],
+                        "empty while containerd_binary is empty: a real node runs on the lab containerd")
     if values["gpu_node"] == values["timeslice_node"]:
         raise KnobError("timeslice_node", values["timeslice_node"], "a node other than gpu_node")
     socket = Layout(values["gpuop_root"]).containerd_socket + ".ttrpc"  # the longest the daemon binds

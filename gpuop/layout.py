@@ -70,6 +70,21 @@ class Layout:
         return self._at("var", "log", "containerd.log")
 
     @property
+    def node_dir(self):
+        """The real lab node's own files (lab/realnode.sh): its namespace, kubelet, overlays, CNI."""
+        return self._at("var", "node")
+
+    @property
+    def node_namespace(self):
+        """The mount namespace the real node's kubelet and containerd run in (an nsfs file)."""
+        return self._at("var", "node", "mnt")
+
+    @property
+    def node_cni(self):
+        """The real node's CNI plugins and network config: ``(bin_dir, conf_dir)``."""
+        return self._at("var", "node", "cni", "bin"), self._at("var", "node", "cni", "net.d")
+
+    @property
     def check_script(self):
         return self._at("bin", "check-runtime.sh")
 

@@ -8,6 +8,7 @@
 #   lab/build.sh containerd V (a containerd of CONTAINERD_VERSIONS for the lab node) -> ~/.cache/gpuop-lab/containerd-V/bin
 #   lab/build.sh containerds (every one of them; prints nothing)
 #   lab/build.sh nvidia-ctk -> ~/.cache/gpuop-lab/nvidia-ctk-1.19.1/bin
+#   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the real node's stand-in images' program)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
 # cache, whose tail is printed only when a build fails.
 set -euo pipefail
@@ -17,12 +18,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|kubelet|crictl|containerd VERSION|containerds|nvidia-ctk]; VERSION one of: $CONTAINERD_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|containerd VERSION|containerds|nvidia-ctk|standin]; VERSION one of: $CONTAINERD_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
 crictl) cache=$cache_root/cri-tools-$CRICTL_VERSION ;;
 nvidia-ctk) cache=$cache_root/nvidia-ctk-$NVIDIA_CTK_VERSION ;;
+standin) cache=$cache_root/standin-$(sha256sum "$here/standin/standin.c" | cut -c1-12) ;;
 containerd)
   containerd_version=${2:-}
   [[ " $CONTAINERD_VERSIONS " == *" $containerd_version "* ]] || { echo "$usage" >&2; exit 2; }
@@ -123,6 +125,10 @@ build_containerd() {
     -o "$bin/containerd" "$mod/cmd/containerd"
 }
 
+build_standin() {  # static: it runs alone in an image
+  gcc -static -O2 -Wall -o "$bin/standin" "$here/standin/standin.c"
+}
+
 case $component in
 cluster)
   have_all kwok kwokctl || built "kwok and kwokctl v$KWOK_VERSION" build_kwok
@@ -134,6 +140,7 @@ cluster)
 kubelet) have_all kubelet || built "kubelet v$K8S_VERSION" build_kubernetes kubelet ;;
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
 nvidia-ctk) have_all nvidia-ctk || built "nvidia-ctk v$NVIDIA_CTK_VERSION" build_nvidia_ctk ;;
+standin) have_all standin || built "the stand-in program" build_standin ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd ;;
 esac
 rm -rf "$cache/src"

@@ -2,11 +2,14 @@
 # Debian packages the tests need beyond the machine's Go, Python and make:
 # - containerd (1.6.20, with runc): the lab node's default containerd. Nothing starts it as a
 #   service; the playbook runs a private daemon of its own (see README, "The lab node's containerd");
+# - containernetworking-plugins: the loopback plugin, which containerd's CRI runs for every Pod of
+#   the real lab node (NODE=real), beside the node's own plugin (lab/standin/cni);
 # - an OpenSSH server for the SSH tests (started by the tests themselves on loopback, never as a
 #   system service), and sudo for the test of a non-root SSH user.
 set -euo pipefail
 missing=()
 [ -x /usr/bin/containerd ] || missing+=(containerd)
+[ -x /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
 command -v sudo >/dev/null || missing+=(sudo)

@@ -6,12 +6,19 @@
 #   lab/lab.sh status [NAME]  say what runs, from the processes (exit 3 when a component is not running)
 # Environment: LAB_NODES (default "lab-node-0 lab-node-1 lab-node-2"), LAB_BIN_LINK (directory that
 # gets kubectl and crictl symlinks, default /usr/local/bin; empty to skip).
+# A real node (make run NODE=real): LAB_REAL_NODE names the lab node a real kubelet runs instead of
+# kwok (lab/realnode.sh), on the lab containerd of root LAB_ROOT (default /root/gpuop) whose binary
+# is LAB_CONTAINERD (default /usr/bin/containerd). Without it, `up` stops any real node: the lab's
+# nodes are all kwok's.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-status}
 name=${2:-gpuop-lab}
 context=kwok-$name
 nodes=${LAB_NODES:-lab-node-0 lab-node-1 lab-node-2}
+real=${LAB_REAL_NODE:-}
+[[ -z $real || " $nodes " == *" $real "* ]] || { echo "lab: LAB_REAL_NODE=$real: expected one of $nodes" >&2; exit 2; }
+kwok_nodes=$(for n in $nodes; do [[ $n == "$real" ]] || echo "$n"; done | xargs)
 
 log() { echo "lab[$name]: $*" >&2; }
 
@@ -96,6 +103,14 @@ release_node_leases() {
   log "kwok holds the node leases again (${waited}s)"
 }
 
+# kwok manages only the nodes it was given (annotated), never a real kubelet's.
+KWOK_SELECTOR=kwok.x-k8s.io/node=fake
+
+# A cluster made before kwok was told so (its controller manages every node) is made again.
+kwok_selective() {
+  grep -q -- "--manage-nodes-with-annotation-selector=$KWOK_SELECTOR" "$cluster_dir/kwok.yaml" 2>/dev/null
+}
+
 create_cluster() {
   log "creating cluster: Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, kwok v$KWOK_VERSION"
   KWOK_KUBE_VERSION=v$K8S_VERSION KWOK_KUBECTL_BINARY=$bin/kubectl \
@@ -106,6 +121,8 @@ create_cluster() {
     --kube-controller-manager-binary "$bin/kube-controller-manager" \
     --kube-scheduler-binary "$bin/kube-scheduler" \
     --kwok-controller-binary "$bin/kwok" \
+    --extra-args kwok-controller=manage-all-nodes=false \
+    --extra-args "kwok-controller=manage-nodes-with-annotation-selector=$KWOK_SELECTOR" \
     --timeout 3m --wait 3m >"$log_file" 2>&1 || { cat "$log_file" >&2; return 1; }
 }
 
@@ -171,6 +188,10 @@ wait_working() {
 
 start_cluster() {
   log_file=$(mktemp)
+  if exists && ! kwok_selective; then
+    log "made before kwok left real nodes alone; recreating it (the lab's state is disposable)"
+    kwokctl delete cluster --name "$name" >>"$log_file" 2>&1 || true
+  fi
   if ! exists; then
     create_cluster
   elif ! heal_components || ! reachable; then
@@ -185,7 +206,7 @@ start_cluster() {
 
 node_manifests() {
   local n
-  for n in $nodes; do
+  for n in $kwok_nodes; do
     cat <<YAML
 ---
 apiVersion: v1
@@ -208,19 +229,35 @@ YAML
 
 ensure_nodes() {
   local k=(kubectl --context "$context") n
-  # Exactly the lab's nodes: drop strays, create the missing ones, reset their base capacity.
-  for n in $("${k[@]}" get nodes -o name); do
-    [[ " $nodes " == *" ${n#node/} "* ]] || { log "deleting stray $n"; "${k[@]}" delete "$n"; }
-  done
+  # Exactly the lab's nodes: drop strays (a real node's object too, where kwok is to run it),
+  # create the missing ones, reset their base capacity.
+  local fake='{range .items[*]}{.metadata.name}={.metadata.annotations.kwok\.x-k8s\.io/node}{"\n"}{end}'
+  while IFS='=' read -r n mark; do
+    [[ -n $n && $n != "$real" ]] || continue
+    if [[ " $kwok_nodes " != *" $n "* ]]; then
+      log "deleting stray node/$n"; "${k[@]}" delete node "$n"
+    elif [[ $mark != fake ]]; then
+      log "deleting node/$n, a real kubelet's: kwok runs it"; "${k[@]}" delete node "$n"
+    fi
+  done < <("${k[@]}" get nodes -o jsonpath="$fake")
   node_manifests | "${k[@]}" apply -f - >/dev/null
   local base='{"cpu":"8","memory":"32Gi","pods":"110"}'
-  for n in $nodes; do
+  for n in $kwok_nodes; do
     "${k[@]}" patch node "$n" --subresource=status --type=merge \
       -p "{\"status\":{\"capacity\":$base,\"allocatable\":$base}}" | grep -v "no change" >&2 || true
   done
   # shellcheck disable=SC2046
-  "${k[@]}" wait --for=condition=Ready --timeout=60s $(printf 'node/%s ' $nodes) >/dev/null
-  log "nodes Ready: $nodes (context $context)"
+  "${k[@]}" wait --for=condition=Ready --timeout=60s $(printf 'node/%s ' $kwok_nodes) >/dev/null
+  log "kwok's nodes Ready: $kwok_nodes (context $context)"
+}
+
+# The real node (LAB_REAL_NODE) up, or every real node stopped where the lab has none.
+real_node() {
+  if [[ -z $real ]]; then
+    "$here/realnode.sh" stop-all
+  else
+    "$here/realnode.sh" up "${LAB_ROOT:-/root/gpuop}" "$real" "${LAB_CONTAINERD:-/usr/bin/containerd}" "$name"
+  fi
 }
 
 link_tools() {
@@ -237,13 +274,16 @@ link_tools() {
 case $cmd in
 up)
   start_cluster
+  [[ -n $real ]] || real_node  # before kwok's nodes: a real kubelet's node object goes first
   ensure_nodes
+  [[ -z $real ]] || real_node
   link_tools
   ;;
 down)
   # shellcheck disable=SC2046
   stop_pids "lab containerd daemons" $(lab_daemon_pids)
   "$here/node.sh" stop-all  # simulated real nodes a test left behind, with their namespaces
+  "$here/realnode.sh" stop-all  # the lab's real node, its kubelet and namespace
   if exists; then
     mapfile -t left < <(pgrep -f -- "$cluster_dir/" || true)
     kwokctl delete cluster --name "$name"

@@ -31,6 +31,10 @@ class LabDaemon:
 
         LabDaemon("/usr/bin/containerd", "crictl", ".../config.toml", ".../containerd.sock",
                   ".../run/containerd", ".../var/lib/containerd", ".../containerd.pid", ".../containerd.log")
+
+    ``namespace``: the mount namespace (an nsfs file) it runs in, the real lab node's where a real
+    kubelet runs Pods on it (their shims and the stand-in nvidia runtime are the node's); empty:
+    the host's own.
     """
 
     binary: str
@@ -41,6 +45,7 @@ class LabDaemon:
     root: str
     pidfile: str
     log: str
+    namespace: str = ""
 
     def args(self) -> list:
         """The daemon's command line: the lab's config, and its own root, state and socket."""
@@ -50,19 +55,21 @@ class LabDaemon:
     def loaded_fact_args(self) -> dict:
         """What ``LabContainerd`` takes to find this daemon and ask it."""
         return {"pidfile": self.pidfile, "socket": self.socket, "root": self.root, "crictl": self.crictl,
-                "log": self.log}
+                "log": self.log, "namespace": self.namespace}
 
     def loaded(self) -> dict:
         """The loaded view, live (for waits): the daemons on this root and what CRI holds."""
         return host.get_fact(LabContainerd, **self.loaded_fact_args())
 
     def start(self) -> StringCommand:
-        """Start the daemon in a session of its own (it outlives the run), recording its pid."""
+        """Start the daemon in a session of its own (it outlives the run), recording its pid; in
+        its namespace, where it has one."""
         dirs = [self.state, self.root, posixpath.dirname(self.pidfile), posixpath.dirname(self.log)]
         inner = (f"echo $$ >{shlex.quote(self.pidfile)}; exec {shlex.join(self.args())} "
                  f">>{shlex.quote(self.log)} 2>&1 </dev/null")
+        enter = f"nsenter --mount={shlex.quote(self.namespace)} -- " if self.namespace else ""
         return reads.containerd_changes(
-            StringCommand(f"mkdir -p {shlex.join(dirs)} && setsid -f sh -c {shlex.quote(inner)}"))
+            StringCommand(f"mkdir -p {shlex.join(dirs)} && {enter}setsid -f sh -c {shlex.quote(inner)}"))
 
     def adopt(self, pid: int) -> StringCommand:
         """Record ``pid``, found holding the root, as the lab daemon's in its pid file."""
@@ -146,6 +153,9 @@ def _incident_drift(daemon: LabDaemon, seen: dict, want) -> str:
         return f"{len(daemons)} daemons hold its root {daemon.root} (pids {', '.join(map(str, _pids(seen)))})"
     if seen["args"][1:] != daemon.args()[1:] or seen["exe"] != posixpath.realpath(daemon.binary):
         return f"pid {seen['pid']} runs another binary or config ({' '.join(seen['args'])}, {seen['exe']})"
+    if daemon.namespace and daemons[0]["mnt"] != seen["namespace"]:
+        return (f"pid {seen['pid']} runs outside the real node's namespace {daemon.namespace} "
+                f"(in {daemons[0]['mnt']}, the node's is {seen['namespace'] or 'not there'})")
     if seen["cri"] != "ok":
         if daemons[0]["state"] == "T":
             return f"pid {seen['pid']} is stopped, and its CRI does not answer ({seen['error']})"

@@ -7,7 +7,8 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
 from facts.kube import KUBECTL_DEADLINE_S, KubeObjects, ServerAnswer, kubectl
-from gpuop.cluster import GPU, advertised, describe_rollout, rollout_complete, rollout_settled
+from gpuop.cluster import (GPU, advertised, describe_rollout, node_ready, rollout_complete, rollout_settled,
+                           sandbox_failure)
 from gpuop.objects import differences, of_kind
 from gpuop.scheduling import pod_scheduled
 
@@ -222,6 +223,49 @@ def pod_running(pod: str, namespace: str, context: str = "", timeout_s: int = 12
                        lambda: live_object(f"pod/{pod}", namespace, context, in_wait=True),
                        lambda seen: (bool(seen and seen["status"].get("phase") == "Running"),
                                      _pod_state(seen)), timeout_s)
+
+
+@operation()
+def node_takes_pods(node: str, context: str = "", timeout_s: int = 120):
+    """
+    Wait until a node takes Pods: registered, Ready, and without the not-ready taint (a real
+    kubelet registers once its runtime answers, and reports Ready seconds later).
+
+    .. code:: python
+
+        node_takes_pods(node="lab-node-0")
+    """
+    yield from awaited(f"node {node} Ready and taking Pods", live_object(f"node/{node}", context=context),
+                       lambda: live_object(f"node/{node}", context=context, in_wait=True),
+                       node_ready, timeout_s)
+
+
+def pod_and_events(pod: str, namespace: str, context: str = "", in_wait: bool = False):
+    """The live Pod (or None) and its namespace's Events, in one read (see ``found``)."""
+    objects = found("pods,events", namespace, context, in_wait)
+    pods = of_kind(objects, "Pod", pod)
+    return (pods[0] if pods else None), of_kind(objects, "Event")
+
+
+@operation()
+def pod_sandbox_failed(pod: str, namespace: str, context: str = "", timeout_s: int = 120):
+    """
+    Wait until the kubelet of a Pod's node has failed to create its sandbox (its
+    ``FailedCreatePodSandBox`` event), as a Pod whose runtime handler the node's containerd does
+    not hold fails.
+
+    .. code:: python
+
+        pod_sandbox_failed(pod="cuda-probe", namespace="gpu-lab")
+    """
+    def failed(seen):
+        live, events = seen
+        event = sandbox_failure(events, live) if live else None
+        return bool(event), (event["message"] if event else _pod_state(live))
+
+    yield from awaited(f"the kubelet's sandbox failure for Pod {namespace}/{pod}",
+                       pod_and_events(pod, namespace, context),
+                       lambda: pod_and_events(pod, namespace, context, in_wait=True), failed, timeout_s)
 
 
 def deleted(resources: str, namespace=None, context: str = "", timeout_s: int = 120) -> StringCommand:

@@ -69,6 +69,22 @@ def containerd_askable(binary: str, crictl: str):
 
 
 @operation()
+def real_node_held(node: str, namespace: str):
+    """
+    Fail the host, before anything is changed, unless the real lab node's mount namespace is
+    there: the lab containerd starts in it (lab/realnode.sh up makes it, with the node's kubelet).
+
+    .. code:: python
+
+        real_node_held(node="lab-node-0", namespace="/root/gpuop/var/node/mnt")
+    """
+    if not reads.containerd()["loaded"]["namespace"]:
+        yield failure(f"preflight: real_node={node}, but its namespace {namespace} is not there; "
+                      "`make lab-up NODE=real` (lab/realnode.sh up) makes it and starts its kubelet; "
+                      "nothing was changed")
+
+
+@operation()
 def lab_containerd_present(binary: str):
     """
     Fail the host, before anything is changed, unless it runs the lab's own containerd: the

@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# The lab's real node: a real kubelet for one lab node (lab-node-0), on the lab containerd that
+# the playbook manages under ROOT, both in a mount namespace of the node's own, so that what the
+# kubelet and the containers write outside ROOT stays inside it:
+#   /run is a tmpfs (the shims' sockets, runc's state); /var/lib, /var/log and /usr/bin are
+#   overlays whose writes land in ROOT/var/node (kubelet's /var/lib/kubelet, Pod logs, and the
+#   stand-in /usr/bin/nvidia-container-runtime); the global sysctls kubelet sets land in files
+#   bound over them. The namespace is held by ROOT/var/node/mnt: the playbook starts its
+#   containerd in it (nsenter --mount), and it outlives any of its processes.
+#
+#   lab/realnode.sh up ROOT NODE CONTAINERD [CLUSTER]
+#       the namespace, the stand-in images in the lab containerd's store (through the daemon
+#       that answers on ROOT's socket, or a short-lived one on its root), and kubelet as NODE of
+#       kwokctl cluster CLUSTER (default gpuop-lab); each only where missing. kubelet runs as a
+#       service would: started again whenever it exits, so it registers NODE once the lab
+#       containerd (which the playbook starts) answers.
+#   lab/realnode.sh stop ROOT      kubelet, every process in the namespace, and the namespace
+#   lab/realnode.sh stop-all       every real lab node on this host (lab-down)
+#   lab/realnode.sh kubelet ROOT   kubelet's pid, when it runs
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+die() { echo "lab/realnode.sh: $*" >&2; exit 1; }
+log() { echo "lab/realnode[$node]: $*" >&2; }
+
+# What the seed's manifests run, stood in (templates/gpu-pod.yaml.j2; the toolkit knobs of
+# group_data/all.py), besides the containerd's own sandbox image.
+IMAGES=(
+  "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04=cuda no GPU here; this Pod's runtime handler started it"
+  "nvcr.io/nvidia/k8s/container-toolkit:v1.16.2=container-toolkit v1.16.2"
+  "nvcr.io/nvidia/k8s/container-toolkit:v1.17.0=container-toolkit v1.17.0"
+)
+SYSCTLS="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
+OVERLAYS="/var/lib /var/log /usr/bin"
+
+# pids_with_arg ARG EXE: processes whose command line has the argument ARG and whose binary is EXE.
+pids_with_arg() {
+  local f p
+  for f in $(grep -lzxF -- "$1" /proc/[0-9]*/cmdline 2>/dev/null); do
+    p=${f#/proc/}; p=${p%/cmdline}
+    [[ $(readlink "/proc/$p/exe" 2>/dev/null) == */"$2" ]] && echo "$p"
+  done
+  return 0
+}
+
+kubelet_pid() { pids_with_arg "$dir/kubelet.yaml" kubelet | head -n 1; }
+
+held() { [[ $(stat -f -c %T "$dir/mnt" 2>/dev/null) == nsfs ]]; }
+
+# Every process in the namespace ROOT/var/node/mnt holds (by its mount namespace's identity).
+ns_pids() {
+  local ns p
+  ns=$(stat -L -c %i "$dir/mnt" 2>/dev/null) || return 0
+  for p in /proc/[0-9]*; do
+    [[ $(readlink "$p/ns/mnt" 2>/dev/null) == "mnt:[$ns]" ]] && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+inside() { nsenter --mount="$dir/mnt" -- "$@"; }
+
+make_namespace() {
+  local d f
+  mkdir -p "$dir"
+  # The namespace file must sit on a private mount (a shared one refuses it): $dir bound on itself.
+  mountpoint -q "$dir" || { mount --bind "$dir" "$dir"; mount --make-private "$dir"; }
+  touch "$dir/mnt"
+  for d in $OVERLAYS; do mkdir -p "$dir/overlay$d/upper" "$dir/overlay$d/work"; done
+  for f in $SYSCTLS; do cat "/proc/sys/$f" >"$dir/sysctl-${f//\//.}"; done
+  unshare --mount="$dir/mnt" --propagation private sh -euc '
+    dir=$1
+    mount -t tmpfs -o mode=755 tmpfs /run
+    for d in '"$OVERLAYS"'; do
+      mount -t overlay overlay -o "lowerdir=$d,upperdir=$dir/overlay$d/upper,workdir=$dir/overlay$d/work" "$d"
+    done
+    for f in '"$SYSCTLS"'; do mount --bind "$dir/sysctl-$(echo "$f" | tr / .)" "/proc/sys/$f"; done
+  ' sh "$dir"
+  log "namespace $dir/mnt made"
+}
+
+# The stand-in nvidia runtime, the Pod network and kubelet's configuration, as files.
+write_files() {
+  local runc ca port
+  runc=$(command -v runc) || die "runc is missing (lab/deps.sh installs it)"
+  mkdir -p "$dir/overlay/usr/bin/upper" "$dir/cni/bin" "$dir/cni/net.d"
+  cat >"$dir/overlay/usr/bin/upper/nvidia-container-runtime" <<SH
+#!/bin/sh
+# gpuop's stand-in for the NVIDIA container runtime (no GPU here): it logs each call, then runs runc.
+echo "\$(date -u +%FT%T.%NZ) \$*" >>$dir/nvidia-container-runtime.log
+exec $runc "\$@"
+SH
+  chmod 755 "$dir/overlay/usr/bin/upper/nvidia-container-runtime"
+  cp "$here/standin/cni" "$dir/cni/bin/gpuop-lab"
+  ln -sfn /usr/lib/cni/loopback "$dir/cni/bin/loopback"  # containerd's CRI runs it for every Pod
+  cat >"$dir/cni/net.d/10-gpuop-lab.conflist" <<JSON
+{"cniVersion": "1.0.0", "name": "gpuop-lab", "plugins": [{"type": "gpuop-lab", "subnet": "10.88.0"}]}
+JSON
+  ca=$cluster_dir/pki/ca.crt
+  [[ -f $ca ]] || die "cluster $cluster has no CA at $ca (lab/lab.sh up first)"
+  port=$(sed -n 's/^port: //p' "$dir/kubelet.yaml" 2>/dev/null || true)
+  [[ -n $port ]] || port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cat >"$dir/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This lab's kind of machine: cgroup v1 (kubelet 1.35+ refuses it otherwise), no systemd, a
+# swap, no QoS cgroups or node allocatable to enforce, no iptables of the host's to touch.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+makeIPTablesUtilChains: false
+containerRuntimeEndpoint: unix://$root/run/containerd/containerd.sock
+# Reached by the API server (logs, exec), which shows the cluster's client certificate.
+port: $port
+readOnlyPort: 0
+healthzPort: 0
+authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: $ca}}
+authorization: {mode: AlwaysAllow}
+# A runtime that goes down is seen within seconds, as the incident's restart was.
+nodeStatusUpdateFrequency: 2s
+# The stand-in images are never pulled again: keep them, and evict nothing for this disk.
+imageGCHighThresholdPercent: 100
+evictionHard: {memory.available: 1Mi, nodefs.available: 1%, imagefs.available: 1%}
+YAML
+}
+
+# The sandbox image the containerd binary defaults to (its `config default`), and the seed's.
+ensure_images() {
+  local sandbox archive=$dir/images.tar sock=$root/run/containerd/containerd.sock want=() missing=()
+  sandbox=$("$containerd" config default 2>/dev/null |
+    sed -n "s/^ *sandbox\(_image\)\{0,1\} = [\"']\([^\"']*\)[\"']/\2/p" | head -n 1)
+  [[ -n $sandbox ]] || die "$containerd config default names no sandbox image"
+  local specs=("$sandbox=pause" "${IMAGES[@]}") s
+  for s in "${specs[@]}"; do want+=("${s%%=*}"); done
+  local standin
+  standin=$("$here/build.sh" standin)/standin
+  python3 "$here/standin/images.py" "$archive.new" "$standin" "${specs[@]}"
+  mv "$archive.new" "$archive"
+  local tmp="" ctr=(ctr --namespace k8s.io --timeout 10s)
+  if ! ctr --address "$sock" --timeout 3s version >/dev/null 2>&1; then
+    # No lab daemon yet: a short-lived one on the same root, in the node's namespace (its
+    # unpacking mounts stay there), on a socket of its own.
+    tmp=$dir/import
+    mkdir -p "$tmp"
+    sock=$tmp/containerd.sock
+    inside setsid "$containerd" --config /dev/null --root "$root/var/lib/containerd" --state "$tmp/state" \
+      --address "$sock" </dev/null >"$tmp/containerd.log" 2>&1 &
+    local waited=0
+    until ctr --address "$sock" --timeout 3s version >/dev/null 2>&1; do
+      (( waited++ < 100 )) || { tail -n 3 "$tmp/containerd.log" >&2; die "the importing containerd did not answer in 10s"; }
+      sleep 0.1
+    done
+  fi
+  local have
+  have=$("${ctr[@]}" --address "$sock" images list --quiet)
+  for s in "${want[@]}"; do grep -qxF "$s" <<<"$have" || missing+=("$s"); done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    inside "${ctr[@]}" --address "$sock" images import --all-platforms "$archive" >/dev/null
+    log "stand-in images imported: ${missing[*]}"
+  fi
+  if [[ -n $tmp ]]; then
+    local p
+    for p in $(pids_with_arg "$sock" containerd); do kill -TERM "$p"; done
+    for _ in $(seq 100); do [[ -z $(pids_with_arg "$sock" containerd) ]] && break; sleep 0.1; done
+    rm -rf "$tmp"
+  fi
+}
+
+k() { kubectl --kubeconfig "$cluster_dir/kubeconfig.yaml" --request-timeout=10s "$@"; }
+
+# kubelet as a node's service runs it: started again a second after it exits (kubelet exits at
+# once while its runtime does not answer, so it waits for the lab containerd this way).
+kubelet_service() {
+  local kubelet=$1
+  shift
+  while :; do
+    "$kubelet" "$@" </dev/null >>"$dir/kubelet.log" 2>&1 || echo "kubelet exited ($?); starting it again in 1s" >>"$dir/kubelet.log"
+    sleep 1
+  done
+}
+
+service_pid() { pids_with_arg "$dir/kubelet.service" bash | head -n 1; }
+
+start_kubelet() {
+  local kubelet
+  kubelet=$("$here/build.sh" kubelet)/kubelet
+  # A kwok node of this name would stay kwok's: the kubelet registers its own.
+  if [[ -n $(k get node "$node" -o jsonpath='{.metadata.annotations.kwok\.x-k8s\.io/node}' 2>/dev/null) ]]; then
+    k delete node "$node" >/dev/null
+    log "kwok's $node deleted, for the kubelet's own"
+  fi
+  inside setsid bash "$0" kubelet-service "$dir/kubelet.service" "$kubelet" --config "$dir/kubelet.yaml" \
+    --kubeconfig "$cluster_dir/kubeconfig.yaml" --hostname-override "$node" \
+    --root-dir /var/lib/kubelet </dev/null >/dev/null 2>&1 &
+  log "kubelet started as a service (it registers $node once the lab containerd answers)"
+}
+
+# stop_node: every process of the namespace (kubelet, containerd, shims, containers), then the
+# namespace and its private mount.
+stop_node() {
+  local pids p c runc_root=/run/containerd/runc/k8s.io
+  # Containers have mount namespaces of their own: runc, in the node's, deletes them (and their cgroups).
+  if held; then
+    for c in $(inside runc --root "$runc_root" list --quiet 2>/dev/null); do
+      inside runc --root "$runc_root" delete --force "$c" 2>/dev/null || true
+    done
+  fi
+  mapfile -t pids < <(service_pid; ns_pids; kubelet_pid)
+  if [[ ${#pids[@]} -gt 0 ]]; then
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    for _ in $(seq 100); do
+      alive=0
+      for p in "${pids[@]}"; do
+        case $(sed 's/.*) //; s/ .*//' "/proc/$p/stat" 2>/dev/null) in "" | Z) ;; *) alive=1 ;; esac
+      done
+      (( alive )) || break
+      sleep 0.1
+    done
+    log "stopped: pids ${pids[*]}"
+  fi
+  ! held || umount "$dir/mnt"
+  ! mountpoint -q "$dir" || umount "$dir"
+}
+
+cmd=${1:-}
+case $cmd in
+up)
+  [[ $# -ge 4 ]] || die "usage: up ROOT NODE CONTAINERD [CLUSTER]"
+  root=$(realpath -m "$2") node=$3 containerd=$4 cluster=${5:-gpuop-lab}
+  dir=$root/var/node cluster_dir=$HOME/.kwok/clusters/$cluster
+  [[ -x $containerd ]] || die "no containerd at $containerd"
+  mkdir -p "$dir"
+  write_files
+  held || make_namespace
+  ensure_images
+  [[ -n $(service_pid) ]] || start_kubelet
+  ;;
+kubelet-service)  # inside the namespace: DIR/kubelet.service KUBELET ARGS...
+  dir=$(dirname "$2")
+  shift 2
+  kubelet_service "$@"
+  ;;
+stop)
+  [[ $# -eq 2 ]] || die "usage: stop ROOT"
+  root=$(realpath -m "$2") node=${root}
+  dir=$root/var/node
+  stop_node
+  ;;
+stop-all)
+  node=all
+  for f in $(grep -lzx -- '.*/var/node/kubelet.yaml' /proc/[0-9]*/cmdline 2>/dev/null); do
+    a=$(tr '\0' '\n' <"$f" | grep -x '.*/var/node/kubelet.yaml' | head -n 1)
+    dir=${a%/kubelet.yaml}
+    stop_node
+  done
+  # Namespaces whose kubelet is gone are held by their file still: found by the mount table.
+  for m in $(awk '$5 ~ /\/var\/node\/mnt$/ {print $5}' /proc/self/mountinfo); do
+    dir=${m%/mnt}
+    stop_node
+  done
+  ;;
+kubelet)
+  dir=$(realpath -m "$2")/var/node
+  kubelet_pid
+  ;;
+*) die "usage: up ROOT NODE CONTAINERD [CLUSTER] | stop ROOT | stop-all | kubelet ROOT" ;;
+esac
