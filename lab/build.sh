@@ -7,6 +7,7 @@
 #   lab/build.sh crictl     -> ~/.cache/gpuop-lab/cri-tools-1.37.0/bin
 #   lab/build.sh containerd V (a containerd of CONTAINERD_VERSIONS for the lab node) -> ~/.cache/gpuop-lab/containerd-V/bin
 #   lab/build.sh containerds (every one of them; prints nothing)
+#   lab/build.sh shim V     its runc shim, beside it (a real node runs Pods: lab/realnode.sh) -> the same bin
 #   lab/build.sh nvidia-ctk -> ~/.cache/gpuop-lab/nvidia-ctk-1.19.1/bin
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the real node's stand-in images' program)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
@@ -18,14 +19,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|kubelet|crictl|containerd VERSION|containerds|nvidia-ctk|standin]; VERSION one of: $CONTAINERD_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|containerd VERSION|shim VERSION|containerds|nvidia-ctk|standin]; VERSION one of: $CONTAINERD_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
 crictl) cache=$cache_root/cri-tools-$CRICTL_VERSION ;;
 nvidia-ctk) cache=$cache_root/nvidia-ctk-$NVIDIA_CTK_VERSION ;;
 standin) cache=$cache_root/standin-$(sha256sum "$here/standin/standin.c" | cut -c1-12) ;;
-containerd)
+containerd | shim)
   containerd_version=${2:-}
   [[ " $CONTAINERD_VERSIONS " == *" $containerd_version "* ]] || { echo "$usage" >&2; exit 2; }
   cache=$cache_root/containerd-$containerd_version
@@ -113,16 +114,16 @@ build_nvidia_ctk() {
     "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@v$NVIDIA_CTK_VERSION"
 }
 
-build_containerd() {
+build_containerd() {  # CMD: containerd or containerd-shim-runc-v2
   # Through a wrapper module for every version: `go install` refuses 1.7.15+ and 2.0.2-2.2.0,
   # whose go.mod has `exclude`. cgo on, as containerd's own release builds; no_btrfs: no btrfs
   # headers needed. The version is stamped as containerd's release builds stamp it.
   local v=$containerd_version mod=github.com/containerd/containerd
   [ "${v%%.*}" -ge 2 ] && mod=$mod/v2
   cd "$(wrapper "containerd-$v")"
-  go get "$mod/cmd/containerd@v$v"
+  go get "$mod/cmd/$1@v$v"
   CGO_ENABLED=1 go build -trimpath -tags no_btrfs -ldflags "-s -w -X $mod/version.Version=v$v" \
-    -o "$bin/containerd" "$mod/cmd/containerd"
+    -o "$bin/$1" "$mod/cmd/$1"
 }
 
 build_standin() {  # static: it runs alone in an image
@@ -141,7 +142,8 @@ kubelet) have_all kubelet || built "kubelet v$K8S_VERSION" build_kubernetes kube
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
 nvidia-ctk) have_all nvidia-ctk || built "nvidia-ctk v$NVIDIA_CTK_VERSION" build_nvidia_ctk ;;
 standin) have_all standin || built "the stand-in program" build_standin ;;
-containerd) have_all containerd || built "containerd v$containerd_version" build_containerd ;;
+containerd) have_all containerd || built "containerd v$containerd_version" build_containerd containerd ;;
+shim) have_all containerd-shim-runc-v2 || built "containerd v$containerd_version's runc shim" build_containerd containerd-shim-runc-v2 ;;
 esac
 rm -rf "$cache/src"
 echo "$bin"

@@ -183,15 +183,17 @@ kubelet_service() {
 service_pid() { pids_with_arg "$dir/kubelet.service" bash | head -n 1; }
 
 start_kubelet() {
-  local kubelet
+  local kubelet node_ip
   kubelet=$("$here/build.sh" kubelet)/kubelet
+  # The API server reaches kubelet (logs, exec) at this address: the host's own, as its name resolves nowhere.
+  node_ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
   # A kwok node of this name would stay kwok's: the kubelet registers its own.
   if [[ -n $(k get node "$node" -o jsonpath='{.metadata.annotations.kwok\.x-k8s\.io/node}' 2>/dev/null) ]]; then
     k delete node "$node" >/dev/null
     log "kwok's $node deleted, for the kubelet's own"
   fi
   inside setsid bash "$0" kubelet-service "$dir/kubelet.service" "$kubelet" --config "$dir/kubelet.yaml" \
-    --kubeconfig "$cluster_dir/kubeconfig.yaml" --hostname-override "$node" \
+    --kubeconfig "$cluster_dir/kubeconfig.yaml" --hostname-override "$node" ${node_ip:+--node-ip "$node_ip"} \
     --root-dir /var/lib/kubelet </dev/null >/dev/null 2>&1 &
   log "kubelet started as a service (it registers $node once the lab containerd answers)"
 }
@@ -230,6 +232,9 @@ up)
   root=$(realpath -m "$2") node=$3 containerd=$4 cluster=${5:-gpuop-lab}
   dir=$root/var/node cluster_dir=$HOME/.kwok/clusters/$cluster
   [[ -x $containerd ]] || die "no containerd at $containerd"
+  # A built containerd's Pods need its own runc shim (the lab containerd finds it beside itself).
+  version=$("$containerd" --version | awk '{print $3}')
+  [[ -x ${containerd%/*}/containerd-shim-runc-v2 ]] || "$here/build.sh" shim "${version#v}" >/dev/null
   mkdir -p "$dir"
   write_files
   held || make_namespace

@@ -67,6 +67,9 @@ class LabDaemon:
         dirs = [self.state, self.root, posixpath.dirname(self.pidfile), posixpath.dirname(self.log)]
         inner = (f"echo $$ >{shlex.quote(self.pidfile)}; exec {shlex.join(self.args())} "
                  f">>{shlex.quote(self.log)} 2>&1 </dev/null")
+        if self.namespace:  # a real node's: its Pods' shims are its own release's, found beside it first
+            shims = shlex.quote(posixpath.dirname(self.binary))
+            inner = f'PATH={shims}:"$PATH"; export PATH; {inner}'
         enter = f"nsenter --mount={shlex.quote(self.namespace)} -- " if self.namespace else ""
         return reads.containerd_changes(
             StringCommand(f"mkdir -p {shlex.join(dirs)} && {enter}setsid -f sh -c {shlex.quote(inner)}"))
