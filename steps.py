@@ -106,14 +106,14 @@ def runtime_class_and_pod(lab, at: Layout):
     inputs = {"nodes": lab.lab_nodes, "pod": pod}
     report, stamp = at.report("unscheduled.txt"), at.stamp("unscheduled.txt")
 
+    if lab.real_node:  # its kubelet registers once the lab containerd (step 2) answers
+        kube.node_takes_pods(name=f"The real node {lab.real_node} takes Pods", node=lab.real_node,
+                             context=ctx, timeout_s=timeout)
     incident.before_pending_pod(name="Rewind to before the GPU Pod, if its moment must be seen again",
                                 report=report, stamp=stamp, inputs=inputs, pod_manifest=pod,
                                 nodes=lab.lab_nodes, context=ctx, timeout_s=timeout)
     kube.namespace(name=f"Namespace {GPU_NAMESPACE}", namespace_name=GPU_NAMESPACE, context=ctx,
                    timeout_s=timeout)
-    if lab.real_node:  # its kubelet registers once the lab containerd (step 2) answers
-        kube.node_takes_pods(name=f"The real node {lab.real_node} takes Pods", node=lab.real_node,
-                             context=ctx, timeout_s=timeout)
     gpu_objects(lab, at)
     kube.pod_scheduling_decided(name="Scheduler's decision on the GPU Pod", pod=GPU_POD,
                                 namespace=GPU_NAMESPACE, context=ctx, timeout_s=timeout)

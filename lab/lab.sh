@@ -255,7 +255,8 @@ ensure_nodes() {
 real_node() {
   if [[ -z $real ]]; then
     "$here/realnode.sh" stop-all
-  else
+  else  # one real node: another root's would register the same node
+    "$here/realnode.sh" stop-all "${LAB_ROOT:-/root/gpuop}"
     "$here/realnode.sh" up "${LAB_ROOT:-/root/gpuop}" "$real" "${LAB_CONTAINERD:-/usr/bin/containerd}" "$name"
   fi
 }

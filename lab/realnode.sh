@@ -15,7 +15,7 @@
 #       service would: started again whenever it exits, so it registers NODE once the lab
 #       containerd (which the playbook starts) answers.
 #   lab/realnode.sh stop ROOT      kubelet, every process in the namespace, and the namespace
-#   lab/realnode.sh stop-all       every real lab node on this host (lab-down)
+#   lab/realnode.sh stop-all [ROOT]  every real lab node on this host (lab-down), but ROOT's
 #   lab/realnode.sh kubelet ROOT   kubelet's pid, when it runs
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -198,18 +198,40 @@ start_kubelet() {
   log "kubelet started as a service (it registers $node once the lab containerd answers)"
 }
 
-# stop_node: every process of the namespace (kubelet, containerd, shims, containers), then the
-# namespace and its private mount.
+# The node's processes: its kubelet service, everything in its namespace, the lab containerd's
+# shims (by their -address), and containers whose runc state went with a killed containerd (by
+# their cgroups, $cgroups: see task_cgroups).
+node_pids() {
+  local c
+  service_pid; ns_pids; kubelet_pid
+  pids_with_arg "${dir%/var/node}/run/containerd/containerd.sock" containerd-shim-runc-v2
+  for c in "${cgroups[@]}"; do cat "$c/cgroup.procs" 2>/dev/null; done
+}
+
+# The cgroups of the tasks the lab containerd keeps under ROOT (named for their ids), added to $cgroups.
+task_cgroups() {
+  local c
+  for c in "${dir%/var/node}"/run/containerd/io.containerd.runtime.v2.task/k8s.io/*/; do
+    [[ -d $c ]] && cgroups+=(/sys/fs/cgroup/*/k8s.io/"$(basename "$c")")
+  done
+  return 0
+}
+
+# stop_node: every process of the node, then its containers' cgroups, its namespace and its
+# private mount. Again until none is left: a process being started as they are killed (a shim,
+# a container's runc init) is found on the next round.
 stop_node() {
-  local pids p c runc_root=/run/containerd/runc/k8s.io
-  # Containers have mount namespaces of their own: runc, in the node's, deletes them (and their cgroups).
-  if held; then
-    for c in $(inside runc --root "$runc_root" list --quiet 2>/dev/null); do
-      inside runc --root "$runc_root" delete --force "$c" 2>/dev/null || true
-    done
-  fi
-  mapfile -t pids < <(service_pid; ns_pids; kubelet_pid)
-  if [[ ${#pids[@]} -gt 0 ]]; then
+  local pids p c runc_root=/run/containerd/runc/k8s.io cgroups=() round alive
+  for round in 1 2 3 4 5; do
+    # Containers have mount namespaces of their own: runc, in the node's, deletes them (and their cgroups).
+    if held; then
+      for c in $(inside runc --root "$runc_root" list --quiet 2>/dev/null); do
+        inside runc --root "$runc_root" delete --force "$c" 2>/dev/null || true
+      done
+    fi
+    task_cgroups
+    mapfile -t pids < <(node_pids | sort -u)
+    [[ ${#pids[@]} -gt 0 ]] || break
     kill -KILL "${pids[@]}" 2>/dev/null || true
     for _ in $(seq 100); do
       alive=0
@@ -220,7 +242,9 @@ stop_node() {
       sleep 0.1
     done
     log "stopped: pids ${pids[*]}"
-  fi
+  done
+  for c in "${cgroups[@]}"; do [[ ! -d $c ]] || rmdir "$c" 2>/dev/null || true; done
+  rmdir /sys/fs/cgroup/*/k8s.io 2>/dev/null || true  # only where no other containerd's Pods are
   ! held || umount "$dir/mnt"
   ! mountpoint -q "$dir" || umount "$dir"
 }
@@ -253,15 +277,15 @@ stop)
   stop_node
   ;;
 stop-all)
-  node=all
-  for f in $(grep -lzx -- '.*/var/node/kubelet.yaml' /proc/[0-9]*/cmdline 2>/dev/null); do
-    a=$(tr '\0' '\n' <"$f" | grep -x '.*/var/node/kubelet.yaml' | head -n 1)
-    dir=${a%/kubelet.yaml}
-    stop_node
-  done
-  # Namespaces whose kubelet is gone are held by their file still: found by the mount table.
-  for m in $(awk '$5 ~ /\/var\/node\/mnt$/ {print $5}' /proc/self/mountinfo); do
-    dir=${m%/mnt}
+  node=all keep=${2:+$(realpath -m "$2")/var/node}
+  # Each node by its kubelet service's command line, or, its kubelet gone, by the file holding
+  # its namespace (the mount table).
+  for d in $(grep -lzx -- '.*/var/node/kubelet.service' /proc/[0-9]*/cmdline 2>/dev/null |
+               xargs -r -n1 sh -c 'tr "\0" "\n" <"$0" | grep -x ".*/var/node/kubelet.service"' 2>/dev/null |
+               sed 's#/kubelet.service$##'
+             awk '$5 ~ /\/var\/node\/mnt$/ {sub(/\/mnt$/, "", $5); print $5}' /proc/self/mountinfo); do
+    [[ $d != "$keep" ]] || continue
+    dir=$d
     stop_node
   done
   ;;

@@ -2,6 +2,7 @@
 UTS namespaces (lab/node.sh), with its own containerd of a chosen version at the default paths,
 its own sshd on a loopback port, and a kwok Node of the same name with Pods bound to it."""
 
+import glob
 import hashlib
 import json
 import os
@@ -85,6 +86,22 @@ def kubelet(dir_: str, endpoint: str) -> list:
             f"mount -t overlay overlay -o lowerdir=/var/log,upperdir={dir_}/varlog/upper,workdir={dir_}/varlog/work /var/log",
             f"setsid {built('kubelet', 'kubelet')} --config {dir_}/kubelet.yaml --root-dir /var/lib/kubelet "
             f"</dev/null >{dir_}/kubelet.log 2>&1 &"]
+
+
+SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what kubelet sets
+
+
+def host_files() -> dict:
+    """What a kubelet and its containerd would write on the host if their namespace leaked:
+    the node paths' trees, the stand-in runtime's place, and the global sysctls kubelet sets."""
+    found = {p: tree(p) if os.path.isdir(p) else os.path.exists(p)
+             for p in ("/etc/containerd", "/var/lib/containerd", "/var/lib/kubelet", "/var/log/pods",
+                       "/var/lib/cni", "/run/containerd", "/usr/bin/nvidia-container-runtime")}
+    for s in SYSCTLS:
+        with open(f"/proc/sys/{s}") as f:
+            found[s] = f.read()
+    found["cgroups"] = sorted(glob.glob("/sys/fs/cgroup/*/k8s.io/*/"))  # a container's, left behind
+    return found
 
 
 def start(node: Node, root: str, pubkey: str) -> Node:

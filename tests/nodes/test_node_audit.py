@@ -88,21 +88,9 @@ def _cluster_state():
     return state
 
 
-SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what kubelet sets
-
-
-def _host_files():
-    found = {p: fleet.tree(p) if os.path.isdir(p) else None
-             for p in ("/etc/containerd", "/var/lib/containerd", "/var/lib/kubelet", "/var/log/pods")}
-    for s in SYSCTLS:
-        with open(f"/proc/sys/{s}") as f:
-            found[s] = f.read()
-    return found
-
-
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
-    host_before = _host_files()
+    host_before = fleet.host_files()
     root = str(tmp_path_factory.mktemp("fleet"))
     key, pubkey = fleet.keypair(root)
     nodes = planted()
@@ -121,19 +109,19 @@ def simulated(tmp_path_factory):
             fleet.stop(n)
         fleet.delete_cluster_objects(nodes)
     # the fleet, its kubelet included, left nothing on the host: the sysctls kubelet sets too
-    assert _host_files() == host_before
+    assert fleet.host_files() == host_before
 
 
 @pytest.fixture(scope="module")
 def audited(simulated):
     nodes, path, root = simulated
     before = {"nodes": {n.name: fleet.node_files(n) for n in nodes}, "cluster": _cluster_state(),
-              "host": _host_files()}
+              "host": fleet.host_files()}
     report, textfile = os.path.join(root, "fleet.json"), os.path.join(root, "fleet.prom")
     run = deploy(None, f"report={report}", f"textfile={textfile}", env={"GPUOP_NODES": path},
                  inventory="nodes.py", script="audit.py", debug=True)
     after = {"nodes": {n.name: fleet.node_files(n) for n in nodes}, "cluster": _cluster_state(),
-             "host": _host_files()}
+             "host": fleet.host_files()}
     with open(report) as f:
         doc = json.load(f)
     with open(textfile) as f:

@@ -125,3 +125,33 @@ def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
     # A renewal late by less than the grace is load, not a dead holder.
     late = [lease("kube-system", "kube-scheduler", "2026-12-01T08:59:41Z", 15), *fresh[1:]]
     assert stalled_components(late, ["lab-node-0"], now) == []
+
+
+def test_a_node_takes_pods_once_ready_and_untainted():
+    from gpuop.cluster import node_ready
+    ready = {"type": "Ready", "status": "True"}
+    down = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "container runtime is down"}
+    taint = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    assert node_ready(None) == (False, "not registered")
+    assert node_ready({"status": {}}) == (False, "no Ready condition yet")
+    assert node_ready({"status": {"conditions": [ready]}}) == (True, "Ready True")
+    assert node_ready({"status": {"conditions": [ready]}, "spec": {"taints": [taint]}}) == (
+        False, "Ready True, taints node.kubernetes.io/not-ready")
+    assert node_ready({"status": {"conditions": [down]}}) == (
+        False, "Ready False (KubeletNotReady: container runtime is down)")
+
+
+def test_the_sandbox_failure_is_this_pod_s_newest():
+    from gpuop.cluster import sandbox_failure, sandbox_lines
+    pod = {"metadata": {"name": "cuda-probe", "uid": "u2"}, "spec": {"nodeName": "lab-node-0"}}
+
+    def event(uid, at, message, reason="FailedCreatePodSandBox"):
+        return {"reason": reason, "message": message, "lastTimestamp": at, "metadata": {"creationTimestamp": at},
+                "involvedObject": {"kind": "Pod", "name": "cuda-probe", "uid": uid}}
+
+    events = [event("u1", "2026-12-01T10:00:09Z", "a deleted Pod's"), event("u2", "2026-12-01T10:00:01Z", "first"),
+              event("u2", "2026-12-01T10:00:05Z", "newest"), event("u2", "2026-12-01T10:00:07Z", "x", "Scheduled")]
+    assert sandbox_failure(events, pod)["message"] == "newest"
+    assert sandbox_failure(events[:1], pod) is None
+    assert sandbox_lines(pod, sandbox_failure(events, pod), "nvidia") == [
+        "FailedCreatePodSandBox", "newest", "handler nvidia", "node lab-node-0"]

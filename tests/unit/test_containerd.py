@@ -9,7 +9,7 @@ import tomli_w
 from facts.containerd import ContainerdRestart
 from tests.containerd.matrix import outcome
 from gpuop import containerd
-from gpuop.tomlpath import key_path, quote_key
+from gpuop.tomlpath import find_tables, key_path, quote_key
 
 
 def roundtrip(doc):
@@ -222,3 +222,19 @@ def test_repaired_dropin_follows_the_version_s_merge():
     assert containerd.release("1.6.20") == (1, 6, 20) and containerd.release("x") == (0, 0, 0)
 
 
+
+
+def test_a_real_node_s_main_config_and_the_toolkit_follow_its_cgroup_driver():
+    node_cri = containerd.kubelet_node_cri("/r/var/node/cni/bin", "/r/var/node/cni/net.d")
+    real = roundtrip(containerd.main_config("/r/conf.d/*.toml", node_cri=node_cri))
+    cri = real["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True  # this machine refuses a lower oom_score_adj
+    assert cri["cni"] == {"bin_dir": "/r/var/node/cni/bin", "conf_dir": "/r/var/node/cni/net.d"}
+    assert containerd.systemd_cgroup(real) is False and containerd.systemd_cgroup(MAIN) is True
+    # the seed's main config is unchanged by the knob's existence
+    assert set(MAIN["plugins"]["io.containerd.grpc.v1.cri"]) == {"containerd"}
+    for version in ("1.6.20", "2.4.2"):
+        runtimes = [t for _, t in find_tables(containerd.repaired_dropin(version, real), ("runtimes",))][0]
+        assert runtimes["nvidia"]["options"]["SystemdCgroup"] is False
+    kept = containerd.repaired_dropin("1.6.20", real)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert kept["cni"] == cri["cni"] and kept["restrict_oom_score_adj"] is True  # 1.x keeps the section whole

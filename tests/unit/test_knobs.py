@@ -84,3 +84,12 @@ def test_a_root_too_long_for_containerd_s_sockets_is_refused():
     assert (f"a root short enough for the lab containerd's sockets ({root}/run/containerd/containerd.sock.ttrpc "
             "is 112 bytes; a unix socket path has at most 104)") in str(bad.value)
     assert knobs(gpuop_root=root, containerd_binary="").gpuop_root == root  # no daemon, no socket
+
+
+def test_real_node_is_the_gpu_node_on_a_lab_containerd():
+    assert knobs().real_node == ""  # the seed's lab: every node kwok's
+    assert knobs(real_node="lab-node-0").real_node == "lab-node-0"
+    with pytest.raises(KnobError, match="real_node='lab-node-1': expected empty, or gpu_node"):
+        knobs(real_node="lab-node-1")
+    with pytest.raises(KnobError, match="real node runs on the lab containerd"):
+        knobs(real_node="lab-node-0", containerd_binary="")

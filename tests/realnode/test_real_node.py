@@ -1,0 +1,191 @@
+"""The real lab node (make run NODE=real): lab-node-0 is a real kubelet on the lab containerd, in
+a namespace of its own (lab/realnode.sh). The incident, the repair and the drift, for the
+containerd the lab ships (1.6.20) and the newest 2.x, asserted from the live cluster."""
+
+import json
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from tests import fleet
+from tests.kube import LAB, eventually, get, kubectl, lab_up, reset_lab
+from tests.labcontainerd import binary, nvidia_ctk
+from tests.playbook import deploy, stop_daemons_under
+from tests.proc import run
+
+NODE = "lab-node-0"
+REALNODE_SH = "lab/realnode.sh"
+# What each containerd says when a Pod names a handler it does not hold (their sources' words).
+SANDBOX_ERROR = {
+    "1.6.20": re.escape('failed to get sandbox runtime: no runtime for "nvidia" is configured'),
+    "2.4.2": 'unable to get OCI runtime for sandbox "[0-9a-f]{64}": no runtime for "nvidia" is configured',
+}
+
+
+@dataclass
+class RealLab:
+    root: str
+    version: str
+
+    @property
+    def data(self) -> tuple:
+        return (f"real_node={NODE}", f"containerd_binary={binary(self.version)}")
+
+    @property
+    def node_dir(self) -> str:
+        return os.path.join(self.root, "var", "node")
+
+    @property
+    def socket(self) -> str:
+        return os.path.join(self.root, "run", "containerd", "containerd.sock")
+
+    def up(self):
+        """`make lab-up NODE=real`: the cluster, and the real node on this root."""
+        env = {**os.environ, "LAB_REAL_NODE": NODE, "LAB_ROOT": self.root,
+               "LAB_CONTAINERD": binary(self.version)}
+        result = run(["lab/lab.sh", "up", LAB], timeout_s=600, env=env)
+        assert result.returncode == 0, result.stderr
+
+    def run(self, script="deploy.py", *data):
+        """`make run NODE=real` (or fix): the lab up, then the playbook; it must succeed."""
+        self.up()
+        done = deploy(self.root, *self.data, *data, script=script)
+        assert done.code == 0, done.log
+        return done
+
+
+def lab_daemons(root) -> list:
+    """The lab containerd daemons on ``root``, found by their command line."""
+    return run(["pgrep", "-f", "--", f"--root {root}/var/lib/containerd "], timeout_s=10).stdout.split()
+
+
+def node_namespace_pids(lab: RealLab) -> list:
+    """Every process in the real node's mount namespace (none once it is gone)."""
+    ns = os.path.join(lab.node_dir, "mnt")
+    try:
+        want = f"mnt:[{os.stat(ns).st_ino}]"
+    except FileNotFoundError:
+        return []
+    found = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and os.readlink(f"/proc/{p}/ns/mnt") == want:
+                found.append(int(p))
+        except OSError:
+            pass
+    return found
+
+
+def sandbox_events(pod) -> list:
+    events = json.loads(kubectl("get", "events", "-n", "gpu-lab", "-o", "json"))["items"]
+    return [e for e in events if e["reason"] == "FailedCreatePodSandBox"
+            and e["involvedObject"].get("uid") == pod["metadata"]["uid"]]
+
+
+def node_ready(name=NODE):
+    node = get(f"node/{name}")
+    cond = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    return node, cond
+
+
+@pytest.fixture(scope="module", params=sorted(SANDBOX_ERROR))
+def real_lab(request, tmp_path_factory):
+    host_before = fleet.host_files()
+    reset_lab()
+    lab = RealLab(str(tmp_path_factory.mktemp(f"real-{request.param}") / "gpuop"), request.param)
+    try:
+        lab.up()
+        yield lab
+    finally:
+        run([REALNODE_SH, "stop", lab.root], timeout_s=60)
+        stop_daemons_under(lab.root)
+        reset_lab()
+        lab_up()  # the seed's lab again: kwok's lab-node-0
+    # kubelet, its containerd and the Pods wrote nothing on the host: sysctls, /var/lib/kubelet...
+    assert fleet.host_files() == host_before
+
+
+def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(real_lab):
+    real_lab.run()
+    node = get(f"node/{NODE}")
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.3"  # a real kubelet, not kwok
+    assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"] == f"containerd://{real_lab.version}"
+    pod = get("pod/cuda-probe", "gpu-lab")
+    assert pod["spec"]["nodeName"] == NODE and pod["status"]["phase"] == "Pending"
+    events = sandbox_events(pod)
+    with open(os.path.join(real_lab.root, "out", "sandbox.txt")) as f:
+        reason, message, handler, where = f.read().splitlines()
+    assert reason == "FailedCreatePodSandBox" and handler == "handler nvidia" and where == f"node {NODE}"
+    assert message in [e["message"] for e in events]  # the kubelet's own live event
+    assert re.fullmatch(r"Failed to create pod sandbox: rpc error: code = Unknown desc = "
+                        + SANDBOX_ERROR[real_lab.version], message)
+    with open(os.path.join(real_lab.root, "out", "rollout.txt")) as f:
+        rollout = f.read()
+    assert "READY=2\n" in rollout and "BLOCKER=insufficient-memory" in rollout  # step 8 stalls as before
+    # nothing ran through the stand-in nvidia runtime: containerd does not hold it
+    assert not os.path.exists(os.path.join(real_lab.node_dir, "nvidia-container-runtime.log"))
+    again = deploy(real_lab.root, *real_lab.data)
+    assert again.code == 0 and again.changed == 0, again.changed_ops()
+
+
+def test_fix_runs_the_gpu_pod_through_the_nvidia_runtime(real_lab):
+    real_lab.run("fix.py", f"nvidia_ctk_binary={nvidia_ctk()}")
+    pod = get("pod/cuda-probe", "gpu-lab")
+    assert pod["status"]["phase"] == "Running" and pod["spec"]["nodeName"] == NODE
+    container = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    with open(os.path.join(real_lab.node_dir, "nvidia-container-runtime.log")) as f:
+        calls = f.read()
+    assert re.search(rf" create --bundle \S+/{container} ", calls), calls  # runc, called by the stand-in
+    assert node_ready()[1]["status"] == "True"
+    with open(os.path.join(real_lab.root, "out", "audit.json")) as f:
+        assert json.load(f)["gaps"] == []
+
+
+def test_kubelet_killed_comes_back(real_lab):
+    service = run(["pgrep", "-f", "--", f"kubelet-service {real_lab.node_dir}/"], timeout_s=10).stdout.split()
+    kubelet = run([REALNODE_SH, "kubelet", real_lab.root], timeout_s=10).stdout.split()
+    assert service and kubelet
+    for pid in service + kubelet:
+        os.kill(int(pid), signal.SIGKILL)
+    real_lab.run()
+    assert run([REALNODE_SH, "kubelet", real_lab.root], timeout_s=10).stdout.split() not in ([], kubelet)
+    eventually("the real node Ready", lambda: node_ready()[1]["status"] == "True", timeout=60)
+    assert len(lab_daemons(real_lab.root)) == 1
+
+
+def test_namespace_gone_comes_back_with_the_incident(real_lab):
+    gone_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    gone = run([REALNODE_SH, "stop", real_lab.root], timeout_s=60)
+    assert gone.returncode == 0 and not node_namespace_pids(real_lab), gone.stderr
+    real_lab.run()
+    daemons = lab_daemons(real_lab.root)
+    assert len(daemons) == 1 and int(daemons[0]) in node_namespace_pids(real_lab)
+    # the GPU Pod's sandbox died with the node, and its new one fails: the incident again
+    pod = get("pod/cuda-probe", "gpu-lab")
+    eventually("a new sandbox failure of the GPU Pod", lambda: [
+        e for e in sandbox_events(pod)
+        if e["message"].endswith('no runtime for "nvidia" is configured') and e["lastTimestamp"] >= gone_at],
+        timeout=60)
+    assert not get("pod/cuda-probe", "gpu-lab")["status"]["containerStatuses"][0]["ready"]
+
+
+def test_stand_in_image_removed_comes_back(real_lab):
+    image = "nvcr.io/nvidia/k8s/container-toolkit:v1.16.2"
+    ctr = ["ctr", "--address", real_lab.socket, "--namespace", "k8s.io"]
+    assert run([*ctr, "images", "rm", image], timeout_s=30).returncode == 0
+    real_lab.up()
+    assert image in run([*ctr, "images", "list", "--quiet"], timeout_s=30).stdout.split()
+
+
+def test_stop_leaves_no_process_mount_or_namespace(real_lab):
+    stopped = run([REALNODE_SH, "stop", real_lab.root], timeout_s=60)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not node_namespace_pids(real_lab) and not lab_daemons(real_lab.root)
+    assert not run([REALNODE_SH, "kubelet", real_lab.root], timeout_s=10).stdout.strip()
+    with open("/proc/self/mountinfo") as f:
+        assert real_lab.root not in f.read()
