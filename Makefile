@@ -26,6 +26,8 @@ NODE_DATA = --data real_node=lab-node-0
 else ifneq ($(NODE),kwok)
 $(error NODE=$(NODE): expected kwok or real)
 endif
+# REBOOT=true (with NODE=real): after step 8, restart the node's containerd as a reboot would (reboot.txt).
+REBOOT ?= false
 
 .PHONY: setup deps containerds nvidia-ctk kubelet lab-up lab-down lab-status test unit run fix audit bench
 
@@ -64,7 +66,7 @@ test: setup deps containerds nvidia-ctk kubelet lab-up
 	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
 
 run: setup deps lab-up
-	@$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA) $(NODE_DATA)
+	@$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA) $(NODE_DATA) --data reboot=$(REBOOT)
 
 fix: setup deps nvidia-ctk lab-up
 	$(VENV)/bin/pyinfra inventory.py fix.py -y $(CONTAINERD_DATA) $(NODE_DATA) --data nvidia_ctk_binary=$$(lab/build.sh nvidia-ctk)/nvidia-ctk
@@ -79,3 +81,4 @@ bench: setup deps containerds lab-up
 	bench/fix.sh
 	$(VENV)/bin/python bench/roundtrips.py
 	$(VENV)/bin/python bench/nodes.py
+	bench/real_node.sh

@@ -24,4 +24,6 @@ steps.runtime_class_and_pod(lab, at)  # 5. RuntimeClass nvidia, and a GPU Pod le
 steps.advertise_gpus(lab, at)  # 6. the device plugin's advertisement binds the Pod
 steps.time_slicing(lab, at)  # 7. five slots per GPU, and no memory guaranteed to any
 steps.toolkit_rollout(lab, at)  # 8. a toolkit upgrade asking 64Gi stalls half-way
+if lab.reboot:
+    steps.reboot(lab, at)  # then a reboot: the real node as restart.txt forecast it
 steps.summary(lab, at)  # after pyinfra's results: what the incident showed, and where the reports are

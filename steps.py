@@ -11,8 +11,8 @@ from pyinfra.api import deploy
 
 import manifests
 from gpuop import containerd
-from gpuop.cluster import (SANDBOX_FAILED, allocatable_count, node_gpu_lines, rollout_lines, sandbox_failure,
-                           sandbox_lines)
+from gpuop.cluster import (SANDBOX_FAILED, allocatable_count, node_gpu_lines, reboot_lines, rollout_lines,
+                           sandbox_failure, sandbox_lines)
 from gpuop.layout import Layout
 from gpuop.objects import of_kind
 from gpuop.scheduling import pod_scheduled
@@ -22,7 +22,7 @@ from manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, RE
 from operations import audit as audits
 from operations import fleet
 from operations import containerd as lab_containerd
-from operations import incident, kube, reports
+from operations import incident, kube, reads, reports
 from operations import preflight as checks
 from operations.files import text
 from operations.kube import daemonset_and_pods, found, live_object
@@ -223,6 +223,24 @@ def toolkit_rollout(lab, at: Layout):
     reports.moment(name="rollout.txt", path=report, stamp=stamp, capture=rollout, inputs=inputs)
 
 
+@deploy("After the incident: a reboot restarts the node's containerd")
+def reboot(lab, at: Layout):
+    ctx, daemon, moment = lab.kube_context, lab_daemon(lab, at), at.stamp("reboot.txt")
+    lab_containerd.rebooted(name="The node's containerd restarts, as a reboot restarts it", daemon=daemon,
+                            moment=moment, timeout_s=lab.wait_timeout_s)
+    kube.node_reports_restart(name=f"{lab.real_node}'s kubelet reports the restarted runtime",
+                              node=lab.real_node, moment=moment, context=ctx, timeout_s=lab.wait_timeout_s)
+
+    def after():
+        when, forecast = kube.moment_of(moment), reads.containerd()["restart"]  # a restart changes no file
+        node = kube.live_object(f"node/{lab.real_node}", context=ctx, in_wait=True)
+        if when is None or node is None or forecast is None:
+            raise reports.Unobservable(f"no restart recorded in {moment}, no node {lab.real_node}, or no forecast")
+        return reboot_lines(forecast["cri_ok"], node, when)
+
+    reports.live(name="reboot.txt", path=at.report("reboot.txt"), capture=after)
+
+
 def summary(lab, at: Layout):
     """After pyinfra's results: the incident's key lines on this host, and where its reports are."""
     at_end(host, os.path.dirname(at.report(REPORTS[0])), REPORTS)
@@ -240,7 +258,7 @@ def reachable(lab):
 def audit(lab, at: Layout):
     audits.findings(name="Findings", path=at.report("audit.json"), main_config=at.main_config,
                     observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at),
-                    context=lab.kube_context,
+                    context=lab.kube_context, real_node=lab.real_node,
                     time_slicing={"node": lab.timeslice_node, "physical_gpus": lab.physical_gpus,
                                   "vram_per_gpu_gib": lab.vram_per_gpu_gib,
                                   "configmap": f"{OPERATOR_NAMESPACE}/{TIME_SLICING}"})

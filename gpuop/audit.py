@@ -6,7 +6,8 @@ A finding is a gap between what was written and what is live; everything else th
 
 from .quantity import parse_quantity
 
-from .cluster import GPU, allocatable_count, rollout_complete, rollout_settled, rollout_status
+from .cluster import GPU, allocatable_count, rollout_complete, rollout_settled, rollout_status, sandbox_failure
+from .node import sandbox_error, says_sandbox_error
 from .objects import of_kind
 from .scheduling import pod_scheduled, reasons, unschedulable
 from .slots import replicas_of
@@ -56,7 +57,32 @@ def _runtime_gaps(runtime: dict) -> list:
     return gaps
 
 
-def audit(runtime: dict, objects: list, time_slicing: dict) -> dict:
+def _sandboxes(runtime: dict, objects: list, real_node: str, gaps: list) -> list:
+    """For each Pod bound to the real node whose RuntimeClass's handler is not loaded: the sandbox
+    failure containerd's version gives (``gpuop.node.sandbox_error``), held against the kubelet's
+    live event for that Pod; a gap either way, saying whether the kubelet agrees."""
+    handlers = {rc["metadata"]["name"]: rc["handler"] for rc in of_kind(objects, "RuntimeClass")}
+    events = of_kind(objects, "Event")
+    found = []
+    for pod in of_kind(objects, "Pod"):
+        handler = handlers.get(pod["spec"].get("runtimeClassName"))
+        if pod["spec"].get("nodeName") != real_node or handler is None or handler in runtime["loaded"]:
+            continue
+        forecast = sandbox_error(runtime["version"], handler)
+        event = sandbox_failure(events, pod)
+        agrees = bool(event) and says_sandbox_error(event["message"], runtime["version"], handler)
+        found.append({"pod": _ref(pod), "node": real_node, "handler": handler, "forecast": forecast,
+                      "event": event["message"] if event else None, "agrees": agrees})
+        kubelet = ("the kubelet's event agrees" if agrees
+                   else f"the kubelet's event says otherwise: {event['message']}" if event
+                   else "no kubelet event for it yet")
+        gaps.append({"kind": "sandbox-fails", "subject": _ref(pod),
+                     "detail": f"Pod {_ref(pod)} on {real_node} cannot start its sandbox: containerd "
+                               f"{runtime['version']} says {forecast}; {kubelet}"})
+    return found
+
+
+def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "") -> dict:
     """Findings and readings for one host.
 
     + runtime: the runtime handlers in each view: {"written": [...], "loaded": [...],
@@ -65,6 +91,8 @@ def audit(runtime: dict, objects: list, time_slicing: dict) -> dict:
     + objects: live RuntimeClasses, Nodes, Pods, DaemonSets and ConfigMaps (kubectl's JSON)
     + time_slicing: {"node", "physical_gpus", "vram_per_gpu_gib", "configmap": "ns/name"} of the
       time-sliced node
+    + real_node: the lab node a real kubelet runs, whose sandbox failures are held against its
+      kubelet's events (``objects`` then holds Events too); empty: none
 
         audit({"written": ["runc", "nvidia"], "loaded": ["runc"], "loaded_from": "cri", ...},
               objects, {...})["gaps"]
@@ -130,7 +158,9 @@ def audit(runtime: dict, objects: list, time_slicing: dict) -> dict:
                          "detail": f"DaemonSet {_ref(ds)}: rollout stalled at {status['UPDATED']}/"
                                    f"{status['DESIRED']} updated, blocker {status['BLOCKER']}"})
 
+    sandboxes = _sandboxes(runtime, objects, real_node, gaps) if real_node else None
     return {
+        **({"sandboxes": sandboxes} if real_node else {}),
         "handlers": {"written": runtime["written"], "loaded": loaded,
                      "loaded_source": {"cri": "live"}.get(runtime["loaded_from"], runtime["loaded_from"]),
                      "containerd_version": runtime["version"],
@@ -172,6 +202,9 @@ def table(result: dict) -> list:
         rows.append(("daemonset", f"{ds['name']} {ds['updated']}/{ds['desired']} updated, {ds['ready']} ready, "
                                   f"maxUnavailable {ds['max_unavailable']}"
                                   + (f", STALLED: {ds['blocker']}" if ds["stalled"] else "")))
+    for s in result.get("sandboxes", []):
+        rows.append(("sandbox", f"{s['pod']} on {s['node']}: {'the kubelet agrees' if s['agrees'] else 'the kubelet does NOT agree'}"
+                                f" ({s['event'] or 'no event yet'})"))
     rows += [("warning", w["detail"]) for w in result["warnings"]]
     rows += [("GAP", g["detail"]) for g in result["gaps"]]
     rows.append(("verdict", f"{len(result['gaps'])} gap(s)" if result["gaps"] else "no gap: written is loaded is scheduled"))

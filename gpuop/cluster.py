@@ -267,3 +267,45 @@ def sandbox_lines(pod: dict, event: dict, handler: str) -> list:
         -> ["FailedCreatePodSandBox", "Failed to create pod sandbox: ...", "handler nvidia", "node lab-node-0"]
     """
     return [event["reason"], event["message"], f"handler {handler}", f"node {pod['spec'].get('nodeName')}"]
+
+
+def _time(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def ready_condition(node: dict) -> dict:
+    """A node's Ready condition (empty when it has none yet)."""
+    return next((c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), {})
+
+
+REBOOT_SETTLE_S = 8  # kubelet asks its runtime every 5 s, and posts its status every 2 s (lab/realnode.sh)
+
+
+def reported_since(node: dict, moment: datetime, settle_s: int = REBOOT_SETTLE_S) -> bool:
+    """Whether the node's kubelet posted its Ready condition ``settle_s`` after ``moment``: what it
+    says is then about the runtime as it was after that moment.
+
+        reported_since(node, datetime(2026, 12, 1, 15, 0, tzinfo=timezone.utc)) -> True
+    """
+    beat = ready_condition(node).get("lastHeartbeatTime")
+    return bool(beat) and (_time(beat) - moment).total_seconds() >= settle_s
+
+
+def reboot_lines(forecast_cri_ok: bool, node: dict, moment: datetime) -> list:
+    """reboot.txt: what the node's Ready condition says after its containerd restarted at
+    ``moment``, against what restart.txt forecast: Ready False (the runtime down) where the CRI
+    forecast fails, True where it loads. CHANGED_AFTER_S: how long after the restart the
+    condition changed, ``unchanged`` when it did not.
+
+        reboot_lines(False, node, moment)
+        -> ["REBOOT_AT=...", "FORECAST_CRI=fails", "READY=False", "REASON=KubeletNotReady",
+            "MESSAGE=container runtime is down, ...", "CHANGED_AFTER_S=6", "MATCHES=yes"]
+    """
+    cond = ready_condition(node)
+    changed = cond.get("lastTransitionTime") and _time(cond["lastTransitionTime"]) >= moment.replace(microsecond=0)
+    after = max(0, round((_time(cond["lastTransitionTime"]) - moment).total_seconds())) if changed else "unchanged"
+    matches = cond.get("status") == ("True" if forecast_cri_ok else "False")
+    return [f"REBOOT_AT={moment:%Y-%m-%dT%H:%M:%SZ}", f"FORECAST_CRI={'ok' if forecast_cri_ok else 'fails'}",
+            f"READY={cond.get('status', 'unknown')}", f"REASON={cond.get('reason', '')}",
+            f"MESSAGE={cond.get('message', '')}", f"CHANGED_AFTER_S={after}",
+            f"MATCHES={'yes' if matches else 'no'}"]

@@ -156,6 +156,7 @@ class Knobs:
     wait_timeout_s: int
     replay: bool
     real_node: str
+    reboot: bool
 
 
 PARSERS = {
@@ -182,6 +183,7 @@ PARSERS = {
     "wait_timeout_s": _int(1),
     "replay": _bool,
     "real_node": _optional_name,
+    "reboot": _bool,
 }
 
 
@@ -242,6 +244,8 @@ def parse_knobs(data) -> Knobs:
     if values["real_node"] and not values["containerd_binary"]:
         raise KnobError("real_node", values["real_node"],
                         "empty while containerd_binary is empty: a real node runs on the lab containerd")
+    if values["reboot"] and not values["real_node"]:
+        raise KnobError("reboot", values["reboot"], "false unless real_node is set: only a real node shows a reboot")
     if values["gpu_node"] == values["timeslice_node"]:
         raise KnobError("timeslice_node", values["timeslice_node"], "a node other than gpu_node")
     socket = Layout(values["gpuop_root"]).containerd_socket + ".ttrpc"  # the longest the daemon binds

@@ -8,6 +8,7 @@ files), ``loaded`` (the daemon, through CRI), ``after-restart`` (the binary's ow
 
 import fnmatch
 import posixpath
+import re
 import tomllib
 
 from .cluster import allocatable_count
@@ -62,6 +63,16 @@ def sandbox_error(version: str, handler: str) -> str:
     if release(version) >= (2,):
         return f'unable to get OCI runtime for sandbox "<id>": {cause}'
     return f"failed to get sandbox runtime: {cause}"
+
+
+def says_sandbox_error(message: str, version: str, handler: str) -> bool:
+    """Whether a kubelet's event message is ``sandbox_error``'s, a sandbox's id where it has one.
+
+        says_sandbox_error('Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get '
+                           'sandbox runtime: no runtime for "nvidia" is configured', "1.6.20", "nvidia") -> True
+    """
+    expected = re.escape(sandbox_error(version, handler)).replace(re.escape("<id>"), "[0-9a-f]{64}")
+    return re.search(f"{expected}$", message) is not None
 
 
 def runtime_view(read: dict) -> dict:

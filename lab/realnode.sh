@@ -26,9 +26,9 @@ log() { echo "lab/realnode[$node]: $*" >&2; }
 # What the seed's manifests run, stood in (templates/gpu-pod.yaml.j2; the toolkit knobs of
 # group_data/all.py), besides the containerd's own sandbox image.
 IMAGES=(
-  "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04=cuda no GPU here; this Pod's runtime handler started it"
-  "nvcr.io/nvidia/k8s/container-toolkit:v1.16.2=container-toolkit v1.16.2"
-  "nvcr.io/nvidia/k8s/container-toolkit:v1.17.0=container-toolkit v1.17.0"
+  "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04=cuda-12.4.1"
+  "nvcr.io/nvidia/k8s/container-toolkit:v1.16.2=container-toolkit-v1.16.2"
+  "nvcr.io/nvidia/k8s/container-toolkit:v1.17.0=container-toolkit-v1.17.0"
 )
 SYSCTLS="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
 OVERLAYS="/var/lib /var/log /usr/bin"
@@ -102,8 +102,8 @@ JSON
   cat >"$dir/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-# This lab's kind of machine: cgroup v1 (kubelet 1.35+ refuses it otherwise), no systemd, a
-# swap, no QoS cgroups or node allocatable to enforce, no iptables of the host's to touch.
+# This lab's kind of machine: cgroup v1 (kubelet 1.35+ refuses it otherwise), no systemd, swap
+# allowed, no QoS cgroups or node allocatable to enforce, no iptables of the host's to touch.
 failCgroupV1: false
 cgroupDriver: cgroupfs
 cgroupsPerQOS: false
@@ -139,8 +139,14 @@ ensure_images() {
   mv "$archive.new" "$archive"
   local tmp="" ctr=(ctr --namespace k8s.io --timeout 10s)
   if ! ctr --address "$sock" --timeout 3s version >/dev/null 2>&1; then
-    # No lab daemon yet: a short-lived one on the same root, in the node's namespace (its
-    # unpacking mounts stay there), on a socket of its own.
+    local holder
+    holder=$(pids_with_arg "$root/var/lib/containerd" containerd | head -n 1)
+    if [[ -n $holder ]]; then  # one per root: the playbook's next run restarts it, the next lab-up imports
+      log "the lab containerd (pid $holder) holds $root/var/lib/containerd but does not answer: stand-in images not checked"
+      return 0
+    fi
+    # No lab daemon: a short-lived one on the same root, in the node's namespace (its unpacking
+    # mounts stay there), on a socket of its own.
     tmp=$dir/import
     mkdir -p "$tmp"
     sock=$tmp/containerd.sock

@@ -15,7 +15,8 @@ from .reports import Unobservable, containerd_views
 
 
 @operation()
-def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, context: str = ""):
+def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, context: str = "",
+             real_node: str = ""):
     """
     Audit a lab host, read-only: handlers written against loaded (live through CRI, or recorded)
     against what a restart of containerd would load, RuntimeClasses whose handler
@@ -30,6 +31,7 @@ def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, 
     + daemon: the lab's containerd (``LabDaemon``), or None
     + time_slicing: {"node", "physical_gpus", "configmap": "namespace/name"}
     + context: kubeconfig context, empty for the current one
+    + real_node: the lab node a real kubelet runs (its sandbox failures are held against its events)
 
     .. code:: python
 
@@ -49,9 +51,9 @@ def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, 
                "version": views.version,
                "restart": forecast and {"runtimes": forecast.runtimes, "cri_ok": forecast.cri_ok,
                                         "reason": forecast.reason}}
-    objects = found("runtimeclasses,nodes,pods,daemonsets,configmaps", context=context,
-                    all_namespaces=True)
-    result = audit(runtime, objects, time_slicing)
+    objects = found("runtimeclasses,nodes,pods,daemonsets,configmaps" + (",events" if real_node else ""),
+                    context=context, all_namespaces=True)
+    result = audit(runtime, objects, time_slicing, real_node)
     yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n",
                            backup=False)
     if host.state.is_executing:

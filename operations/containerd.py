@@ -4,6 +4,7 @@ import posixpath
 import shlex
 import tomllib
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import tomli_w
 from pyinfra import host, logger
@@ -17,6 +18,7 @@ from gpuop.containerd import repaired_dropin, runtime_names
 
 from . import reads
 from .files import inline_write as _inline_write
+from .files import text
 from .poll import failure, poll, until
 
 
@@ -231,6 +233,33 @@ def _put_back(aside: str, conf_d: str) -> StringCommand:
         f"t={shlex.quote(conf_d)}/$(basename \"$f\"); "
         f"if [ -e \"$t\" ]; then mv \"$f\" \"{backup_of('$t')}\"; else mv \"$f\" \"$t\"; fi; done"
     ))
+
+
+@operation(is_idempotent=False)
+def rebooted(daemon: LabDaemon, moment: str, timeout_s: int = 120):
+    """
+    Restart the lab containerd as a node's reboot restarts it: every daemon on its root stopped,
+    one started with the files as they are now (the drop-ins included), and waited for until it
+    answers, its CRI up or refused (what a restart does is what is seen, not prevented). The
+    moment of the restart goes to ``moment`` (UTC, ISO 8601). It restarts on every run it is in.
+
+    + daemon: the lab's containerd
+    + moment: where the restart's moment is recorded (the reboot report's stamp)
+    + timeout_s: how long to wait for it to stop, and to answer
+
+    .. code:: python
+
+        rebooted(daemon=LabDaemon(...), moment="/root/gpuop/.gpuop/reboot.txt.stamp")
+    """
+    seen = reads.containerd()["loaded"]
+    when = datetime.now(timezone.utc) if host.state.is_executing else None
+    yield from text._inner(path=moment, content=f"{when.isoformat() if when else 'planned'}\n", backup=False)
+    yield from _stop(daemon, _pids(seen), timeout_s)
+    yield daemon.start()
+    # A 1.x whose CRI plugin failed to load still serves containerd's own API: CRI is refused.
+    yield until(f"the restarted lab containerd to answer on {daemon.socket}", daemon.loaded,
+                lambda now: (len(now["daemons"]) == 1 and (now["cri"] == "ok" or "unknown service" in now["error"]),
+                             describe(now)), timeout_s)
 
 
 @operation()

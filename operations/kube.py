@@ -1,14 +1,15 @@
 """Kubernetes objects converged through the target's kubectl: apply, patch or wait only on a difference."""
 
 import json
+from datetime import datetime
 
 import yaml
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
 from facts.kube import KUBECTL_DEADLINE_S, KubeObjects, ServerAnswer, kubectl
-from gpuop.cluster import (GPU, advertised, describe_rollout, node_ready, rollout_complete, rollout_settled,
-                           sandbox_failure)
+from gpuop.cluster import (GPU, advertised, describe_rollout, node_ready, ready_condition, reported_since,
+                           rollout_complete, rollout_settled, sandbox_failure)
 from gpuop.objects import differences, of_kind
 from gpuop.scheduling import pod_scheduled
 
@@ -238,6 +239,41 @@ def node_takes_pods(node: str, context: str = "", timeout_s: int = 120):
     yield from awaited(f"node {node} Ready and taking Pods", live_object(f"node/{node}", context=context),
                        lambda: live_object(f"node/{node}", context=context, in_wait=True),
                        node_ready, timeout_s)
+
+
+def moment_of(path: str):
+    """The moment a file on the target records (``operations.containerd.rebooted``), or None."""
+    found = reads.files((path,)).get(path)
+    try:
+        return datetime.fromisoformat(found["text"].strip()) if found else None
+    except ValueError:
+        return None  # "planned": the run is a plan
+
+
+@operation()
+def node_reports_restart(node: str, moment: str, context: str = "", timeout_s: int = 120):
+    """
+    Wait until a real node's kubelet reports on its runtime as restarted at the moment recorded in
+    ``moment``: a status posted long enough after it (``REBOOT_SETTLE_S``) whose Ready is what the
+    lab containerd's restart forecast (restart.txt's) says: False (the runtime down) where its CRI
+    fails, True where it loads. A wait that ends otherwise fails naming what the node said.
+
+    .. code:: python
+
+        node_reports_restart(node="lab-node-0", moment=".../.gpuop/reboot.txt.stamp")
+    """
+    since, forecast = moment_of(moment), reads.containerd()["restart"]
+    if since is None or forecast is None:
+        return
+    want = "True" if forecast["cri_ok"] else "False"
+
+    def said(live):
+        cond = ready_condition(live or {})
+        words = f"Ready {cond.get('status', 'unset')} ({cond.get('reason', '')}: {cond.get('message', '')})"
+        return bool(live) and reported_since(live, since) and cond.get("status") == want, words
+
+    yield until(f"{node}'s kubelet to report Ready {want} after the restart, as forecast",
+                lambda: live_object(f"node/{node}", context=context, in_wait=True), said, timeout_s)
 
 
 def pod_and_events(pod: str, namespace: str, context: str = "", in_wait: bool = False):

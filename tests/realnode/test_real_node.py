@@ -4,6 +4,7 @@ containerd the lab ships (1.6.20) and the newest 2.x, asserted from the live clu
 
 import json
 import os
+import pathlib
 import re
 import signal
 import time
@@ -11,9 +12,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from gpuop.containerd import cri_runtimes
 from tests import fleet
 from tests.kube import LAB, eventually, get, kubectl, lab_up, reset_lab
-from tests.labcontainerd import binary, nvidia_ctk
+from tests.labcontainerd import binary, crictl_info, nvidia_ctk
 from tests.playbook import deploy, stop_daemons_under
 from tests.proc import run
 
@@ -131,6 +133,37 @@ def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(real_la
     assert not os.path.exists(os.path.join(real_lab.node_dir, "nvidia-container-runtime.log"))
     again = deploy(real_lab.root, *real_lab.data)
     assert again.code == 0 and again.changed == 0, again.changed_ops()
+    # the audit's forecast of that failure, held against the kubelet's event: it agrees
+    audited = deploy(real_lab.root, *real_lab.data, script="audit.py")
+    assert audited.code != 0  # the incident's gaps fail it
+    with open(os.path.join(real_lab.root, "out", "audit.json")) as f:
+        sandboxes = json.load(f)["sandboxes"]
+    assert [(s["pod"], s["node"], s["agrees"]) for s in sandboxes] == [("gpu-lab/cuda-probe", NODE, True)]
+    assert sandboxes[0]["event"] in [e["message"] for e in sandbox_events(pod)]
+
+
+def test_reboot_takes_the_node_where_restart_txt_said(real_lab):
+    with open(os.path.join(real_lab.root, "out", "restart.txt")) as f:
+        cri_ok = "RESTART_CRI=ok\n" in f.read()
+    real_lab.run("deploy.py", "reboot=true")
+    with open(os.path.join(real_lab.root, "out", "reboot.txt")) as f:
+        said = dict(line.split("=", 1) for line in f.read().splitlines())
+    node, ready = node_ready()  # the live Node
+    assert (said["READY"], said["REASON"], said["MESSAGE"]) == (ready["status"], ready["reason"], ready["message"])
+    assert said["FORECAST_CRI"] == ("ok" if cri_ok else "fails") and said["MATCHES"] == "yes"
+    if cri_ok:  # 2.x merges the drop-in: the restart loads nvidia, and the node stays Ready
+        assert ready["status"] == "True" and said["CHANGED_AFTER_S"] == "unchanged"
+    else:  # 1.x: the drop-in replaced the runtimes, CRI does not load, the node goes down for real
+        assert ready["status"] == "False" and "container runtime is down" in ready["message"]
+        assert 0 <= int(said["CHANGED_AFTER_S"]) <= 60
+        eventually("the not-ready taint", lambda: "node.kubernetes.io/not-ready" in [
+            t["key"] for t in get(f"node/{NODE}")["spec"].get("taints", [])], timeout=60)
+    # the next plain run brings the incident back: the daemon restarted with the main config alone
+    real_lab.run()
+    assert len(lab_daemons(real_lab.root)) == 1
+    eventually("the real node Ready again", lambda: node_ready()[1]["status"] == "True", timeout=60)
+    code, info = crictl_info(pathlib.Path(real_lab.root))
+    assert code == 0 and cri_runtimes(info)[0] == ["runc"]
 
 
 def test_fix_runs_the_gpu_pod_through_the_nvidia_runtime(real_lab):

@@ -97,3 +97,37 @@ def test_pending_pods_grouped_by_reason_and_a_healthy_lab_has_no_gap():
     assert any(line.startswith("warning") and "share the GPU's whole 40 GiB" in line for line in table(result))
     assert result["pending"]["Insufficient memory"] == ["ns/p1", "ns/p2"]
     assert table(result)[-1].endswith("no gap: written is loaded is scheduled")
+
+
+def test_on_a_real_node_the_sandbox_forecast_is_held_against_the_kubelet_s_event():
+    probe = pod("probe", "n0", 1, runtime_class="nvidia")
+    probe["metadata"]["uid"] = "u1"
+
+    def event(message):
+        return {"kind": "Event", "reason": "FailedCreatePodSandBox", "message": message,
+                "lastTimestamp": "2026-12-01T15:00:00Z",
+                "metadata": {"name": "probe.1", "creationTimestamp": "2026-12-01T15:00:00Z"},
+                "involvedObject": {"kind": "Pod", "name": "probe", "uid": "u1"}}
+
+    said = ('Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: '
+            'no runtime for "nvidia" is configured')
+    objects = [RC, probe, node("n0", 4), node("n1", 20), configmap(5)]
+    for events, agrees, words in (([event(said)], True, "the kubelet's event agrees"),
+                                  ([event("failed to pull image")], False, "says otherwise: failed to pull image"),
+                                  ([], False, "no kubelet event for it yet")):
+        result = audit(runtime(["runc", "nvidia"], ["runc"]), objects + events, TS, real_node="n0")
+        assert result["sandboxes"] == [{"pod": "ns/probe", "node": "n0", "handler": "nvidia", "agrees": agrees,
+                                        "forecast": 'failed to get sandbox runtime: no runtime for "nvidia" is configured',
+                                        "event": events[0]["message"] if events else None}]
+        gap = next(g for g in result["gaps"] if g["kind"] == "sandbox-fails")
+        assert gap["subject"] == "ns/probe" and gap["detail"].endswith(words)
+    assert "sandboxes" not in audit(runtime(["runc", "nvidia"], ["runc"]), objects, TS)  # a kwok lab: as before
+
+
+def test_the_kubelet_s_words_match_each_version_s_sandbox_error():
+    from gpuop.node import says_sandbox_error
+    prefix = "Failed to create pod sandbox: rpc error: code = Unknown desc = "
+    two = f'unable to get OCI runtime for sandbox "{"a1" * 32}": no runtime for "nvidia" is configured'
+    assert says_sandbox_error(prefix + two, "2.4.2", "nvidia")
+    assert not says_sandbox_error(prefix + two, "1.6.20", "nvidia")
+    assert not says_sandbox_error(prefix + two.replace("nvidia", "kata"), "2.4.2", "nvidia")

@@ -155,3 +155,23 @@ def test_the_sandbox_failure_is_this_pod_s_newest():
     assert sandbox_failure(events[:1], pod) is None
     assert sandbox_lines(pod, sandbox_failure(events, pod), "nvidia") == [
         "FailedCreatePodSandBox", "newest", "handler nvidia", "node lab-node-0"]
+
+
+def test_the_reboot_report_holds_the_node_against_the_forecast():
+    from datetime import datetime, timezone
+
+    from gpuop.cluster import reboot_lines, reported_since
+    moment = datetime(2026, 12, 1, 15, 0, 0, 400000, tzinfo=timezone.utc)
+
+    def node(status, transition, beat, reason="KubeletReady", message="kubelet is posting ready status"):
+        return {"status": {"conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message,
+                                           "lastTransitionTime": transition, "lastHeartbeatTime": beat}]}}
+
+    down = node("False", "2026-12-01T15:00:06Z", "2026-12-01T15:00:10Z", "KubeletNotReady", "container runtime is down")
+    assert reported_since(down, moment) and not reported_since(node("True", "x", "2026-12-01T15:00:04Z"), moment)
+    assert reboot_lines(False, down, moment) == [
+        "REBOOT_AT=2026-12-01T15:00:00Z", "FORECAST_CRI=fails", "READY=False", "REASON=KubeletNotReady",
+        "MESSAGE=container runtime is down", "CHANGED_AFTER_S=6", "MATCHES=yes"]
+    stayed = node("True", "2026-12-01T14:10:00Z", "2026-12-01T15:00:10Z")
+    assert reboot_lines(True, stayed, moment)[5:] == ["CHANGED_AFTER_S=unchanged", "MATCHES=yes"]
+    assert reboot_lines(False, stayed, moment)[-1] == "MATCHES=no"  # the forecast said CRI fails
