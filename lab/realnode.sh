@@ -5,7 +5,7 @@
 #   /run is a tmpfs (the shims' sockets, runc's state); /var/lib, /var/log and /usr/bin are
 #   overlays whose writes land in ROOT/var/node (kubelet's /var/lib/kubelet, Pod logs, and the
 #   stand-in /usr/bin/nvidia-container-runtime); the global sysctls kubelet sets land in files
-#   bound over them. The namespace is held by ROOT/var/node/mnt: the playbook starts its
+#   bound over them, and /proc/meminfo says the seed's 32Gi. The namespace is held by ROOT/var/node/mnt: the playbook starts its
 #   containerd in it (nsenter --mount), and it outlives any of its processes.
 #
 #   lab/realnode.sh up ROOT NODE CONTAINERD [CLUSTER]
@@ -31,6 +31,7 @@ IMAGES=(
   "nvcr.io/nvidia/k8s/container-toolkit:v1.17.0=container-toolkit-v1.17.0"
 )
 SYSCTLS="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
+MEMORY_KIB=33554432  # the seed's node memory, 32Gi: what kubelet reads in the node's /proc/meminfo
 OVERLAYS="/var/lib /var/log /usr/bin"
 
 # pids_with_arg ARG EXE: processes whose command line has the argument ARG and whose binary is EXE.
@@ -67,6 +68,9 @@ make_namespace() {
   touch "$dir/mnt"
   for d in $OVERLAYS; do mkdir -p "$dir/overlay$d/upper" "$dir/overlay$d/work"; done
   for f in $SYSCTLS; do cat "/proc/sys/$f" >"$dir/sysctl-${f//\//.}"; done
+  # The seed's node has 32Gi: kubelet's capacity is MemTotal (cAdvisor). Its CPUs come from
+  # sysfs' topology, which stays this machine's.
+  sed "s/^MemTotal: .*/MemTotal:       $MEMORY_KIB kB/" /proc/meminfo >"$dir/meminfo"
   unshare --mount="$dir/mnt" --propagation private sh -euc '
     dir=$1
     mount -t tmpfs -o mode=755 tmpfs /run
@@ -74,6 +78,7 @@ make_namespace() {
       mount -t overlay overlay -o "lowerdir=$d,upperdir=$dir/overlay$d/upper,workdir=$dir/overlay$d/work" "$d"
     done
     for f in '"$SYSCTLS"'; do mount --bind "$dir/sysctl-$(echo "$f" | tr / .)" "/proc/sys/$f"; done
+    mount --bind "$dir/meminfo" /proc/meminfo
   ' sh "$dir"
   log "namespace $dir/mnt made"
 }

@@ -117,6 +117,7 @@ def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(real_la
     assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.3"  # a real kubelet, not kwok
     assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"] == f"containerd://{real_lab.version}"
+    assert node["status"]["capacity"]["memory"] == "32Gi"  # the seed's, read in the node's /proc/meminfo
     pod = get("pod/cuda-probe", "gpu-lab")
     assert pod["spec"]["nodeName"] == NODE and pod["status"]["phase"] == "Pending"
     events = sandbox_events(pod)
