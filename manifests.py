@@ -12,6 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 GPU_NAMESPACE = "gpu-lab"
 GPU_POD = "cuda-probe"
 RUNTIME_CLASS = "nvidia"
+HANDLER = "nvidia"  # RuntimeClass nvidia's handler: the runtime the toolkit's drop-in adds
 OPERATOR_NAMESPACE = "gpu-operator"
 TIME_SLICING = "time-slicing-config"
 TOOLKIT = "nvidia-container-toolkit"
@@ -33,7 +34,7 @@ def gpu_pod() -> str:
 
 def runtime_class() -> str:
     """The RuntimeClass nvidia, whose handler is the nvidia runtime."""
-    return manifest("runtimeclass.yaml", runtime_class=RUNTIME_CLASS, handler="nvidia")
+    return manifest("runtimeclass.yaml", runtime_class=RUNTIME_CLASS, handler=HANDLER)
 
 
 def toolkit(lab, version: str, memory: str) -> str:

@@ -6,12 +6,12 @@ from pyinfra.api import deploy
 
 import manifests
 import steps
+import target
 from gpuop.layout import Layout
 from operations import containerd as lab_containerd
 from operations import kube
 from operations import preflight as checks
 from operations.files import text
-import target
 from target import lab_daemon
 
 NODE_RUNTIMES = ("runc", "nvidia")  # what a healthy GPU node's containerd holds

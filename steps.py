@@ -10,6 +10,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 import manifests
+import target
 from gpuop import containerd
 from gpuop.cluster import (SANDBOX_FAILED, allocatable_count, node_gpu_lines, reboot_lines, rollout_lines,
                            sandbox_failure, sandbox_lines)
@@ -28,7 +29,6 @@ from operations.files import text
 from operations.kube import daemonset_and_pods, found, live_object
 from operations.runlock import hold_during_run
 from operations.summary import at_end
-import target
 from target import lab_daemon
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -151,7 +151,7 @@ def advertise_gpus(lab, at: Layout):
 
 def sandbox_fails(lab, at: Layout):
     """On the real node the GPU Pod binds and its sandbox cannot start: sandbox.txt holds the
-    kubelet's live event, captured once per Pod."""
+    kubelet's live event, captured once (a replay captures it again)."""
     ctx = lab.kube_context
     kube.pod_sandbox_failed(name="The GPU Pod binds, and the kubelet cannot create its sandbox",
                             pod=GPU_POD, namespace=GPU_NAMESPACE, context=ctx, timeout_s=lab.wait_timeout_s)
@@ -162,7 +162,7 @@ def sandbox_fails(lab, at: Layout):
         event = sandbox_failure(events, live) if live else None
         if event is None:
             raise reports.Unobservable(f"Pod {GPU_NAMESPACE}/{GPU_POD} has no {SANDBOX_FAILED} event")
-        return sandbox_lines(live, event, "nvidia")
+        return sandbox_lines(live, event, manifests.HANDLER)
 
     reports.moment(name="sandbox.txt", path=report, stamp=stamp, capture=failed,
                    inputs={"node": lab.real_node})

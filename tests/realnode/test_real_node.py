@@ -216,8 +216,8 @@ def test_stand_in_image_removed_comes_back(real_lab):
     assert image in run([*ctr, "images", "list", "--quiet"], timeout_s=30).stdout.split()
 
 
-def test_stop_leaves_no_process_mount_or_namespace(real_lab):
-    stopped = run([REALNODE_SH, "stop", real_lab.root], timeout_s=60)
+def test_lab_down_leaves_no_process_mount_or_namespace(real_lab):
+    stopped = run([REALNODE_SH, "stop-all"], timeout_s=60)  # what `make lab-down` runs for it
     assert stopped.returncode == 0, stopped.stderr
     assert not node_namespace_pids(real_lab) and not lab_daemons(real_lab.root)
     assert not run([REALNODE_SH, "kubelet", real_lab.root], timeout_s=10).stdout.strip()
