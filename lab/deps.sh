@@ -4,12 +4,15 @@
 #   service; the playbook runs a private daemon of its own (see README, "The lab node's containerd");
 # - containernetworking-plugins: the loopback plugin, which containerd's CRI runs for every Pod of
 #   the real lab node (NODE=real), beside the node's own plugin (lab/standin/cni);
+# - libc6-dev's static libc: the real node's stand-in program is linked statically (lab/standin);
 # - an OpenSSH server for the SSH tests (started by the tests themselves on loopback, never as a
 #   system service), and sudo for the test of a non-root SSH user.
 set -euo pipefail
 missing=()
 [ -x /usr/bin/containerd ] || missing+=(containerd)
 [ -x /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
+command -v gcc >/dev/null || missing+=(gcc)
+[ -f "$(gcc -print-file-name=libc.a 2>/dev/null)" ] || missing+=(libc6-dev)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
 command -v sudo >/dev/null || missing+=(sudo)
