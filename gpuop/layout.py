@@ -77,12 +77,12 @@ class Layout:
     @property
     def node_namespace(self):
         """The mount namespace the real node's kubelet and containerd run in (an nsfs file)."""
-        return self._at("var", "node", "mnt")
+        return posixpath.join(self.node_dir, "mnt")
 
     @property
     def node_cni(self):
         """The real node's CNI plugins and network config: ``(bin_dir, conf_dir)``."""
-        return self._at("var", "node", "cni", "bin"), self._at("var", "node", "cni", "net.d")
+        return posixpath.join(self.node_dir, "cni", "bin"), posixpath.join(self.node_dir, "cni", "net.d")
 
     @property
     def check_script(self):

@@ -12,19 +12,14 @@
 #   lab/node.sh pid DIR                         that first process's pid, as the host sees it
 #   lab/node.sh stop-all                        every simulated node on this host (lab-down)
 set -euo pipefail
+# shellcheck source=proc.sh
+. "$(cd "$(dirname "$0")" && pwd)/proc.sh"
 
 die() { echo "lab/node.sh: $*" >&2; exit 1; }
 
 # The `unshare` whose command line names DIR, or every node's (found by what it is, not by a
 # pid file) ...
-ns_unshare() {
-  local f p
-  for f in $(grep -lxzF -- "${1:-inside}" /proc/[0-9]*/cmdline 2>/dev/null); do
-    p=${f#/proc/}; p=${p%/cmdline}
-    [[ $(readlink "/proc/$p/exe" 2>/dev/null) == */unshare ]] && echo "$p"
-  done
-  return 0
-}
+ns_unshare() { pids_with_arg "${1:-inside}" unshare; }
 
 # ... and its child, the namespace's first process: stopping it stops every process inside.
 ns_init() {

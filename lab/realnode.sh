@@ -34,15 +34,8 @@ SYSCTLS="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
 MEMORY_KIB=33554432  # the seed's node memory, 32Gi: what kubelet reads in the node's /proc/meminfo
 OVERLAYS="/var/lib /var/log /usr/bin"
 
-# pids_with_arg ARG EXE: processes whose command line has the argument ARG and whose binary is EXE.
-pids_with_arg() {
-  local f p
-  for f in $(grep -lzxF -- "$1" /proc/[0-9]*/cmdline 2>/dev/null); do
-    p=${f#/proc/}; p=${p%/cmdline}
-    [[ $(readlink "/proc/$p/exe" 2>/dev/null) == */"$2" ]] && echo "$p"
-  done
-  return 0
-}
+# shellcheck source=proc.sh
+. "$here/proc.sh"
 
 kubelet_pid() { pids_with_arg "$dir/kubelet.yaml" kubelet | head -n 1; }
 

@@ -254,12 +254,10 @@ def rebooted(daemon: LabDaemon, moment: str, timeout_s: int = 120):
     seen = reads.containerd()["loaded"]
     when = datetime.now(timezone.utc) if host.state.is_executing else None
     yield from text._inner(path=moment, content=f"{when.isoformat() if when else 'planned'}\n", backup=False)
-    yield from _stop(daemon, _pids(seen), timeout_s)
-    yield daemon.start()
     # A 1.x whose CRI plugin failed to load still serves containerd's own API: CRI is refused.
-    yield until(f"the restarted lab containerd to answer on {daemon.socket}", daemon.loaded,
-                lambda now: (len(now["daemons"]) == 1 and (now["cri"] == "ok" or "unknown service" in now["error"]),
-                             describe(now)), timeout_s)
+    yield from _restart(daemon, seen, f"the restarted lab containerd to answer on {daemon.socket}",
+                        lambda now: (len(now["daemons"]) == 1 and (now["cri"] == "ok" or "unknown service" in now["error"]),
+                                     describe(now)), timeout_s)
 
 
 @operation()
