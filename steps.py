@@ -21,7 +21,6 @@ from gpuop.slots import replicas_of, sharing_config, slot_lines
 from manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, REAL_NODE_REPORTS, REPORTS,
                        RUNTIME_CLASS, TIME_SLICING, TOOLKIT, manifest)
 from operations import audit as audits
-from operations import fleet
 from operations import containerd as lab_containerd
 from operations import incident, kube, reads, reports
 from operations import preflight as checks
@@ -266,6 +265,10 @@ def audit(lab, at: Layout):
 
 @deploy("Audit a real node: written against loaded against after restart against scheduled")
 def node_audit(node):
+    # Only the fleet audit reads the cluster through the kubernetes client (a second to import):
+    # every lab run leaves it unloaded.
+    from operations import fleet
+
     fleet.node_audit(name="Read the node and the cluster", node_name=node.node_name,
                      gpu_handler=node.gpu_handler, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
                      context=node.kube_context, read_timeout_s=node.node_read_timeout_s)

@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
-# Benchmark: wall time of a converged rerun of the playbook on @local (target: under 3 s).
-#   bench/rerun.sh [ROUNDS] [ROOT]   default 5 rounds, root /tmp/gpuop-bench
-# The first run converges the lab (not timed); each timed run must change nothing.
+# Benchmark: a converged rerun of the playbook on @local against pyinfra's own floor (an empty
+# deploy on the same inventory), paired: each round runs both, back to back, so that a busy
+# machine slows both alike. Prints each round's wall time and peak memory (resident, KiB), then
+# the medians and their ratio (target: the rerun within 1.5x of the floor).
+#   bench/rerun.sh [ROUNDS] [ROOT]   default 7 rounds, root /tmp/gpuop-bench
+# The first run converges the lab (not timed); each timed rerun must change nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=${1:-5}
+rounds=${1:-7}
 root=${2:-/tmp/gpuop-bench}
 pyinfra=.venv/bin/pyinfra
-run() { "$pyinfra" inventory.py deploy.py -y --json --data "gpuop_root=$root" 2>/dev/null; }
-changed() { python3 -c 'import json,sys; print(json.load(sys.stdin)["results"]["totals"]["success"])'; }
+floor=$(mktemp --suffix=.py)
+out=$(mktemp)
+trap 'rm -f "$floor" "$out"' EXIT
+echo "# the floor: pyinfra connects, prepares and disconnects, with no operation" >"$floor"
 
-run >/dev/null
-times=()
+# timed FILE ARGS...: the run's "wall_s peak_kib" on stdout, its JSON in $out.
+timed() { /usr/bin/time -f '%e %M' -o /dev/stdout "$pyinfra" inventory.py "$@" -y --json >"$out" 2>/dev/null; }
+changed() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"]["totals"]["success"])' "$out"; }
+
+timed deploy.py --data "gpuop_root=$root" >/dev/null
+runs=() floors=() mems=() floor_mems=()
 for i in $(seq "$rounds"); do
-  t0=$(date +%s.%N)
-  n=$(run | changed)
-  t1=$(date +%s.%N)
-  t=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
-  times+=("$t")
-  echo "run $i: ${t}s, $n operations changed"
+  read -r fw fm < <(timed "$floor")
+  read -r rw rm < <(timed deploy.py --data "gpuop_root=$root")
+  n=$(changed)
+  [ "$n" = 0 ] || { echo "round $i: the rerun changed $n operations: the lab is not converged" >&2; exit 1; }
+  floors+=("$fw") runs+=("$rw") floor_mems+=("$fm") mems+=("$rm")
+  echo "round $i: rerun ${rw}s ${rm} KiB, floor ${fw}s ${fm} KiB"
 done
-printf '%s\n' "${times[@]}" | sort -n | awk '{ a[NR] = $1 } END { printf "converged rerun on @local: min %.2fs, median %.2fs, max %.2fs\n", a[1], a[int((NR + 1) / 2)], a[NR] }'
+median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+r=$(median "${runs[@]}") f=$(median "${floors[@]}")
+awk -v r="$r" -v f="$f" -v rm="$(median "${mems[@]}")" -v fm="$(median "${floor_mems[@]}")" 'BEGIN {
+  printf "converged rerun on @local: median %.2fs against the floor %.2fs (%.2fx); peak memory %d MiB against %d MiB\n",
+    r, f, r / f, rm / 1024, fm / 1024 }'

@@ -1,4 +1,7 @@
-"""Helpers for tests against the real lab cluster: the kubernetes client and kubectl."""
+"""Helpers for tests against the real lab cluster: the kubernetes client and kubectl.
+
+The test's own reads and its setup (``get``, ``set_gpus``, ``reset_lab``) go through one
+in-process client, as fast as a request; ``kubectl`` stays where a test plays the operator."""
 
 import json
 import os
@@ -7,20 +10,67 @@ import subprocess
 import time
 
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from tests.proc import run
 
 LAB = "gpuop-lab"  # the cluster `make lab-up` starts and the tests drive (its context is current)
 LAB_NODES = ("lab-node-0", "lab-node-1", "lab-node-2")
 GPU = "nvidia.com/gpu"
+REQUEST_TIMEOUT_S = 30  # one request of the test's own; a stalled API server fails the test
+
+# kubectl's resource names the tests use -> (API prefix, plural, namespaced)
+_RESOURCES = {
+    "pod": ("/api/v1", "pods", True), "node": ("/api/v1", "nodes", False),
+    "namespace": ("/api/v1", "namespaces", False), "configmap": ("/api/v1", "configmaps", True),
+    "event": ("/api/v1", "events", True), "runtimeclass": ("/apis/node.k8s.io/v1", "runtimeclasses", False),
+    "daemonset": ("/apis/apps/v1", "daemonsets", True),
+}
+_RESOURCES.update({plural: where for where in list(_RESOURCES.values()) for plural in [where[1]]})
+_clients = {}
+
+
+def api_client(context=None) -> client.ApiClient:
+    """The client of ``context`` (None: the current one), made anew when the kubeconfig changed
+    (a lab recreated has new certificates; ``lab-up`` makes its context current)."""
+    path = os.path.expanduser(os.environ.get("KUBECONFIG") or "~/.kube/config")
+    st = os.stat(path)
+    key = (context, st.st_mtime_ns, st.st_size)
+    if key not in _clients:
+        _clients[key] = config.new_client_from_config(config_file=path, context=context)
+    return _clients[key]
+
+
+def request(method, path, body=None, context=None, content_type="application/json", query=None):
+    """One API request of the test's own: the response's JSON, None for a 404 on a GET."""
+    api = api_client(context)
+    try:
+        answer = api.call_api(path, method, query_params=list((query or {}).items()), body=body,
+                              header_params={"Accept": "application/json", "Content-Type": content_type},
+                              auth_settings=["BearerToken"], _preload_content=False,
+                              _request_timeout=REQUEST_TIMEOUT_S)
+    except ApiException as e:
+        if e.status == 404 and method in ("GET", "DELETE"):
+            return None
+        raise AssertionError(f"{method} {path} failed: {e.status} {e.reason}: {e.body}") from None
+    return json.loads(answer.data)
+
+
+def path_of(resource, namespace=None) -> str:
+    """``pod/cuda-probe`` in ``gpu-lab`` -> ``/api/v1/namespaces/gpu-lab/pods/cuda-probe``;
+    ``pods`` -> the list's path."""
+    kind, _, name = resource.partition("/")
+    prefix, plural, namespaced = _RESOURCES[kind]
+    where = f"/namespaces/{namespace or 'default'}" if namespaced else ""
+    return f"{prefix}{where}/{plural}" + (f"/{name}" if name else "")
 
 
 def core(context=None) -> client.CoreV1Api:
-    return client.CoreV1Api(config.new_client_from_config(context=context))
+    return client.CoreV1Api(api_client(context))
 
 
 def apps(context=None) -> client.AppsV1Api:
-    return client.AppsV1Api(config.new_client_from_config(context=context))
+    return client.AppsV1Api(api_client(context))
 
 
 def kubectl(*args, context=None, check=True, stdin=None, timeout_s=120) -> str:
@@ -31,10 +81,10 @@ def kubectl(*args, context=None, check=True, stdin=None, timeout_s=120) -> str:
     return result.stdout
 
 
-def get(resource, namespace=None, context=None):
-    ns = ["-n", namespace] if namespace else []
-    out = kubectl("get", resource, *ns, "-o", "json", "--ignore-not-found", context=context)
-    return json.loads(out) if out.strip() else None
+def get(resource, namespace=None, context=None, **query):
+    """The live object (``pod/cuda-probe``) or list (``pods``) as the API returns it, None when
+    absent; ``query``: the list's parameters (``fieldSelector=...``)."""
+    return request("GET", path_of(resource, namespace), context=context, query=query)
 
 
 def eventually(what, probe, timeout=60.0, interval=0.2):
@@ -52,8 +102,7 @@ def eventually(what, probe, timeout=60.0, interval=0.2):
 def set_gpus(node, count, context=None):
     value = None if count is None else str(count)
     patch = {"status": {"capacity": {GPU: value}, "allocatable": {GPU: value}}}
-    kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p", json.dumps(patch),
-            context=context)
+    request("PATCH", path_of(f"node/{node}") + "/status", patch, context, "application/merge-patch+json")
 
 
 def reset_lab(context=None, extra_namespaces=()):
@@ -61,14 +110,17 @@ def reset_lab(context=None, extra_namespaces=()):
     namespaces = ("gpu-lab", "gpu-operator", *extra_namespaces)
     # Workloads first, without grace (no kubelet would honour it), then the namespaces together:
     # the namespace controller alone takes seconds per namespace.
+    now = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
     for ns in namespaces:
-        kubectl("delete", "daemonsets,pods", "--all", "-n", ns, "--grace-period=0", "--force",
-                "--ignore-not-found", context=context)
-    kubectl("delete", "namespace", *namespaces, "--ignore-not-found", "--wait=true", "--timeout=120s",
-            context=context, timeout_s=150)
-    kubectl("delete", "runtimeclass", "nvidia", "--ignore-not-found", context=context)
+        for kind in ("daemonsets", "pods"):
+            request("DELETE", path_of(kind, ns), now, context)
+    for ns in namespaces:
+        request("DELETE", path_of(f"namespace/{ns}"), context=context)
+    request("DELETE", path_of("runtimeclass/nvidia"), context=context)
     for node in LAB_NODES:
         set_gpus(node, None, context)
+    eventually(f"namespaces {', '.join(namespaces)} gone",
+               lambda: not any(get(f"namespace/{ns}", context=context) for ns in namespaces), timeout=120)
 
 
 def component_pidfile(component: str) -> str:

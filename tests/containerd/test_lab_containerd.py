@@ -2,7 +2,9 @@
 
 Every test runs against a real daemon, Debian's containerd 1.6.20 and 2.4.2 built from its Go
 module; the restart runs on every version of lab/versions.env too. 1.x and 2.x merge the
-drop-in differently, and the forecast must say so on each.
+drop-in differently, and the forecast must say so on each. The module shares one lab root: each
+test starts with a rerun of deploy.py that brings it to the incident on the version it needs
+(switching the binary replays only the daemon's start).
 """
 
 import pytest
@@ -32,19 +34,30 @@ FORECAST = {
 EACH_MERGE = ("1.6.20", "2.4.2")
 
 
-def fresh_incident_on(version, tmp_path_factory):
-    """A fresh incident whose lab node runs containerd ``version``; (root, version, data)."""
-    data = (f"containerd_binary={binary(version)}",)
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """The module's lab root, on a lab cluster as `make lab-up` leaves it."""
     reset_lab()
-    root = tmp_path_factory.mktemp(f"containerd-{version}") / "gpuop"
+    return tmp_path_factory.mktemp("containerd") / "gpuop"
+
+
+def incident_on(root, version):
+    """The incident with the lab node on containerd ``version``, from whatever the last test
+    left: (root, version, data)."""
+    data = (f"containerd_binary={binary(version)}",)
     run = deploy(root, *data)
     assert run.code == 0, run.log
     return root, version, data
 
 
 @pytest.fixture(scope="module", params=EACH_MERGE)
-def lab(request, tmp_path_factory):
-    return fresh_incident_on(request.param, tmp_path_factory)
+def version(request):
+    return request.param  # module-scoped: the tests of one version run together
+
+
+@pytest.fixture
+def lab(root, version):
+    return incident_on(root, version)
 
 
 def report(root, name):
@@ -91,9 +104,9 @@ def test_a_real_restart_does_what_the_forecast_said_and_a_rerun_replays_the_inci
     restart_then_replay(*lab)
 
 
-@pytest.mark.parametrize("version", [v for v in FORECAST if v not in EACH_MERGE])
-def test_every_other_version_restarts_as_forecast_and_replays_the_incident(version, tmp_path_factory):
-    root, version, data = fresh_incident_on(version, tmp_path_factory)
+@pytest.mark.parametrize("other", [v for v in FORECAST if v not in EACH_MERGE])
+def test_every_other_version_restarts_as_forecast_and_replays_the_incident(root, other):
+    root, version, data = incident_on(root, other)
     assert_incident_daemon(root, version)
     restart_then_replay(root, version, data)
 
@@ -153,8 +166,7 @@ def test_a_drop_in_that_keeps_runc_loads_nvidia_after_a_restart(lab):
 
 @pytest.mark.parametrize("containerd_binary", ["", "/nonexistent/containerd"])
 def test_without_a_lab_containerd_loaded_is_the_recorded_observation(tmp_path, containerd_binary):
-    reset_lab()
-    root = tmp_path / "gpuop"
+    root = tmp_path / "gpuop"  # a root of its own beside the module's, on the same cluster
     data = (f"containerd_binary={containerd_binary}", "loaded_runtimes_observed=runc,bogus")
     run = deploy(root, *data)
     assert run.code == 0, run.log

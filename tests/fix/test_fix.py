@@ -1,7 +1,9 @@
 """From incident to healthy with fix.py, verified live, and back with deploy.py (issue 10).
 
-Every test runs on the real lab cluster and a real lab containerd, with both versions the lab
-offers: Debian's 1.6.20 and each of lab/versions.env built from its Go module.
+Every test runs on the real lab cluster and a real lab containerd, with every version the lab
+offers: Debian's 1.6.20 and each of lab/versions.env built from its Go module. The module shares
+one lab root: each test brings it to the incident on the containerd it needs by a rerun of
+deploy.py that switches the binary, as an operator moving a node to another containerd would.
 """
 
 import json
@@ -30,13 +32,27 @@ def audit(root, *data):
     return deploy(root, *data, script="audit.py")
 
 
-def incident(tmp_path, version):
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The module's lab root, on a lab cluster as `make lab-up` leaves it: the first test's run
+    into it is a fresh incident."""
     reset_lab()
-    root = tmp_path / "gpuop"
+    return tmp_path_factory.mktemp("fix") / "gpuop"
+
+
+def incident(root, version):
+    """The incident on containerd ``version``, from whatever state the last test left (a
+    repaired lab, or another containerd): deploy.py converges it back."""
     data = (f"containerd_binary={binary(version)}",)
     run = deploy(root, *data)
     assert run.code == 0, run.log
+    assert loaded(root) == ["runc"]
+    assert f"CONTAINERD_VERSION={version}\n" in (root / "out/restart.txt").read_text()
     return root, data
+
+
+def backups(root) -> set:
+    return set((root / "etc/containerd/conf.d").glob("99-nvidia.toml.gpuop-bak.*"))
 
 
 def assert_healthy(root):
@@ -55,10 +71,11 @@ def assert_healthy(root):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_incident_fixed_then_back(tmp_path, version):
-    root, data = incident(tmp_path, version)
+def test_incident_fixed_then_back(lab, version):
+    root, data = incident(lab, version)
     fresh = {name: (root / "out" / name).read_text() for name in (*REPORTS, "unscheduled.txt")}
     dropin = (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
+    kept = backups(root)
     one_x = version.startswith("1.")
 
     run = fix(root, *data)
@@ -74,8 +91,7 @@ def test_incident_fixed_then_back(tmp_path, version):
     assert [w["kind"] for w in result["warnings"]] == ["time-sliced-memory-shared"]
     # On 1.x the drop-in is replaced by one carrying the CRI section, the old one kept; on 2.x
     # the toolkit's minimal drop-in already survives the merge and stays as it is.
-    backups = list((root / "etc/containerd/conf.d").glob("99-nvidia.toml.gpuop-bak.*"))
-    assert [b.read_text() for b in backups] == ([dropin] if one_x else [])
+    assert [b.read_text() for b in backups(root) - kept] == ([dropin] if one_x else [])
     now = (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
     assert ('default_runtime_name = "runc"' in now) == one_x
     assert "RESTART_CRI=ok" in (root / "out/restart.txt").read_text()
@@ -101,13 +117,16 @@ def test_incident_fixed_then_back(tmp_path, version):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_a_failing_forecast_stops_the_fix_before_any_restart(tmp_path, version):
-    root, data = incident(tmp_path, version)
+def test_a_failing_forecast_stops_the_fix_before_any_restart(lab, version):
+    root, data = incident(lab, version)
     pid = lab_daemon_pid(root)
     # A hand-made drop-in, read after the toolkit's, names a default runtime nobody configured.
-    (root / "etc/containerd/conf.d/zz-hand.toml").write_text(
-        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "crun"\n')
-    run = fix(root, *data)
+    hand = root / "etc/containerd/conf.d/zz-hand.toml"
+    hand.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "crun"\n')
+    try:
+        run = fix(root, *data)
+    finally:
+        hand.unlink()  # the operator takes it back: the next test's lab has none
     assert run.code != 0
     assert 'the restart forecast fails: default_runtime_name "crun" has no runtime' in run.log
     assert "nothing was restarted" in run.log
@@ -118,14 +137,14 @@ def test_a_failing_forecast_stops_the_fix_before_any_restart(tmp_path, version):
     assert ds["status"]["updatedNumberScheduled"] == 1
 
 
-def test_without_nvidia_ctk_or_with_one_whose_drop_in_would_not_load_gpuop_writes_its_own(tmp_path, tmp_path_factory):
-    root, data = incident(tmp_path, "1.6.20")
+def test_without_nvidia_ctk_or_with_one_whose_drop_in_would_not_load_gpuop_writes_its_own(lab, tmp_path):
+    root, data = incident(lab, "1.6.20")
     run = fix(root, *data, ctk=False)
     assert run.code == 0, run.log
     assert "no /nonexistent/nvidia-ctk on this host: writing gpuop's own drop-in for containerd 1.6.20" in run.log
     assert_healthy(root)
     # A toolkit CLI that writes a drop-in the restart would not load: judged before any restart.
-    root, data = incident(tmp_path_factory.mktemp("ctk"), "1.6.20")
+    root, data = incident(lab, "1.6.20")
     bad = tmp_path / "bad-nvidia-ctk"
     bad.write_text("#!/bin/sh\nfor a; do case $a in --drop-in-config=*) f=${a#*=};; esac; done\n"
                    "printf 'version = 2\\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\\n"
@@ -140,8 +159,8 @@ def test_without_nvidia_ctk_or_with_one_whose_drop_in_would_not_load_gpuop_write
     assert_healthy(root)
 
 
-def test_bad_input_is_refused_before_any_change(tmp_path):
-    root, data = incident(tmp_path, "1.6.20")
+def test_bad_input_is_refused_before_any_change(lab):
+    root, data = incident(lab, "1.6.20")
     before = tree(root)
     run = fix(root, *data, "toolkit_memory_fix=40Gi")
     assert run.code != 0
@@ -155,8 +174,8 @@ def test_bad_input_is_refused_before_any_change(tmp_path):
     assert loaded(root) == ["runc"]
 
 
-def test_a_fix_interrupted_after_the_restart_is_completed_by_the_next(tmp_path):
-    root, data = incident(tmp_path, "1.6.20")
+def test_a_fix_interrupted_after_the_restart_is_completed_by_the_next(lab):
+    root, data = incident(lab, "1.6.20")
     args = [PYINFRA, "inventory.py", "fix.py", "-y", "--data", f"gpuop_root={root}", *sum((["--data", d] for d in data), [])]
     proc = Started(args)
     proc.until("the restarted lab containerd to hold nvidia,runc through CRI: after", RUN_DEADLINE_S)

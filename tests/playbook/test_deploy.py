@@ -1,6 +1,5 @@
 """The whole incident playbook against the real lab cluster (issue 3)."""
 
-import json
 import os
 import re
 import tomllib
@@ -96,8 +95,7 @@ def test_unscheduled_is_what_the_scheduler_said(incident):
     assert message.startswith("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
     assert "preemption: 0/3 nodes are available: 3 " in message
     # The scheduler records the same words as an event on the Pod it could not place.
-    events = json.loads(kubectl("get", "events", "-n", "gpu-lab", "-o", "json", "--field-selector",
-                                "involvedObject.name=cuda-probe,reason=FailedScheduling"))
+    events = get("events", "gpu-lab", fieldSelector="involvedObject.name=cuda-probe,reason=FailedScheduling")
     assert message in [e["message"] for e in events["items"]]
 
 
@@ -156,6 +154,18 @@ def test_second_run_changes_nothing(incident):
     # and the lock's release.
     commands = [what.split(" (")[0] for _, what in target_commands(run.log)]
     assert commands == ["change", "facts.batch.Batch", "change"], commands
+
+
+def test_a_lab_run_loads_neither_the_kubernetes_client_nor_prometheus_s(incident):
+    """deploy.py, fix.py and audit.py on a lab host never import what only the fleet audit uses
+    (the kubernetes client alone takes a second to import), as Python's own import profile of
+    each run shows. fix.py here is refused at its preflight, after every import."""
+    for script, data in (("deploy.py", ()), ("audit.py", ()), ("fix.py", ("toolkit_memory_fix=40Gi",))):
+        run = deploy(incident, *data, script=script, env={"PYTHONPROFILEIMPORTTIME": "1"})
+        imported = {line.rsplit("|", 1)[1].strip() for line in run.log.splitlines()
+                    if line.startswith("import time:") and "|" in line}
+        assert {"pyinfra", "yaml", "tomli_w"} <= imported, script  # the profile is there
+        assert sorted(m for m in imported if m.split(".")[0] in ("kubernetes", "prometheus_client")) == [], script
 
 
 def test_a_fresh_run_reads_nothing_twice_between_two_changes(tmp_path):

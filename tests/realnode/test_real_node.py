@@ -14,7 +14,7 @@ import pytest
 
 from gpuop.containerd import cri_runtimes
 from tests import fleet
-from tests.kube import LAB, eventually, get, kubectl, lab_up, reset_lab
+from tests.kube import LAB, eventually, get, lab_up, reset_lab
 from tests.labcontainerd import binary, crictl_info, nvidia_ctk
 from tests.playbook import deploy, stop_daemons_under
 from tests.proc import run
@@ -83,7 +83,7 @@ def node_namespace_pids(lab: RealLab) -> list:
 
 
 def sandbox_events(pod) -> list:
-    events = json.loads(kubectl("get", "events", "-n", "gpu-lab", "-o", "json"))["items"]
+    events = get("events", "gpu-lab")["items"]
     return [e for e in events if e["reason"] == "FailedCreatePodSandBox"
             and e["involvedObject"].get("uid") == pod["metadata"]["uid"]]
 

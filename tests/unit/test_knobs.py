@@ -36,6 +36,7 @@ def test_data_strings_are_parsed():
     ("gpu_node", "lab-node-9", "one of lab_nodes"),
     ("timeslice_node", "lab-node-0", "other than gpu_node"),
     ("toolkit_memory_upgrade", "64Gx", "quantity"),
+    ("toolkit_memory_upgrade", "64GB!", "Kubernetes quantity"),
     ("toolkit_memory_initial", "-1Mi", "quantity"),
     ("gpuop_root", "relative/root", "absolute"),
     ("gpuop_root", "/", "absolute"),
@@ -43,6 +44,7 @@ def test_data_strings_are_parsed():
     ("lab_nodes", "Upper", "object name"),
     ("toolkit_version_upgrade", "v1 17", "image tag"),
     ("wait_timeout_s", "0", "integer >= 1"),
+    ("replay", "maybe", "true or false"),
 ])
 def test_bad_values_name_key_value_and_expectation(key, value, expected):
     with pytest.raises(KnobError) as err:
