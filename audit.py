@@ -10,14 +10,18 @@ CI or a maintenance window. Safe on any host, any time: it changes nothing.
 
 from pyinfra import host
 
-import steps
-import target
 from operations import ordering
+from runbook import target
 
 ordering.install()  # pyinfra's own operation order, read faster (operations/ordering.py)
-if target.is_node(host):
-    steps.node_audit(target.node_checked(host))
-else:
+if target.is_node(host):  # a real GPU node (nodes.py): only this audit loads the kubernetes client
+    from runbook.node_audit import node_audit
+
+    node_audit(target.node_checked(host))
+else:  # a lab host
+    from runbook.lab_audit import audit
+    from runbook.preflight import reachable
+
     lab, at = target.checked(host)
-    steps.reachable(lab)  # read-only: no run lock, but the cluster must answer
-    steps.audit(lab, at)
+    reachable(lab)  # read-only: no run lock, but the cluster must answer
+    audit(lab, at)

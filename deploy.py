@@ -7,23 +7,24 @@ its report reads what is live. Rerun freely; a converged lab changes nothing.
 
 from pyinfra import host
 
-import steps
-import target
 from operations import ordering
+from runbook import incident
+from runbook import target
+from runbook.preflight import preflight
 
 ordering.install()  # pyinfra's own operation order, read faster (operations/ordering.py)
 lab, at = target.checked(host)  # every knob parsed and checked: a bad one stops the run here
-steps.preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
+preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
 if lab.replay:
-    steps.reset_lab(lab, at)  # 0. back to before step 1, to replay the whole incident
-steps.main_config(lab, at)  # 1. the node's containerd config.toml
-steps.nvidia_dropin(lab, at)  # 2. the drop-in the NVIDIA toolkit wrote
-steps.merge_report(lab, at)  # 3. what the files define against what containerd loaded
-steps.check_script(lab, at)  # 4. the 3-second check: ask containerd, not the disk
-steps.runtime_class_and_pod(lab, at)  # 5. RuntimeClass nvidia, and a GPU Pod left Pending
-steps.advertise_gpus(lab, at)  # 6. the device plugin's advertisement binds the Pod
-steps.time_slicing(lab, at)  # 7. five slots per GPU, and no memory guaranteed to any
-steps.toolkit_rollout(lab, at)  # 8. a toolkit upgrade asking 64Gi stalls half-way
+    incident.reset_lab(lab, at)  # 0. back to before step 1, to replay the whole incident
+incident.main_config(lab, at)  # 1. the node's containerd config.toml
+incident.nvidia_dropin(lab, at)  # 2. the drop-in the NVIDIA toolkit wrote
+incident.merge_report(lab, at)  # 3. what the files define against what containerd loaded
+incident.check_script(lab, at)  # 4. the 3-second check: ask containerd, not the disk
+incident.runtime_class_and_pod(lab, at)  # 5. RuntimeClass nvidia, and a GPU Pod left Pending
+incident.advertise_gpus(lab, at)  # 6. the device plugin's advertisement binds the Pod
+incident.time_slicing(lab, at)  # 7. five slots per GPU, and no memory guaranteed to any
+incident.toolkit_rollout(lab, at)  # 8. a toolkit upgrade asking 64Gi stalls half-way
 if lab.reboot:
-    steps.reboot(lab, at)  # then a reboot: the real node as restart.txt forecast it
-steps.summary(lab, at)  # after pyinfra's results: what the incident showed, and where the reports are
+    incident.reboot(lab, at)  # then a reboot: the real node as restart.txt forecast it
+incident.summary(lab, at)  # after pyinfra's results: what the incident showed, and where the reports are

@@ -10,17 +10,18 @@ a repaired lab changes nothing. ``deploy.py`` brings the incident back.
 
 from pyinfra import host
 
-import repair
-import steps
-import target
 from operations import ordering
+from runbook import repair, target
+from runbook.incident import merge_report
+from runbook.lab_audit import audit
+from runbook.preflight import preflight
 
 ordering.install()  # pyinfra's own operation order, read faster (operations/ordering.py)
 lab, at = target.checked(host)  # every knob parsed and checked: a bad one stops the run here
-steps.preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
+preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
 repair.preflight(lab)  # the lab's own containerd to restart; a toolkit request every node can take
 repair.runtime(lab, at)  # 1. a drop-in that survives the merge; restart once, if the forecast is ok
 repair.gpu_pod(lab, at)  # 2. RuntimeClass nvidia's handler is loaded; the GPU Pod runs
 repair.toolkit(lab, at)  # 3. the toolkit upgrade rolls out 3/3, asking memory the nodes have
-steps.merge_report(lab, at)  # the runtime reports, read again from the repaired node
-steps.audit(lab, at)  # written is loaded is scheduled: the audit comes back clean
+merge_report(lab, at)  # the runtime reports, read again from the repaired node
+audit(lab, at)  # written is loaded is scheduled: the audit comes back clean

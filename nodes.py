@@ -9,6 +9,7 @@ verified, sudo for a login that is not root. Each may set ``node_name`` (default
 import os
 
 from gpuop.hosts import HostsFileError, load_hosts
+from gpuop.knobs import NODE_PARSERS
 
 _source = os.environ.get("GPUOP_NODES") or "nodes.yaml"
 if not os.path.exists(_source):
@@ -17,4 +18,4 @@ if not os.path.exists(_source):
 with open(_source) as _f:
     # gpuop_target tells audit.py these are real nodes, not lab hosts.
     gpu_nodes = [(name, {**data, "gpuop_target": "node"})
-                 for name, data in load_hosts(_f.read(), _source, "the node")]
+                 for name, data in load_hosts(_f.read(), _source, "the node", NODE_PARSERS)]

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/nodes.py [ROUNDS]
 
-Each node is a simulated real node (lab/node.sh: its own namespaces, containerd 1.6.20 at the
+Each node is a simulated real node (lab/simnode.sh: its own namespaces, containerd 1.6.20 at the
 default paths, sshd on loopback) with a kwok Node and a GPU Pod bound to it. Per fleet size,
 ROUNDS audits (`pyinfra nodes.py audit.py -y`, timed; then again with --debug, counted), and
 prints medians of:
@@ -29,8 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests import fleet  # noqa: E402
-from tests.kube import kubectl  # noqa: E402
-from tests.playbook import PYINFRA, target_commands  # noqa: E402
+from tests.helpers.kube import kubectl  # noqa: E402
+from tests.helpers.playbook import PYINFRA, target_commands  # noqa: E402
 
 SIZES = (1, 3, 10)
 LISTED = ("nodes", "pods", "runtimeclasses", "daemonsets")

@@ -33,9 +33,9 @@ os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import yaml  # noqa: E402
 
-from tests.kube import kubectl, reset_lab  # noqa: E402
-from tests.playbook import PYINFRA, stop_daemons_under  # noqa: E402
-from tests.ssh import Sshd, free_port, keygen  # noqa: E402
+from tests.helpers.kube import kubectl, reset_lab  # noqa: E402
+from tests.helpers.playbook import PYINFRA, stop_daemons_under  # noqa: E402
+from tests.helpers.ssh import Sshd, free_port, keygen  # noqa: E402
 
 LABS = {"lab-a": "gpuop-lab", "lab-b": "gpuop-lab-b", "lab-c": "gpuop-lab-c"}
 PLAIN, HEAVY = "gpuop-bench", "gpuop-root"

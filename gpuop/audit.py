@@ -7,15 +7,10 @@ A finding is a gap between what was written and what is live; everything else th
 from .quantity import parse_quantity
 
 from .cluster import GPU, allocatable_count, rollout_complete, rollout_settled, rollout_status, sandbox_failure
-from .node import sandbox_error, says_sandbox_error
-from .objects import of_kind
+from .fleet import sandbox_error, says_sandbox_error
+from .objects import of_kind, ref
 from .scheduling import pod_scheduled, reasons, unschedulable
 from .slots import replicas_of
-
-
-def _ref(obj):
-    ns = obj["metadata"].get("namespace")
-    return f"{ns}/{obj['metadata']['name']}" if ns else obj["metadata"]["name"]
 
 
 def _gpus_asked(pod) -> int:
@@ -59,7 +54,7 @@ def _runtime_gaps(runtime: dict) -> list:
 
 def _sandboxes(runtime: dict, objects: list, real_node: str, gaps: list) -> list:
     """For each Pod bound to the real node whose RuntimeClass's handler is not loaded: the sandbox
-    failure containerd's version gives (``gpuop.node.sandbox_error``), held against the kubelet's
+    failure containerd's version gives (``gpuop.fleet.sandbox_error``), held against the kubelet's
     live event for that Pod; a gap either way, saying whether the kubelet agrees."""
     handlers = {rc["metadata"]["name"]: rc["handler"] for rc in of_kind(objects, "RuntimeClass")}
     events = of_kind(objects, "Event")
@@ -71,13 +66,13 @@ def _sandboxes(runtime: dict, objects: list, real_node: str, gaps: list) -> list
         forecast = sandbox_error(runtime["version"], handler)
         event = sandbox_failure(events, pod)
         agrees = bool(event) and says_sandbox_error(event["message"], runtime["version"], handler)
-        found.append({"pod": _ref(pod), "node": real_node, "handler": handler, "forecast": forecast,
+        found.append({"pod": ref(pod), "node": real_node, "handler": handler, "forecast": forecast,
                       "event": event["message"] if event else None, "agrees": agrees})
         kubelet = ("the kubelet's event agrees" if agrees
                    else f"the kubelet's event says otherwise: {event['message']}" if event
                    else "no kubelet event for it yet")
-        gaps.append({"kind": "sandbox-fails", "subject": _ref(pod),
-                     "detail": f"Pod {_ref(pod)} on {real_node} cannot start its sandbox: containerd "
+        gaps.append({"kind": "sandbox-fails", "subject": ref(pod),
+                     "detail": f"Pod {ref(pod)} on {real_node} cannot start its sandbox: containerd "
                                f"{runtime['version']} says {forecast}; {kubelet}"})
     return found
 
@@ -104,7 +99,7 @@ def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "")
 
     classes = []
     for rc in of_kind(objects, "RuntimeClass"):
-        users = [_ref(p) for p in pods if p["spec"].get("runtimeClassName") == rc["metadata"]["name"]]
+        users = [ref(p) for p in pods if p["spec"].get("runtimeClassName") == rc["metadata"]["name"]]
         ok = rc["handler"] in loaded
         classes.append({"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": ok, "pods": users})
         if not ok:
@@ -114,7 +109,7 @@ def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "")
                                    f"{', '.join(users) or 'none now'}"})
 
     ts_ref = time_slicing["configmap"]
-    cm = next((c for c in of_kind(objects, "ConfigMap") if _ref(c) == ts_ref), None)
+    cm = next((c for c in of_kind(objects, "ConfigMap") if ref(c) == ts_ref), None)
     replicas = replicas_of((cm or {}).get("data", {}).get("any", "")) if cm else None
     nodes = []
     for node in of_kind(objects, "Node"):
@@ -144,18 +139,18 @@ def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "")
     for pod in pods:
         if pod["status"].get("phase") == "Pending" and unschedulable(pod):
             for _, reason in reasons(pod_scheduled(pod).get("message", "")) or [(0, "Unschedulable")]:
-                pending.setdefault(reason, []).append(_ref(pod))
+                pending.setdefault(reason, []).append(ref(pod))
 
     daemonsets = []
     for ds in of_kind(objects, "DaemonSet"):
         status = rollout_status(ds, pods)
         stalled = rollout_settled(ds, pods) and not rollout_complete(ds)
-        daemonsets.append({"name": _ref(ds), "desired": status["DESIRED"], "updated": status["UPDATED"],
+        daemonsets.append({"name": ref(ds), "desired": status["DESIRED"], "updated": status["UPDATED"],
                            "ready": status["READY"], "max_unavailable": status["MAX_UNAVAILABLE"],
                            "stalled": stalled, "blocker": status["BLOCKER"]})
         if stalled:
-            gaps.append({"kind": "rollout-stalled", "subject": _ref(ds),
-                         "detail": f"DaemonSet {_ref(ds)}: rollout stalled at {status['UPDATED']}/"
+            gaps.append({"kind": "rollout-stalled", "subject": ref(ds),
+                         "detail": f"DaemonSet {ref(ds)}: rollout stalled at {status['UPDATED']}/"
                                    f"{status['DESIRED']} updated, blocker {status['BLOCKER']}"})
 
     sandboxes = _sandboxes(runtime, objects, real_node, gaps) if real_node else None

@@ -2,6 +2,7 @@
 
 import os
 import re
+import tomllib
 from dataclasses import dataclass
 
 from .tomlpath import find_tables, key_path, tables
@@ -126,6 +127,14 @@ class MergeAnalysis:
     dropin_runtimes: list
     conflict_table: tuple | None
 
+    @property
+    def written(self) -> list:
+        """Every runtime the files name: the main config's, then the drop-ins' new ones.
+
+            analyze_merge(main_config("/x"), [nvidia_dropin()]).written -> ["runc", "nvidia"]
+        """
+        return self.main_runtimes + [n for n in self.dropin_runtimes if n not in self.main_runtimes]
+
 
 def _tables_with_entries(doc: dict) -> list:
     return [path for path, table in tables(doc) if table]
@@ -149,6 +158,17 @@ def conflict_table(main_doc: dict, dropin_docs: list):
         return None
     deepest = max(len(p) for p in candidates)
     return next(p for p in candidates if len(p) == deepest)
+
+
+def parsed_toml(path: str, text: str) -> tuple:
+    """A config file's TOML: ``(document, None)``, or ``(None, the error naming the file)``.
+
+        parsed_toml("/etc/containerd/config.toml", "x = [") -> (None, "/etc/containerd/config.toml is not valid TOML: ...")
+    """
+    try:
+        return tomllib.loads(text), None
+    except tomllib.TOMLDecodeError as e:
+        return None, f"{path} is not valid TOML: {e}"
 
 
 def analyze_merge(main_doc: dict, dropin_docs: list) -> MergeAnalysis:

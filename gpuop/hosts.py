@@ -35,8 +35,9 @@ def _expand(path):
     return os.path.expanduser(str(path))
 
 
-def host_data(name: str, spec: dict, source: str, what: str = "the lab VM") -> dict:
-    """One host's pyinfra data: SSH settings with safe defaults, plus its knobs.
+def host_data(name: str, spec: dict, source: str, what: str = "the lab VM", knobs=PARSERS) -> dict:
+    """One host's pyinfra data: SSH settings with safe defaults, plus its knobs (the keys of
+    ``knobs``: a lab host's, or a real node's ``NODE_PARSERS``).
 
         host_data("lab-a", {"ssh_hostname": "10.0.0.5", "ssh_user": "ubuntu"}, "hosts.yaml")
         -> {"ssh_hostname": "10.0.0.5", "ssh_user": "ubuntu", "_sudo": True,
@@ -47,9 +48,9 @@ def host_data(name: str, spec: dict, source: str, what: str = "the lab VM") -> d
         if key in SECRET_KEYS:
             raise HostsFileError(f"{where}: key {key} is refused: no password or secret in a "
                                  "file; use an SSH key (ssh_key) and passwordless sudo")
-        if key not in SSH_KEYS and key not in PARSERS:
+        if key not in SSH_KEYS and key not in knobs:
             raise HostsFileError(f"{where}: unknown key {key}; expected one of "
-                                 f"{', '.join(sorted(SSH_KEYS | set(PARSERS)))}")
+                                 f"{', '.join(sorted(SSH_KEYS | set(knobs)))}")
     if "ssh_hostname" not in spec:
         raise HostsFileError(f"{where}: ssh_hostname missing; expected the address of {what}")
     if spec.get("ssh_strict_host_key_checking", STRICT) != STRICT:
@@ -65,9 +66,10 @@ def host_data(name: str, spec: dict, source: str, what: str = "the lab VM") -> d
     return data
 
 
-def load_hosts(text: str, source: str, what: str = "the lab VM") -> list:
-    """The inventory's hosts, ``[(name, data), ...]``, from the hosts file's text (a lab's hosts
-    file, or the nodes file of real nodes: ``what`` names them in errors).
+def load_hosts(text: str, source: str, what: str = "the lab VM", knobs=PARSERS) -> list:
+    """The inventory's hosts, ``[(name, data), ...]``, from the hosts file's text: a lab's hosts
+    file, or the nodes file of real nodes (``what`` names them in errors; ``knobs``, the keys a
+    host may set: ``NODE_PARSERS`` for real nodes).
 
         load_hosts(open("hosts.yaml").read(), "hosts.yaml") -> [("lab-a", {...}), ...]
     """
@@ -81,5 +83,5 @@ def load_hosts(text: str, source: str, what: str = "the lab VM") -> list:
     unknown = set(doc) - {"defaults", "hosts"}
     if unknown:
         raise HostsFileError(f"{source}: unknown top-level keys {sorted(unknown)}; expected defaults, hosts")
-    return [(name, host_data(name, {**defaults, **(spec or {})}, source, what))
+    return [(name, host_data(name, {**defaults, **(spec or {})}, source, what, knobs))
             for name, spec in doc["hosts"].items()]

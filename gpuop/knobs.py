@@ -209,7 +209,6 @@ NODE_PARSERS = {
     "textfile": _controller_path,
     "node_read_timeout_s": _int(10),
 }
-PARSERS.update(NODE_PARSERS)
 
 
 def parse_node_knobs(data) -> NodeKnobs:

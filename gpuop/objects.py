@@ -13,6 +13,15 @@ def of_kind(objects: list, kind: str, name: str | None = None) -> list:
     return [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
 
 
+def ref(obj: dict) -> str:
+    """An object's name as kubectl shows it: ``namespace/name``, or ``name`` where it has none.
+
+        ref({"metadata": {"namespace": "gpu-lab", "name": "cuda-probe"}}) -> "gpu-lab/cuda-probe"
+    """
+    ns = obj["metadata"].get("namespace")
+    return f"{ns}/{obj['metadata']['name']}" if ns else obj["metadata"]["name"]
+
+
 # Under these keys values are quantities: "1" and 1, or "0.5Gi" and "512Mi", are the same.
 _QUANTITY_PARENTS = {"limits", "requests", "capacity", "allocatable"}
 

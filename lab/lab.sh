@@ -283,7 +283,7 @@ up)
 down)
   # shellcheck disable=SC2046
   stop_pids "lab containerd daemons" $(lab_daemon_pids)
-  "$here/node.sh" stop-all  # simulated real nodes a test left behind, with their namespaces
+  "$here/simnode.sh" stop-all  # simulated real nodes a test left behind, with their namespaces
   "$here/realnode.sh" stop-all  # the lab's real node, its kubelet and namespace
   if exists; then
     mapfile -t left < <(pgrep -f -- "$cluster_dir/" || true)

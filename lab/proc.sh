@@ -1,4 +1,4 @@
-# Finding the lab's processes by what they are (sourced by lab/node.sh and lab/realnode.sh).
+# Finding the lab's processes by what they are (sourced by lab/simnode.sh and lab/realnode.sh).
 
 # pids_with_arg ARG EXE: processes with the argument ARG on their command line whose binary is EXE.
 pids_with_arg() {

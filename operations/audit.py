@@ -45,7 +45,7 @@ def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, 
         yield failure(f"audit: {e}")
         return
     merged = analyze_merge(views.main_doc, views.dropin_docs)
-    written = merged.main_runtimes + [n for n in merged.dropin_runtimes if n not in merged.main_runtimes]
+    written = merged.written
     forecast = views.forecast
     runtime = {"written": written, "loaded": views.loaded, "loaded_from": views.loaded_from,
                "version": views.version,

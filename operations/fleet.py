@@ -17,8 +17,8 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
-from facts.node import NodeRuntime
-from gpuop.node import fleet_gaps, fleet_table, node_entry, node_findings, runtime_view
+from facts.fleet import NodeRuntime
+from gpuop.fleet import fleet_gaps, fleet_table, node_entry, node_findings, runtime_view
 from gpuop.textfile import write_textfile
 
 _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
@@ -120,7 +120,7 @@ def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
                read_timeout_s: int):
     """
     Audit one real node, read-only: its containerd's three views, in one command on the node
-    (``facts.node.NodeRuntime``), joined with the cluster read once for the run. The node's
+    (``facts.fleet.NodeRuntime``), joined with the cluster read once for the run. The node's
     entry is kept for ``fleet_report``; nothing is changed anywhere, so this yields no command.
     A plan and its run (pyinfra without ``-y``) share the one read.
 

@@ -30,7 +30,7 @@ def operation_order(state) -> list:
 
     .. code:: python
 
-        operation_order(host.state)  # [0, 14, 91, 252]: deploy.py:14, steps.py:91, steps.py:252
+        operation_order(host.state)  # [0, 14, 91, 252]: deploy.py:14, runbook/incident.py:91, runbook/incident.py:252
     """
     frames = []
     frame = sys._getframe(1)  # the caller: a frame of pyinfra's, left out as its own are

@@ -1,12 +1,11 @@
 """Report files computed from live facts at the moment they are captured."""
 
-import tomllib
 from dataclasses import dataclass
 
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpuop.containerd import Forecast, analyze_merge, import_globs, merge_lines, restart_lines
+from gpuop.containerd import Forecast, analyze_merge, import_globs, merge_lines, parsed_toml, restart_lines
 from gpuop.reports import render, stamp_holds, stamp_text
 
 from . import reads
@@ -98,10 +97,10 @@ def moment(path: str, stamp: str, capture, inputs: dict):
 
 
 def _toml(path: str, content: str) -> dict:
-    try:
-        return tomllib.loads(content)
-    except tomllib.TOMLDecodeError as e:
-        raise Unobservable(f"{path} is not valid TOML: {e}") from None
+    doc, error = parsed_toml(path, content)
+    if doc is None:
+        raise Unobservable(error)
+    return doc
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,6 @@ pytest_plugins = ["pytester"]  # tests/harness: a suite run inside the suite
 def lab_daemons_stop_at_the_end(tmp_path_factory):
     """Every run's lab containerd lives under pytest's temporary roots; none outlives the tests."""
     yield
-    from tests.playbook import stop_daemons_under
+    from tests.helpers.playbook import stop_daemons_under
 
     stop_daemons_under(tmp_path_factory.getbasetemp())

@@ -5,9 +5,11 @@ import re
 
 import pytest
 
-from tests.kube import get, reset_lab, set_gpus
-from tests.labcontainerd import DEBIAN, restart, write_dropin_keeping_runc
-from tests.playbook import deploy, fresh_incident, tree
+from tests.helpers.kube import get, reset_lab, set_gpus
+from tests.helpers.labcontainerd import DEBIAN, restart, write_dropin_keeping_runc
+from tests.helpers.playbook import deploy, fresh_incident, tree
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 AUDIT = "audit.py"
 

@@ -18,7 +18,7 @@ import tomli_w
 
 from facts.containerd import ContainerdRestart
 from gpuop import containerd
-from tests.proc import run
+from tests.helpers.proc import run
 
 VERSIONS = ("1.6.20", *open(os.path.join(os.path.dirname(__file__), "../../lab/versions.env")).read()
             .split('CONTAINERD_VERSIONS="', 1)[1].split('"', 1)[0].split())
@@ -151,7 +151,7 @@ def recorded(version: str, dropin: str) -> str:
 if __name__ == "__main__":  # the table, as the README shows it; --record: the unit tests' data too
     import tempfile
 
-    from tests.labcontainerd import binary, crictl, nvidia_ctk
+    from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk
     base = tempfile.mkdtemp(prefix="gpuop-matrix-")
     cells = [cell(v, n, binary(v), crictl(), nvidia_ctk(), base) for v in VERSIONS for n in DROPINS]
     print(f"containerd restart matrix, {time.strftime('%Y-%m-%d')}: observed outcome per cell")

@@ -9,11 +9,13 @@ test starts with a rerun of deploy.py that brings it to the incident on the vers
 
 import pytest
 
-from tests.expected import MERGE
-from tests.kube import reset_lab
-from tests.labcontainerd import (binary, check_loaded, crictl_info, kill, loaded, restart,
+from tests.helpers.expected import MERGE
+from tests.helpers.kube import reset_lab
+from tests.helpers.labcontainerd import (binary, check_loaded, crictl_info, kill, loaded, restart,
                                  write_dropin_keeping_runc)
-from tests.playbook import deploy, lab_daemon_pid, tree
+from tests.helpers.playbook import deploy, lab_daemon_pid, tree
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 # What a restart of each version's daemon loads, with the incident's files on disk.
 ONE_X_FAILS = ("RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails",

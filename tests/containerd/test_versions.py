@@ -8,8 +8,10 @@ import tempfile
 import pytest
 
 from tests.containerd.matrix import DROPINS, VERSIONS, cell
-from tests.labcontainerd import binary, crictl, nvidia_ctk
-from tests.proc import run
+from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk
+from tests.helpers.proc import run
+
+pytestmark = pytest.mark.daemons  # real containerd daemons of its own, no cluster: see pytest.ini
 
 CELLS = [(v, d) for v in VERSIONS for d in DROPINS]
 

@@ -11,12 +11,14 @@ import signal
 
 import pytest
 
-from tests.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
-from tests.kube import get, reset_lab
+from tests.helpers.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
+from tests.helpers.kube import get, reset_lab
 from tests.containerd.matrix import VERSIONS as VERSIONS_OF_THE_LAB
-from tests.labcontainerd import binary, crictl_info, loaded, nvidia_ctk
-from tests.playbook import PYINFRA, RUN_DEADLINE_S, deploy, lab_daemon_pid, target_commands, tree
-from tests.proc import Started
+from tests.helpers.labcontainerd import binary, crictl_info, loaded, nvidia_ctk
+from tests.helpers.playbook import PYINFRA, RUN_DEADLINE_S, deploy, lab_daemon_pid, target_commands, tree
+from tests.helpers.proc import Started
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 VERSIONS = VERSIONS_OF_THE_LAB  # every containerd the lab offers
 REPORTS = {"merge.txt": MERGE, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS, "rollout.txt": ROLLOUT}

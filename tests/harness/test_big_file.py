@@ -3,8 +3,8 @@ kernel is capped at 128 KiB; issue 21)."""
 
 import pytest
 
-from tests.playbook import PYINFRA, target_commands
-from tests.proc import run
+from tests.helpers.playbook import PYINFRA, target_commands
+from tests.helpers.proc import run
 
 LIMIT = 128 * 1024
 

@@ -5,8 +5,10 @@ import time
 
 import pytest
 
-from tests.playbook import deploy
-from tests.proc import run
+from tests.helpers.playbook import deploy
+from tests.helpers.proc import run
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 HANG_MARK = "gpuop-test-kubectl-that-hangs"
 

@@ -5,8 +5,10 @@ import pytest
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
-from tests.kube import GPU, LAB_NODES, apps, core, eventually, reset_lab, set_gpus
-from tests.proc import run
+from tests.helpers.kube import GPU, LAB_NODES, apps, core, eventually, reset_lab, set_gpus
+from tests.helpers.proc import run
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 NS = "lab-probe"
 

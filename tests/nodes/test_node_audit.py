@@ -10,11 +10,13 @@ import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuop.containerd import nvidia_dropin
-from tests import fleet
-from tests.fleet import DROPIN, Node, write_file
-from tests.kube import kubectl
-from tests.ssh import free_port
-from tests.playbook import deploy, target_commands
+from tests.helpers import fleet
+from tests.helpers.fleet import DROPIN, Node, write_file
+from tests.helpers.kube import kubectl
+from tests.helpers.ssh import free_port
+from tests.helpers.playbook import deploy, target_commands
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 SEED_DROPIN = tomli_w.dumps(nvidia_dropin())
 

@@ -7,11 +7,13 @@ import tomllib
 import pytest
 import yaml
 
-from tests.kube import GPU, get, kubectl, reset_lab
-from tests.expected import LOADED_NVIDIA, MERGE, NODE_GPU, ROLLOUT, SLOTS
-from tests.proc import run as run_process
-from tests.playbook import deploy, fake_containerd, fresh_incident, reads_repeated, target_commands, tree
+from tests.helpers.kube import GPU, get, kubectl, reset_lab
+from tests.helpers.expected import LOADED_NVIDIA, MERGE, NODE_GPU, ROLLOUT, SLOTS
+from tests.helpers.proc import run as run_process
+from tests.helpers.playbook import deploy, fake_containerd, fresh_incident, reads_repeated, target_commands, tree
 from gpuop.scheduling import pod_scheduled
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory):
@@ -89,8 +91,9 @@ def test_reports_byte_for_byte(incident):
 
 def test_unscheduled_is_what_the_scheduler_said(incident):
     root = incident
-    reason, message = read(root, "out/unscheduled.txt").split("\n")[:2]
-    assert read(root, "out/unscheduled.txt") == f"{reason}\n{message}\n"
+    text = read(root, "out/unscheduled.txt")
+    assert text.count("\n") == 2 and text.endswith("\n")  # SPEC: two lines, each ended
+    reason, message = text.splitlines()
     assert reason == "Unschedulable"
     assert message.startswith("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
     assert "preemption: 0/3 nodes are available: 3 " in message

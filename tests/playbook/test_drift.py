@@ -9,11 +9,13 @@ import time
 
 import pytest
 
-from tests.incident import REPORTS, MANIFESTS, assert_incident_end_state, lab_files
-from tests.kube import get, kill_component, kubectl, lab_up, reset_lab, restart_etcd, set_gpus
-from tests.labcontainerd import DEBIAN, kill, restart
-from tests.playbook import PYINFRA, RUN_DEADLINE_S, deploy, fresh_incident, tree
-from tests.proc import Started
+from tests.helpers.incident import REPORTS, MANIFESTS, assert_incident_end_state, lab_files
+from tests.helpers.kube import get, kill_component, kubectl, lab_up, reset_lab, restart_etcd, set_gpus
+from tests.helpers.labcontainerd import DEBIAN, kill, restart
+from tests.helpers.playbook import PYINFRA, RUN_DEADLINE_S, deploy, fresh_incident, tree
+from tests.helpers.proc import Started
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 DS = "daemonset/nvidia-container-toolkit"
 

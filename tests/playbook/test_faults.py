@@ -13,11 +13,13 @@ import time
 
 import pytest
 
-from tests.incident import assert_incident_end_state, lab_files
-from tests.kube import component_pidfile, eventually, exited, get, lab_up, reset_lab
-from tests.labcontainerd import lab_daemons
-from tests.playbook import PYINFRA, RUN_DEADLINE_S, deploy, fresh_incident, lab_daemon_pid, stop_daemons_under
-from tests.proc import Started, run
+from tests.helpers.incident import assert_incident_end_state, lab_files
+from tests.helpers.kube import component_pidfile, eventually, exited, get, lab_up, reset_lab
+from tests.helpers.labcontainerd import lab_daemons
+from tests.helpers.playbook import PYINFRA, RUN_DEADLINE_S, deploy, fresh_incident, lab_daemon_pid, stop_daemons_under
+from tests.helpers.proc import Started, run
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +126,7 @@ def test_the_api_server_stalled_for_20s_during_a_run(lab):
         assert time.monotonic() - stalled_at < 30 + 45, log[-2000:]
         assert ("Every node runs a Ready initial toolkit Pod: timed out after 30s waiting for all Pods "
                 "of DaemonSet gpu-operator/nvidia-container-toolkit Ready; last seen: ") in log, log[-3000:]
-    for component in ("kube-scheduler", "kube-controller-manager"):
+        for component in ("kube-scheduler", "kube-controller-manager"):
             pid = int(open(component_pidfile(component)).read())
             eventually(f"{component} to exit after losing its lease", lambda: exited(pid), timeout=60)
         refused = deploy(root, "replay=true")

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 import pytest
 
 from gpuop.containerd import cri_runtimes
-from tests import fleet
-from tests.kube import LAB, eventually, get, lab_up, reset_lab
-from tests.labcontainerd import binary, crictl_info, nvidia_ctk
-from tests.playbook import deploy, stop_daemons_under
-from tests.proc import run
+from tests.helpers import fleet
+from tests.helpers.kube import LAB, eventually, get, lab_up, reset_lab
+from tests.helpers.labcontainerd import binary, crictl_info, nvidia_ctk
+from tests.helpers.playbook import deploy, stop_daemons_under
+from tests.helpers.proc import run
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 NODE = "lab-node-0"
 REALNODE_SH = "lab/realnode.sh"
@@ -38,7 +40,7 @@ class RealLab:
         return (f"real_node={NODE}", f"containerd_binary={binary(self.version)}")
 
     @property
-    def node_dir(self) -> str:
+    def real_node_dir(self) -> str:
         return os.path.join(self.root, "var", "node")
 
     @property
@@ -67,7 +69,7 @@ def lab_daemons(root) -> list:
 
 def node_namespace_pids(lab: RealLab) -> list:
     """Every process in the real node's mount namespace (none once it is gone)."""
-    ns = os.path.join(lab.node_dir, "mnt")
+    ns = os.path.join(lab.real_node_dir, "mnt")
     try:
         want = f"mnt:[{os.stat(ns).st_ino}]"
     except FileNotFoundError:
@@ -131,7 +133,7 @@ def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(real_la
         rollout = f.read()
     assert "READY=2\n" in rollout and "BLOCKER=insufficient-memory" in rollout  # step 8 stalls as before
     # nothing ran through the stand-in nvidia runtime: containerd does not hold it
-    assert not os.path.exists(os.path.join(real_lab.node_dir, "nvidia-container-runtime.log"))
+    assert not os.path.exists(os.path.join(real_lab.real_node_dir, "nvidia-container-runtime.log"))
     again = deploy(real_lab.root, *real_lab.data)
     assert again.code == 0 and again.changed == 0, again.changed_ops()
     # the audit's forecast of that failure, held against the kubelet's event: it agrees
@@ -172,7 +174,7 @@ def test_fix_runs_the_gpu_pod_through_the_nvidia_runtime(real_lab):
     pod = get("pod/cuda-probe", "gpu-lab")
     assert pod["status"]["phase"] == "Running" and pod["spec"]["nodeName"] == NODE
     container = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    with open(os.path.join(real_lab.node_dir, "nvidia-container-runtime.log")) as f:
+    with open(os.path.join(real_lab.real_node_dir, "nvidia-container-runtime.log")) as f:
         calls = f.read()
     assert re.search(rf" create --bundle \S+/{container} ", calls), calls  # runc, called by the stand-in
     assert node_ready()[1]["status"] == "True"
@@ -181,7 +183,7 @@ def test_fix_runs_the_gpu_pod_through_the_nvidia_runtime(real_lab):
 
 
 def test_kubelet_killed_comes_back(real_lab):
-    service = run(["pgrep", "-f", "--", f"kubelet-service {real_lab.node_dir}/"], timeout_s=10).stdout.split()
+    service = run(["pgrep", "-f", "--", f"kubelet-service {real_lab.real_node_dir}/"], timeout_s=10).stdout.split()
     kubelet = run([REALNODE_SH, "kubelet", real_lab.root], timeout_s=10).stdout.split()
     assert service and kubelet
     for pid in service + kubelet:

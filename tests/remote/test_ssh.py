@@ -6,11 +6,13 @@ import os
 import pytest
 import yaml
 
-from tests.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
-from tests.kube import get, kubectl, reset_lab, set_gpus
-from tests.playbook import deploy, lab_daemon_pid, stop_daemons_under, target_commands, tree
-from tests.proc import run
-from tests.ssh import Sshd, free_port, keygen
+from tests.helpers.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
+from tests.helpers.kube import get, kubectl, reset_lab, set_gpus
+from tests.helpers.playbook import deploy, lab_daemon_pid, stop_daemons_under, target_commands, tree
+from tests.helpers.proc import run
+from tests.helpers.ssh import Sshd, free_port, keygen
+
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 LABS = {"lab-a": "gpuop-lab", "lab-b": "gpuop-lab-b", "lab-c": "gpuop-lab-c"}
 SUDO_USER = "gpuoplab"

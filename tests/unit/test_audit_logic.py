@@ -125,7 +125,7 @@ def test_on_a_real_node_the_sandbox_forecast_is_held_against_the_kubelet_s_event
 
 
 def test_the_kubelet_s_words_match_each_version_s_sandbox_error():
-    from gpuop.node import says_sandbox_error
+    from gpuop.fleet import says_sandbox_error
     prefix = "Failed to create pod sandbox: rpc error: code = Unknown desc = "
     two = f'unable to get OCI runtime for sandbox "{"a1" * 32}": no runtime for "nvidia" is configured'
     assert says_sandbox_error(prefix + two, "2.4.2", "nvidia")

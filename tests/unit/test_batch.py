@@ -9,7 +9,7 @@ from facts.batch import Batch, PartFailed
 from facts.files import Files
 from facts.kube import ClusterUnanswered, KubeObjects
 
-from tests.proc import run as run_process
+from tests.helpers.proc import run as run_process
 
 
 class Fails(FactBase):

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from tests.proc import run as run_process
+from tests.helpers.proc import run as run_process
 
 SCRIPT = os.path.join("files", "check-runtime.sh")
 

@@ -65,14 +65,20 @@ def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
     import pytest
 
     from gpuop.hosts import HostsFileError, load_hosts
-    from gpuop.knobs import parse_node_knobs
-    hosts = load_hosts("hosts:\n  a:\n    ssh_hostname: 10.0.0.1\n    ssh_user: ubuntu\n    node_name: ip-10-0-0-1\n",
-                       "nodes.yaml", "the node")
+    from gpuop.knobs import NODE_PARSERS, parse_node_knobs
+    node = "hosts:\n  a:\n    ssh_hostname: 10.0.0.1\n    ssh_user: ubuntu\n    node_name: ip-10-0-0-1\n"
+    hosts = load_hosts(node, "nodes.yaml", "the node", NODE_PARSERS)
     (name, data), = hosts
     assert data["_sudo"] is True and data["ssh_strict_host_key_checking"] == "yes"
     knobs = parse_node_knobs({"gpu_handler": "nvidia", "crictl_binary": "crictl", "node_read_timeout_s": 150, **data})
     assert knobs.node_name == "ip-10-0-0-1" and knobs.report == ""
     with pytest.raises(HostsFileError, match="ssh_hostname missing; expected the address of the node"):
-        load_hosts("hosts:\n  a:\n    node_name: x\n", "nodes.yaml", "the node")
+        load_hosts("hosts:\n  a:\n    node_name: x\n", "nodes.yaml", "the node", NODE_PARSERS)
+    # Each kind of target takes its own knobs: a lab's hosts file has no node_name, a nodes file no gpuop_root.
+    with pytest.raises(HostsFileError, match="hosts.yaml: host a: unknown key node_name"):
+        load_hosts(node, "hosts.yaml")
+    with pytest.raises(HostsFileError, match="nodes.yaml: host a: unknown key gpuop_root"):
+        load_hosts("hosts:\n  a:\n    ssh_hostname: 10.0.0.1\n    gpuop_root: /root/gpuop\n", "nodes.yaml",
+                   "the node", NODE_PARSERS)
     with pytest.raises(Exception, match="node_read_timeout_s"):
         parse_node_knobs({"gpu_handler": "nvidia", "crictl_binary": "crictl", "node_read_timeout_s": 1})

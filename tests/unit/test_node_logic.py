@@ -7,9 +7,9 @@ import tarfile
 import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
-from facts.node import NodeRuntime
+from facts.fleet import NodeRuntime
 from gpuop.containerd import main_config, nvidia_dropin
-from gpuop.node import (fleet_gaps, fleet_table, node_entry, node_findings, runtime_view, sandbox_error,
+from gpuop.fleet import (fleet_gaps, fleet_table, node_entry, node_findings, runtime_view, sandbox_error,
                         written_view)
 from gpuop.textfile import textfile
 
@@ -136,15 +136,17 @@ def test_fleet_table_json_and_textfile_from_one_report():
              "b": node_entry("b", incident, node_findings("b", incident, objects))}
     report = {"nodes": nodes, "gaps": fleet_gaps(nodes, objects)}
     assert [g["subject"] for g in report["gaps"]] == ["kata"]
+    assert [g["kind"] for g in nodes["b"]["gaps"]] == ["restart-takes-cri-down", "sandbox-fails",
+                                                       "gpu-advertised-not-loaded"]
     lines = fleet_table(report)
     assert lines[0].split() == ["NODE", "VERSION", "LOADED", "AFTER", "RESTART", "CRI", "AFTER", "RESTART",
                                 "PODS", "AT", "RISK", "GAPS"]
     assert lines[1].split() == ["a", "1.6.20", "runc,nvidia", "runc,nvidia", "ok", "0", "0"]
-    assert lines[2].split() == ["b", "1.6.20", "runc", "nvidia", "fails", "1", str(len(nodes["b"]["gaps"]))]
-    assert lines[-1] == f"{len(nodes['b']['gaps']) + 1} gap(s) on 2 node(s)"
+    assert lines[2].split() == ["b", "1.6.20", "runc", "nvidia", "fails", "1", "3"]
+    assert lines[-1] == "4 gap(s) on 2 node(s)"  # b's three and the fleet's own
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in text_string_to_metric_families(textfile(report)) for s in f.samples}
-    assert samples[("gpuop_node_gap_count", (("node", "b"),))] == len(nodes["b"]["gaps"])
+    assert samples[("gpuop_node_gap_count", (("node", "b"),))] == 3
     assert samples[("gpuop_node_pods_at_risk", (("node", "b"),))] == 1
     assert samples[("gpuop_node_cri_after_restart", (("node", "b"), ("state", "fails")))] == 1
     assert samples[("gpuop_node_runtime_handler", (("handler", "nvidia"), ("node", "a"), ("view", "loaded")))] == 1

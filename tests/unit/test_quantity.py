@@ -5,7 +5,7 @@ from kubernetes.utils import parse_quantity as client_parse
 
 from gpuop.quantity import parse_quantity
 
-from tests.proc import run
+from tests.helpers.proc import run
 
 
 @pytest.mark.parametrize("text", ["64Gi", "256Mi", "33554432Ki", "0.5", "1500m", "4", "1e3"])

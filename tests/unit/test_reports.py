@@ -1,5 +1,5 @@
 from gpuop.reports import incident_summary, key_values, render, stamp_holds, stamp_text
-from tests.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
+from tests.helpers.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
 
 
 def test_render_ends_every_line():

@@ -12,7 +12,7 @@ import time
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.proc import run
+from tests.helpers.proc import run
 
 LAB = "gpuop-lab"  # the cluster `make lab-up` starts and the tests drive (its context is current)
 LAB_NODES = ("lab-node-0", "lab-node-1", "lab-node-2")

@@ -4,15 +4,15 @@ healthy GPU node, decided from live facts, proven by the audit."""
 import tomli_w
 from pyinfra.api import deploy
 
-import manifests
-import steps
-import target
 from gpuop.layout import Layout
 from operations import containerd as lab_containerd
 from operations import kube
 from operations import preflight as checks
 from operations.files import text
-from target import lab_daemon
+
+from . import manifests, target
+from .incident import gpu_objects
+from .target import lab_daemon
 
 NODE_RUNTIMES = ("runc", "nvidia")  # what a healthy GPU node's containerd holds
 
@@ -44,7 +44,7 @@ def gpu_pod(lab, at: Layout):
     ctx = lab.kube_context
     kube.namespace(name=f"Namespace {manifests.GPU_NAMESPACE}", namespace_name=manifests.GPU_NAMESPACE,
                    context=ctx, timeout_s=lab.wait_timeout_s)
-    steps.gpu_objects(lab, at)
+    gpu_objects(lab, at)
     kube.node_gpus(name=f"{lab.gpu_node} advertises {lab.gpu_count} GPUs", node=lab.gpu_node,
                    count=lab.gpu_count, context=ctx)
     kube.pod_running(name="The GPU Pod runs", pod=manifests.GPU_POD, namespace=manifests.GPU_NAMESPACE,

@@ -5,17 +5,17 @@
 # Nothing of the host's is touched: /etc/containerd is a bind of DIR/etc, /run a tmpfs, /var/lib
 # an overlay whose writes land in DIR/varlib, all private to the namespace and gone with it.
 #
-#   lab/node.sh start DIR CONTAINERD HOSTNAME   DIR holds etc/ (the node's /etc/containerd) and
+#   lab/simnode.sh start DIR CONTAINERD HOSTNAME   DIR holds etc/ (the node's /etc/containerd) and
 #       sshd_config; optional hooks run inside: DIR/before.sh before containerd starts,
 #       DIR/after.sh once its socket is there. Returns once sshd listens.
-#   lab/node.sh stop DIR                        the namespace's first process, and so all of it
-#   lab/node.sh pid DIR                         that first process's pid, as the host sees it
-#   lab/node.sh stop-all                        every simulated node on this host (lab-down)
+#   lab/simnode.sh stop DIR                        the namespace's first process, and so all of it
+#   lab/simnode.sh pid DIR                         that first process's pid, as the host sees it
+#   lab/simnode.sh stop-all                        every simulated node on this host (lab-down)
 set -euo pipefail
 # shellcheck source=proc.sh
 . "$(cd "$(dirname "$0")" && pwd)/proc.sh"
 
-die() { echo "lab/node.sh: $*" >&2; exit 1; }
+die() { echo "lab/simnode.sh: $*" >&2; exit 1; }
 
 # The `unshare` whose command line names DIR, or every node's (found by what it is, not by a
 # pid file) ...

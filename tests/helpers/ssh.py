@@ -6,7 +6,7 @@ import socket
 import subprocess
 import time
 
-from tests.proc import run
+from tests.helpers.proc import run
 
 SSHD = "/usr/sbin/sshd"
 

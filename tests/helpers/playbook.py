@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from tests.proc import run
+from tests.helpers.proc import run
 
 PYINFRA = os.path.join(os.path.dirname(sys.executable), "pyinfra")
 
@@ -103,7 +103,7 @@ def tree(root) -> dict:
 
 def fresh_incident(tmp_path_factory, name, *data):
     """A fresh lab and one successful run of the playbook into a new temporary root."""
-    from tests.kube import reset_lab
+    from tests.helpers.kube import reset_lab
 
     reset_lab()
     root = tmp_path_factory.mktemp(name) / "gpuop"

@@ -1,5 +1,5 @@
 """A simulated fleet of real GPU nodes for the node audit: each node in its own mount, pid and
-UTS namespaces (lab/node.sh), with its own containerd of a chosen version at the default paths,
+UTS namespaces (lab/simnode.sh), with its own containerd of a chosen version at the default paths,
 its own sshd on a loopback port, and a kwok Node of the same name with Pods bound to it."""
 
 import glob
@@ -13,13 +13,13 @@ import tomli_w
 import yaml
 
 from gpuop.containerd import main_config, nvidia_dropin
-from tests.kube import kubectl
-from tests.labcontainerd import binary, built, crictl, nvidia_ctk
-from tests.proc import run
-from tests.ssh import free_port, keygen, sshd_config
+from tests.helpers.kube import kubectl
+from tests.helpers.labcontainerd import binary, built, crictl, nvidia_ctk
+from tests.helpers.proc import run
+from tests.helpers.ssh import free_port, keygen, sshd_config
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NODE_SH = os.path.join(HERE, "lab/node.sh")
+from tests.helpers import ROOT as HERE  # the project
+NODE_SH = os.path.join(HERE, "lab/simnode.sh")
 NAMESPACE = "gpuop-fleet"
 MARK = "gpuop-fleet"  # label and taint of the fleet's Nodes: the lab's own Pods stay off them
 CONFIG = "/etc/containerd/config.toml"

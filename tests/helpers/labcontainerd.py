@@ -8,10 +8,10 @@ import time
 import tomli_w
 
 from gpuop import containerd
-from tests.playbook import lab_daemon_pid, wait_gone
-from tests.proc import run
+from tests.helpers.playbook import lab_daemon_pid, wait_gone
+from tests.helpers.proc import run
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import ROOT as HERE  # the project
 DEBIAN = "/usr/bin/containerd"
 
 

@@ -1,6 +1,6 @@
 """A real node's audit: which containerd serves kubelet, its three views, and the findings.
 
-Plain data in (``facts.node.NodeRuntime``'s read, the cluster's objects), plain data out: the
+Plain data in (``facts.fleet.NodeRuntime``'s read, the cluster's objects), plain data out: the
 fleet report's entry for one node. Each finding names the views it joins: ``written`` (the
 files), ``loaded`` (the daemon, through CRI), ``after-restart`` (the binary's own merge) and
 ``scheduled`` (the cluster).
@@ -9,20 +9,12 @@ files), ``loaded`` (the daemon, through CRI), ``after-restart`` (the binary's ow
 import fnmatch
 import posixpath
 import re
-import tomllib
 
 from .cluster import allocatable_count
-from .containerd import analyze_merge, import_globs, release
-from .objects import of_kind
+from .containerd import analyze_merge, import_globs, parsed_toml, release
+from .objects import of_kind, ref
 
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
-
-
-def _toml(path: str, text: str):
-    try:
-        return tomllib.loads(text), None
-    except tomllib.TOMLDecodeError as e:
-        return None, f"{path} is not valid TOML: {e}"
 
 
 def written_view(daemon: dict) -> dict:
@@ -36,20 +28,18 @@ def written_view(daemon: dict) -> dict:
     config, files = daemon["config"], daemon["files"]
     if config not in files:
         return {"runtimes": [], "dropins": [], "unreached": [], "errors": [f"{config} is missing or unreadable"]}
-    main, error = _toml(config, files[config]["text"])
+    main, error = parsed_toml(config, files[config]["text"])
     if main is None:
         return {"runtimes": [], "dropins": [], "unreached": [], "errors": [error]}
     globs = import_globs(main, config)
     reached = sorted(p for p in files if p != config and any(fnmatch.fnmatchcase(p, g) for g in globs))
     docs, errors = [], []
     for path in reached:
-        doc, error = _toml(path, files[path]["text"])
+        doc, error = parsed_toml(path, files[path]["text"])
         docs.append(doc) if doc is not None else errors.append(error)
     conf_d = posixpath.join(posixpath.dirname(config), "conf.d")
     unreached = sorted(p for p in files if posixpath.dirname(p) == conf_d and p not in reached)
-    merged = analyze_merge(main, docs)
-    runtimes = merged.main_runtimes + [n for n in merged.dropin_runtimes if n not in merged.main_runtimes]
-    return {"runtimes": runtimes, "dropins": reached, "unreached": unreached, "errors": errors,
+    return {"runtimes": analyze_merge(main, docs).written, "dropins": reached, "unreached": unreached, "errors": errors,
             "imports": main.get("imports", [])}
 
 
@@ -108,10 +98,6 @@ def runtime_view(read: dict) -> dict:
             "config_errors": written["errors"], "imports": written.get("imports", []),
             "loaded": loaded.get("runtimes", []), "loaded_from": loaded_from, "cri_error": loaded.get("error", ""),
             "after_restart": after, "cri_after_restart": cri_after, "restart_reason": reason}
-
-
-def _ref(obj) -> str:
-    return f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
 
 
 def _ready(pod) -> bool:
@@ -192,12 +178,12 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
             continue
         if knows and handler not in runtime["loaded"]:
             why = "its CRI is down" if down else f"containerd says: {sandbox_error(version, handler)}"
-            gaps.append(_gap("sandbox-fails", _ref(pod), ["scheduled", "loaded"],
-                             f"Pod {_ref(pod)} (RuntimeClass {rc}, handler {handler}) cannot start a "
+            gaps.append(_gap("sandbox-fails", ref(pod), ["scheduled", "loaded"],
+                             f"Pod {ref(pod)} (RuntimeClass {rc}, handler {handler}) cannot start a "
                              f"sandbox: {why}"))
         elif knows and (not restart_ok or handler not in runtime["after_restart"]):
-            gaps.append(_gap("handler-gone-after-restart", _ref(pod), ["scheduled", "after-restart"],
-                             f"Pod {_ref(pod)} (handler {handler}) runs now, but after a restart "
+            gaps.append(_gap("handler-gone-after-restart", ref(pod), ["scheduled", "after-restart"],
+                             f"Pod {ref(pod)} (handler {handler}) runs now, but after a restart "
                              + (f"CRI is {runtime['cri_after_restart']}" if not restart_ok
                                 else f"containerd loads only {','.join(runtime['after_restart']) or 'nothing'}")))
     if knows and gpu_handler not in runtime["loaded"]:
@@ -208,8 +194,8 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
                              f"load {gpu_handler}"))
         for pod in of_kind(objects, "Pod"):
             if pod["spec"].get("nodeName") == name and _toolkit_pod(pod) and _ready(pod):
-                gaps.append(_gap("toolkit-ready-not-loaded", _ref(pod), ["scheduled", "loaded"],
-                                 f"toolkit Pod {_ref(pod)} is Ready on {name} while containerd does not "
+                gaps.append(_gap("toolkit-ready-not-loaded", ref(pod), ["scheduled", "loaded"],
+                                 f"toolkit Pod {ref(pod)} is Ready on {name} while containerd does not "
                                  f"load {gpu_handler}: Ready says the toolkit wrote its drop-in, not that "
                                  "anything loaded it"))
     return gaps

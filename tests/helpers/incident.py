@@ -2,10 +2,10 @@
 
 import os
 
-from tests.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
-from tests.kube import get
-from tests.labcontainerd import lab_daemons, loaded
-from tests.playbook import tree
+from tests.helpers.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
+from tests.helpers.kube import get
+from tests.helpers.labcontainerd import lab_daemons, loaded
+from tests.helpers.playbook import tree
 
 DS = "daemonset/nvidia-container-toolkit"
 REPORTS = ("merge.txt", "restart.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")

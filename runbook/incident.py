@@ -1,5 +1,8 @@
-"""The incident's eight steps, and the audit's, each a named deploy (see deploy.py for the
-runbook order)."""
+"""The incident's eight steps, each a named deploy (see deploy.py for the runbook order), with
+the replay's reset before them and the real node's reboot after.
+
+    main_config(lab, at); nvidia_dropin(lab, at); ...; toolkit_rollout(lab, at)
+"""
 
 import os
 import shlex
@@ -9,8 +12,6 @@ import yaml
 from pyinfra import host
 from pyinfra.api import deploy
 
-import manifests
-import target
 from gpuop import containerd
 from gpuop.cluster import (SANDBOX_FAILED, allocatable_count, node_gpu_lines, reboot_lines, rollout_lines,
                            sandbox_failure, sandbox_lines)
@@ -18,19 +19,18 @@ from gpuop.layout import Layout
 from gpuop.objects import of_kind
 from gpuop.scheduling import pod_scheduled
 from gpuop.slots import replicas_of, sharing_config, slot_lines
-from manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, REAL_NODE_REPORTS, REPORTS,
-                       RUNTIME_CLASS, TIME_SLICING, TOOLKIT, manifest)
-from operations import audit as audits
 from operations import containerd as lab_containerd
-from operations import incident, kube, reads, reports
-from operations import preflight as checks
+from operations import kube, reads, reports, rewind
 from operations.files import text
 from operations.kube import daemonset_and_pods, found, live_object
-from operations.runlock import hold_during_run
 from operations.summary import at_end
-from target import lab_daemon
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from . import manifests, target
+from .manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, REAL_NODE_REPORTS, REPORTS,
+                        RUNTIME_CLASS, TIME_SLICING, TOOLKIT, manifest)
+from .target import lab_daemon
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project: files/, templates/
 
 
 def gpu_objects(lab, at: Layout):
@@ -40,20 +40,9 @@ def gpu_objects(lab, at: Layout):
         kube.manifest(name=file_name, path=at.manifest(file_name), content=content, context=lab.kube_context)
 
 
-@deploy("Preflight")
-def preflight(lab):
-    hold_during_run(host, context=lab.kube_context, timeout_s=lab.wait_timeout_s)
-    reachable(lab)
-    if lab.real_node:
-        checks.real_node_held(name="the real node's namespace is there (lab/realnode.sh up)",
-                              node=lab.real_node, namespace=Layout(lab.gpuop_root).node_namespace)
-    checks.containerd_askable(name="the lab containerd can be asked through CRI",
-                              binary=lab.containerd_binary, crictl=lab.crictl_binary)
-
-
 @deploy("Replay: reset the lab to before step 1")
 def reset_lab(lab, at: Layout):
-    incident.reset(name="Remove the incident's files, objects and GPU advertisements",
+    rewind.reset(name="Remove the incident's files, objects and GPU advertisements",
                    files=at.owned_files(MANIFESTS, REPORTS + REAL_NODE_REPORTS),
                    namespaces=[GPU_NAMESPACE, OPERATOR_NAMESPACE],
                    cluster_objects=[f"runtimeclass/{RUNTIME_CLASS}"], nodes=lab.lab_nodes,
@@ -91,7 +80,7 @@ def merge_report(lab, at: Layout):
 
 @deploy("Step 4: checks of the config: what a restart loads, and what is loaded")
 def check_script(lab, at: Layout):
-    with open(os.path.join(HERE, "files", "check-runtime.sh")) as f:
+    with open(os.path.join(TOP, "files", "check-runtime.sh")) as f:
         text(name="check-runtime.sh", path=at.check_script, content=f.read(), mode="755")
     text(name="check-loaded.sh", path=at.check_loaded_script, mode="755",
          content=manifest("check-loaded.sh", endpoint=shlex.quote(f"unix://{at.containerd_socket}"),
@@ -108,7 +97,7 @@ def runtime_class_and_pod(lab, at: Layout):
     if lab.real_node:  # its kubelet registers once the lab containerd (step 2) answers
         kube.node_takes_pods(name=f"The real node {lab.real_node} takes Pods", node=lab.real_node,
                              context=ctx, timeout_s=timeout)
-    incident.before_pending_pod(name="Rewind to before the GPU Pod, if its moment must be seen again",
+    rewind.before_pending_pod(name="Rewind to before the GPU Pod, if its moment must be seen again",
                                 report=report, stamp=stamp, inputs=inputs, pod_manifest=pod,
                                 nodes=lab.lab_nodes, context=ctx, timeout_s=timeout)
     kube.namespace(name=f"Namespace {GPU_NAMESPACE}", namespace_name=GPU_NAMESPACE, context=ctx,
@@ -134,7 +123,7 @@ def advertise_gpus(lab, at: Layout):
     inputs = {"nodes": lab.lab_nodes, "gpu_node": lab.gpu_node, "gpu_count": lab.gpu_count}
     report, stamp = at.report("node-gpu.txt"), at.stamp("node-gpu.txt")
 
-    incident.before_gpus_advertised(name="Rewind to before the advertisement, if its table must be seen again",
+    rewind.before_gpus_advertised(name="Rewind to before the advertisement, if its table must be seen again",
                                     report=report, stamp=stamp, inputs=inputs,
                                     gpu_node=lab.gpu_node, nodes=lab.lab_nodes, context=ctx)
     kube.node_gpus(name=f"{lab.gpu_node} advertises {lab.gpu_count} GPUs", node=lab.gpu_node,
@@ -202,7 +191,7 @@ def toolkit_rollout(lab, at: Layout):
     path = at.manifest("toolkit-ds.yaml")
     report, stamp = at.report("rollout.txt"), at.stamp("rollout.txt")
 
-    rewound = incident.before_toolkit_upgrade(
+    rewound = rewind.before_toolkit_upgrade(
         name="Roll out the initial toolkit, if the stall must be seen again",
         report=report, stamp=stamp, inputs=inputs, path=path, initial=initial, upgrade=upgrade,
         context=ctx)
@@ -245,31 +234,3 @@ def summary(lab, at: Layout):
     at_end(host, os.path.dirname(at.report(REPORTS[0])), REPORTS)
 
 
-@deploy("Preflight: the lab cluster answers")
-def reachable(lab):
-    # A real node registers only once the lab containerd (step 2) answers: step 5 waits for it.
-    kwok_nodes = tuple(n for n in lab.lab_nodes if n != lab.real_node)
-    checks.lab_reachable(name="kubectl reaches the lab cluster and its nodes",
-                         nodes=kwok_nodes, context=lab.kube_context)
-
-
-@deploy("Audit: written against loaded against scheduled")
-def audit(lab, at: Layout):
-    audits.findings(name="Findings", path=at.report("audit.json"), main_config=at.main_config,
-                    observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at),
-                    context=lab.kube_context, real_node=lab.real_node,
-                    time_slicing={"node": lab.timeslice_node, "physical_gpus": lab.physical_gpus,
-                                  "vram_per_gpu_gib": lab.vram_per_gpu_gib,
-                                  "configmap": f"{OPERATOR_NAMESPACE}/{TIME_SLICING}"})
-
-
-@deploy("Audit a real node: written against loaded against after restart against scheduled")
-def node_audit(node):
-    # Only the fleet audit reads the cluster through the kubernetes client (a second to import):
-    # every lab run leaves it unloaded.
-    from operations import fleet
-
-    fleet.node_audit(name="Read the node and the cluster", node_name=node.node_name,
-                     gpu_handler=node.gpu_handler, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
-                     context=node.kube_context, read_timeout_s=node.node_read_timeout_s)
-    fleet.fleet_report(name="Findings", report=node.report, textfile=node.textfile)

@@ -7,7 +7,7 @@ import os
 
 from pyinfra.api.util import get_template
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
 
 GPU_NAMESPACE = "gpu-lab"
 GPU_POD = "cuda-probe"
@@ -24,7 +24,7 @@ MANIFESTS = ("runtimeclass.yaml", "gpu-pod.yaml", "time-slicing.yaml", "toolkit-
 
 def manifest(name: str, **values) -> str:
     """A manifest or script rendered from templates/<name>.j2."""
-    return get_template(os.path.join(HERE, "templates", name + ".j2")).render(**values)
+    return get_template(os.path.join(TEMPLATES, name + ".j2")).render(**values)
 
 
 def gpu_pod() -> str:

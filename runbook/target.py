@@ -10,9 +10,10 @@ from pyinfra.api.exceptions import DeployError
 from gpuop import containerd
 from gpuop.knobs import KnobError, parse_knobs, parse_node_knobs
 from gpuop.layout import Layout
-from manifests import MANIFESTS, REAL_NODE_REPORTS, REPORTS
 from operations import reads
 from operations.containerd import LabDaemon
+
+from .manifests import MANIFESTS, REAL_NODE_REPORTS, REPORTS
 
 
 def lab_daemon(lab, at: Layout):
@@ -25,7 +26,7 @@ def lab_daemon(lab, at: Layout):
     return LabDaemon(binary=lab.containerd_binary, crictl=lab.crictl_binary, config=at.main_config,
                      socket=at.containerd_socket, state=at.containerd_state,
                      root=at.containerd_root, pidfile=at.containerd_pid, log=at.containerd_log,
-                     namespace=at.node_namespace if lab.real_node else "")
+                     namespace=at.real_node_namespace if lab.real_node else "")
 
 
 def main_config(lab, at: Layout) -> dict:
@@ -34,7 +35,7 @@ def main_config(lab, at: Layout) -> dict:
 
         main_config(lab, Layout("/root/gpuop"))["imports"] -> ["/root/gpuop/etc/containerd/conf.d/*.toml"]
     """
-    node_cri = containerd.kubelet_node_cri(*at.node_cni) if lab.real_node else None
+    node_cri = containerd.kubelet_node_cri(*at.real_node_cni) if lab.real_node else None
     return containerd.main_config(at.dropin_glob, node_cri=node_cri)
 
 

@@ -1,0 +1,22 @@
+"""The audit of a lab host, a named deploy: written against loaded against scheduled.
+
+    audit(lab, at)   # audit.py on a lab host; fix.py at its end
+"""
+
+from pyinfra.api import deploy
+
+from gpuop.layout import Layout
+from operations import audit as audits
+
+from .manifests import OPERATOR_NAMESPACE, TIME_SLICING
+from .target import lab_daemon
+
+
+@deploy("Audit: written against loaded against scheduled")
+def audit(lab, at: Layout):
+    audits.findings(name="Findings", path=at.report("audit.json"), main_config=at.main_config,
+                    observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at),
+                    context=lab.kube_context, real_node=lab.real_node,
+                    time_slicing={"node": lab.timeslice_node, "physical_gpus": lab.physical_gpus,
+                                  "vram_per_gpu_gib": lab.vram_per_gpu_gib,
+                                  "configmap": f"{OPERATOR_NAMESPACE}/{TIME_SLICING}"})

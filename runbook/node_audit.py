@@ -1,0 +1,18 @@
+"""The audit of a real GPU node, a named deploy: written against loaded against after a restart
+against scheduled. Only this audit reads the cluster through the kubernetes client (a second to
+import), so only audit.py on a real node's inventory imports this module.
+
+    node_audit(node)   # pyinfra nodes.py audit.py
+"""
+
+from pyinfra.api import deploy
+
+from operations import fleet
+
+
+@deploy("Audit a real node: written against loaded against after restart against scheduled")
+def node_audit(node):
+    fleet.node_audit(name="Read the node and the cluster", node_name=node.node_name,
+                     gpu_handler=node.gpu_handler, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
+                     context=node.kube_context, read_timeout_s=node.node_read_timeout_s)
+    fleet.fleet_report(name="Findings", report=node.report, textfile=node.textfile)
