@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests import fleet  # noqa: E402
+from tests.helpers import fleet  # noqa: E402
 from tests.helpers.kube import kubectl  # noqa: E402
 from tests.helpers.playbook import PYINFRA, target_commands  # noqa: E402
 
