@@ -128,6 +128,10 @@ create_cluster() {
 
 # Start each component that is not running (kwokctl starts only those whose pid file names no
 # live process: a stale one is removed first); a stopped one (SIGSTOP) is continued.
+# Once a component was down or stopped, the controllers' leases count only when renewed after
+# that moment: a controller that lost touch with the API server meanwhile still looks fresh for
+# a few seconds before it gives its lease up and exits (disturbed_at, in seconds since the epoch).
+disturbed_at=""
 heal_components() {
   local c pid down=()
   for c in $COMPONENTS; do
@@ -135,9 +139,11 @@ heal_components() {
       down+=("$c")
     elif [ "$(proc_state "$pid")" = T ]; then
       log "$c (pid $pid) is stopped; continuing it"
+      disturbed_at=${disturbed_at:-$(date +%s)}
       kill -CONT "$pid"
     fi
   done
+  [ ${#down[@]} -eq 0 ] || disturbed_at=${disturbed_at:-$(date +%s)}
   if [ ${#down[@]} -eq 0 ]; then
     log "running (context $context)"
     return 0
@@ -152,14 +158,16 @@ heal_components() {
   if [[ " ${down[*]} " == *" kwok-controller "* ]] && reachable; then release_node_leases; fi
 }
 
-# lease_fresh NAMESPACE NAME: the lease was renewed within its duration (and 5 s of grace).
+# lease_fresh NAMESPACE NAME: the lease was renewed within its duration (and 5 s of grace),
+# and after disturbed_at when a component was healed.
 lease_fresh() {
   local said renewed duration
   said=$(kubectl --context "$context" --request-timeout=5s -n "$1" get lease "$2" \
     -o jsonpath='{.spec.renewTime} {.spec.leaseDurationSeconds}' 2>/dev/null) || return 1
   read -r renewed duration <<<"$said"
   [ -n "$renewed" ] && [ -n "$duration" ] || return 1
-  [ $(($(date +%s) - $(date -d "$renewed" +%s))) -le $((duration + 5)) ]
+  renewed=$(date -d "$renewed" +%s)
+  [ $(($(date +%s) - renewed)) -le $((duration + 5)) ] && [ "$renewed" -ge "${disturbed_at:-0}" ]
 }
 
 # Until the cluster works, not merely answers: the API server ready, and the scheduler and
@@ -170,6 +178,8 @@ wait_working() {
     missing=()
     if reachable; then
       for c in kube-scheduler kube-controller-manager; do
+        # one that gave its lease up meanwhile has exited: start it again
+        component_pid "$c" >/dev/null || { heal_components || return 1; }
         lease_fresh kube-system "$c" || missing+=("$c")
       done
     else
@@ -199,8 +209,8 @@ start_cluster() {
     kwokctl delete cluster --name "$name" >>"$log_file" 2>&1 || true
     create_cluster
   fi
+  wait_working || { rm -f "$log_file"; exit 1; }
   rm -f "$log_file"
-  wait_working || exit 1
   kubectl config use-context "$context" >/dev/null
 }
 

@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.expected import MERGE
 from tests.helpers.kube import reset_lab
 from tests.helpers.labcontainerd import (binary, check_loaded, crictl_info, kill, loaded, restart,
-                                 write_dropin_keeping_runc)
+                                         write_dropin_keeping_runc)
 from tests.helpers.playbook import deploy, lab_daemon_pid, tree
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini

@@ -163,6 +163,17 @@ def fresh_hosts(ssh, tmp_path, names):
     return hosts_file(ssh, tmp_path / "hosts.yaml", names)
 
 
+def converged_hosts(ssh, tmp_path, names):
+    """These hosts at the incident, from whatever an earlier test left (a deploy converges any
+    state: a fresh root, a drifted lab or a repaired one), and a hosts file naming them."""
+    env = hosts_file(ssh, tmp_path / "hosts.yaml", names)
+    run = deploy(None, env=env)
+    assert run.code == 0, run.log
+    for name in names:
+        assert reports(root_of(ssh, name)) == EXPECTED, name
+    return env
+
+
 def test_three_hosts_converge_and_a_broken_one_fails_alone(ssh, tmp_path, three_labs):
     names = list(LABS)
     env = fresh_hosts(ssh, tmp_path, names)
@@ -191,8 +202,7 @@ def test_three_hosts_converge_and_a_broken_one_fails_alone(ssh, tmp_path, three_
 
 def test_audit_over_ssh_only_the_drifted_host_differs(ssh, tmp_path, three_labs):
     names = list(LABS)
-    env = fresh_hosts(ssh, tmp_path, names)
-    assert deploy(None, env=env).code == 0
+    env = converged_hosts(ssh, tmp_path, names)
     set_gpus("lab-node-1", 4, context="kwok-gpuop-lab-b")
     run = deploy(None, env=env, script="audit.py")
     assert run.code != 0
@@ -208,8 +218,7 @@ def test_audit_over_ssh_only_the_drifted_host_differs(ssh, tmp_path, three_labs)
 
 def test_fix_over_ssh_repairs_every_host_and_only_its_own_containerd(ssh, tmp_path, three_labs):
     names = list(LABS)
-    env = fresh_hosts(ssh, tmp_path, names)
-    assert deploy(None, env=env).code == 0
+    env = converged_hosts(ssh, tmp_path, names)
     pids = {n: lab_daemon_pid(root_of(ssh, n)) for n in names}
     run = deploy(None, env=env, script="fix.py")
     assert run.code == 0, run.log
