@@ -11,12 +11,12 @@ rounds=${1:-7}
 root=${2:-/tmp/gpuop-bench}
 pyinfra=.venv/bin/pyinfra
 floor=$(mktemp --suffix=.py)
-out=$(mktemp)
-trap 'rm -f "$floor" "$out"' EXIT
+out=$(mktemp) stats=$(mktemp)
+trap 'rm -f "$floor" "$out" "$stats"' EXIT
 echo "# the floor: pyinfra connects, prepares and disconnects, with no operation" >"$floor"
 
 # timed FILE ARGS...: the run's "wall_s peak_kib" on stdout, its JSON in $out.
-timed() { /usr/bin/time -f '%e %M' -o /dev/stdout "$pyinfra" inventory.py "$@" -y --json >"$out" 2>/dev/null; }
+timed() { /usr/bin/time -f '%e %M' -o "$stats" "$pyinfra" inventory.py "$@" -y --json >"$out" 2>/dev/null; cat "$stats"; }
 changed() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"]["totals"]["success"])' "$out"; }
 
 timed deploy.py --data "gpuop_root=$root" >/dev/null
