@@ -26,8 +26,8 @@ _RESOURCES = {
     "event": ("/api/v1", "events", True), "runtimeclass": ("/apis/node.k8s.io/v1", "runtimeclasses", False),
     "daemonset": ("/apis/apps/v1", "daemonsets", True),
 }
-_RESOURCES.update({plural: where for where in list(_RESOURCES.values()) for plural in [where[1]]})
-_clients = {}
+_RESOURCES.update({where[1]: where for where in list(_RESOURCES.values())})  # "pods" as "pod"
+_clients = {}  # context -> (the kubeconfig's mtime and size when made, its client)
 
 
 def api_client(context=None) -> client.ApiClient:
@@ -35,14 +35,18 @@ def api_client(context=None) -> client.ApiClient:
     (a lab recreated has new certificates; ``lab-up`` makes its context current)."""
     path = os.path.expanduser(os.environ.get("KUBECONFIG") or "~/.kube/config")
     st = os.stat(path)
-    key = (context, st.st_mtime_ns, st.st_size)
-    if key not in _clients:
-        _clients[key] = config.new_client_from_config(config_file=path, context=context)
-    return _clients[key]
+    stamp, api = _clients.get(context, (None, None))
+    if stamp != (st.st_mtime_ns, st.st_size):
+        if api is not None:
+            api.close()
+        api = config.new_client_from_config(config_file=path, context=context)
+        _clients[context] = ((st.st_mtime_ns, st.st_size), api)
+    return api
 
 
 def request(method, path, body=None, context=None, content_type="application/json", query=None):
-    """One API request of the test's own: the response's JSON, None for a 404 on a GET."""
+    """One API request of the test's own: the response's JSON; None where a GET or DELETE finds
+    nothing (404). Any other refusal fails the test with the server's words."""
     api = api_client(context)
     try:
         answer = api.call_api(path, method, query_params=list((query or {}).items()), body=body,
