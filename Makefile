@@ -41,7 +41,7 @@ $(VENV)/.installed: requirements.txt
 deps:
 	@lab/deps.sh
 
-# Every lab binary the tests need, built from Go modules (cached), independent ones side by side.
+# Every lab binary the tests need, built from Go modules (cached).
 binaries:
 	lab/build.sh all
 
