@@ -59,6 +59,7 @@ lab-up:
 
 lab-down:
 	lab/lab.sh down $(LAB)
+	$(BESIDE) lab/lab.sh down $(LAB)-beside
 
 lab-status:
 	lab/lab.sh status $(LAB)
@@ -67,16 +68,19 @@ unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
 # The lab's tests (marker lab: they share one cluster) run in one pytest, and every other test
-# (unit, the containerd version matrix, files of any size) in a second one beside it: the lab's
-# spends most of its time waiting on the cluster. Each prints its 30 slowest durations; the
-# second one's output follows the lab's. (Exit 5, no test selected by PYTEST_ARGS, fails neither.)
+# (unit, the containerd version matrix, files of any size, and those that drive a lab of their
+# own: marker beside) in a second one beside it, on a second lab cluster ($(LAB)-beside, with a
+# kubeconfig of its own, so that neither lab's context switches the other's): the lab's spends
+# most of its time waiting on the cluster. Each prints its 30 slowest durations; the second one's
+# output follows the lab's. (Exit 5, no test selected by PYTEST_ARGS, fails neither.)
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=30
+BESIDE := GPUOP_LAB=$(LAB)-beside KUBECONFIG=$(HOME)/.kwok/$(LAB)-beside.kubeconfig
 
 test: setup deps binaries lab-up
 	@free_log=$$(mktemp); trap 'rm -f "$$free_log"' EXIT; \
-	$(PYTEST) tests -m "not lab" $(PYTEST_ARGS) >"$$free_log" 2>&1 & free=$$!; \
+	{ $(BESIDE) lab/lab.sh up $(LAB)-beside && $(BESIDE) $(PYTEST) tests -m "not lab" $(PYTEST_ARGS); } >"$$free_log" 2>&1 & free=$$!; \
 	$(PYTEST) tests -m lab $(PYTEST_ARGS); lab=$$?; \
-	wait $$free; other=$$?; echo "--- the tests that need no cluster, run beside the lab's:"; cat "$$free_log"; \
+	wait $$free; other=$$?; echo "--- the tests run beside the lab's:"; cat "$$free_log"; \
 	[ $$lab -eq 0 -o $$lab -eq 5 ] && [ $$other -eq 0 -o $$other -eq 5 ]
 
 run: setup deps lab-up

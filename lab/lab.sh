@@ -29,6 +29,10 @@ export PATH=$bin:$PATH
 . "$here/versions.env"
 
 cluster_dir=$HOME/.kwok/clusters/$name
+# The kubeconfig that gets the cluster's context, made current there: kubectl's ($KUBECONFIG's
+# first file). A second lab beside the first (make test) has a file of its own.
+kubeconfig=${KUBECONFIG:-$HOME/.kube/config}
+kubeconfig=${kubeconfig%%:*}
 COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok-controller"
 
 # The kernel's state of a process (S, R, T: stopped, Z: a zombie), nothing when it is gone.
@@ -46,35 +50,8 @@ component_pid() {
   echo "$pid"
 }
 
-# Every lab containerd daemon on this host, whatever its root: the lab's own layout on its
-# command line (a containerd the host runs for itself has none of it).
-lab_daemon_pids() {
-  pgrep -f -- '--root /[^ ]*/var/lib/containerd --state /[^ ]*/run/containerd --address /[^ ]*/run/containerd/containerd.sock' || true
-}
-
-# stop_pids WHAT PID...: TERM (and CONT, so that a stopped process takes it), KILL after 10 s.
-stop_pids() {
-  local what=$1 waited=0 pid left
-  shift
-  [ $# -gt 0 ] || return 0
-  kill -TERM "$@" 2>/dev/null || true
-  kill -CONT "$@" 2>/dev/null || true
-  while :; do
-    left=()
-    for pid in "$@"; do
-      case $(proc_state "$pid") in "" | Z) ;; *) left+=("$pid") ;; esac
-    done
-    [ ${#left[@]} -gt 0 ] || break
-    if [ "$waited" -ge 100 ]; then
-      log "$what (pid ${left[*]}) did not stop on TERM within 10s; killing"
-      kill -KILL "${left[@]}" 2>/dev/null || true
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  log "stopped $what (pid $*)"
-}
+# Finding and stopping lab processes: lab/labproc.py (the tests use it too).
+labproc() { python3 "$here/labproc.py" "$@"; }
 
 reachable() {
   kubectl --context "$context" --request-timeout=3s get --raw /readyz >/dev/null 2>&1
@@ -114,7 +91,7 @@ kwok_selective() {
 create_cluster() {
   log "creating cluster: Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, kwok v$KWOK_VERSION"
   KWOK_KUBE_VERSION=v$K8S_VERSION KWOK_KUBECTL_BINARY=$bin/kubectl \
-    kwokctl create cluster --name "$name" --runtime binary \
+    kwokctl create cluster --name "$name" --kubeconfig "$kubeconfig" --runtime binary \
     --node-lease-duration-seconds 8 \
     --etcd-binary "$bin/etcd" \
     --kube-apiserver-binary "$bin/kube-apiserver" \
@@ -200,13 +177,13 @@ start_cluster() {
   log_file=$(mktemp)
   if exists && ! kwok_selective; then
     log "made before kwok left real nodes alone; recreating it (the lab's state is disposable)"
-    kwokctl delete cluster --name "$name" >>"$log_file" 2>&1 || true
+    kwokctl delete cluster --name "$name" --kubeconfig "$kubeconfig" >>"$log_file" 2>&1 || true
   fi
   if ! exists; then
     create_cluster
   elif ! heal_components || ! reachable; then
     log "it did not come back; recreating it (the lab's state is disposable)"
-    kwokctl delete cluster --name "$name" >>"$log_file" 2>&1 || true
+    kwokctl delete cluster --name "$name" --kubeconfig "$kubeconfig" >>"$log_file" 2>&1 || true
     create_cluster
   fi
   wait_working || { rm -f "$log_file"; exit 1; }
@@ -264,9 +241,9 @@ ensure_nodes() {
 # The real node (LAB_REAL_NODE) up, or every real node stopped where the lab has none.
 real_node() {
   if [[ -z $real ]]; then
-    "$here/realnode.sh" stop-all
+    "$here/realnode.sh" stop-all "$name"
   else  # one real node: another root's would register the same node
-    "$here/realnode.sh" stop-all "${LAB_ROOT:-/root/gpuop}"
+    "$here/realnode.sh" stop-all "$name" "${LAB_ROOT:-/root/gpuop}"
     "$here/realnode.sh" up "${LAB_ROOT:-/root/gpuop}" "$real" "${LAB_CONTAINERD:-/usr/bin/containerd}" "$name"
   fi
 }
@@ -291,17 +268,16 @@ up)
   link_tools
   ;;
 down)
+  # Every lab containerd daemon on the host but another lab's real node's, and this lab's nodes.
   # shellcheck disable=SC2046
-  stop_pids "lab containerd daemons" $(lab_daemon_pids)
-  "$here/simnode.sh" stop-all  # simulated real nodes a test left behind, with their namespaces
-  "$here/realnode.sh" stop-all  # the lab's real node, its kubelet and namespace
+  labproc stop "lab containerd daemons" $(labproc daemons "$name")
+  "$here/simnode.sh" stop-all "$name"  # simulated real nodes a test left behind, with their namespaces
+  "$here/realnode.sh" stop-all "$name"  # the lab's real node, its kubelet and namespace
   if exists; then
     mapfile -t left < <(pgrep -f -- "$cluster_dir/" || true)
-    kwokctl delete cluster --name "$name"
+    kwokctl delete cluster --name "$name" --kubeconfig "$kubeconfig"
     # What kwokctl could not stop (a stopped process ignores its TERM until continued).
-    for pid in "${left[@]}"; do
-      case $(proc_state "$pid") in "" | Z) ;; *) stop_pids "a leftover of the cluster" "$pid" ;; esac
-    done
+    labproc stop "leftovers of the cluster" "${left[@]}"
   else
     log "no such cluster"
   fi
@@ -320,7 +296,7 @@ status)
       down=1
     fi
   done
-  for pid in $(lab_daemon_pids); do
+  for pid in $(labproc daemons "$name"); do
     log "lab containerd: pid $pid, $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)"
   done
   if reachable; then

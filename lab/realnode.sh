@@ -15,7 +15,7 @@
 #       service would: started again whenever it exits, so it registers NODE once the lab
 #       containerd (which the playbook starts) answers.
 #   lab/realnode.sh stop ROOT      kubelet, every process in the namespace, and the namespace
-#   lab/realnode.sh stop-all [ROOT]  every real lab node on this host (lab-down), but ROOT's
+#   lab/realnode.sh stop-all CLUSTER [ROOT]  every real node of lab CLUSTER on this host (lab-down), but ROOT's
 #   lab/realnode.sh kubelet ROOT   kubelet's pid, when it runs
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -225,7 +225,7 @@ task_cgroups() {
 # private mount. Again until none is left: a process being started as they are killed (a shim,
 # a container's runc init) is found on the next round.
 stop_node() {
-  local pids p c runc_root=/run/containerd/runc/k8s.io cgroups=() round alive
+  local pids c runc_root=/run/containerd/runc/k8s.io cgroups=() round
   for round in 1 2 3 4 5; do
     # Containers have mount namespaces of their own: runc, in the node's, deletes them (and their cgroups).
     if held; then
@@ -236,16 +236,8 @@ stop_node() {
     task_cgroups
     mapfile -t pids < <(node_pids | sort -u)
     [[ ${#pids[@]} -gt 0 ]] || break
-    kill -KILL "${pids[@]}" 2>/dev/null || true
-    for _ in $(seq 100); do
-      alive=0
-      for p in "${pids[@]}"; do
-        case $(sed 's/.*) //; s/ .*//' "/proc/$p/stat" 2>/dev/null) in "" | Z) ;; *) alive=1 ;; esac
-      done
-      (( alive )) || break
-      sleep 0.1
-    done
-    log "stopped: pids ${pids[*]}"
+    # TERM first (kubelet, the shims and the stand-ins take it), KILL what is left after 5 s.
+    python3 "$here/labproc.py" stop --grace=5 "the node's processes" "${pids[@]}"
   done
   for c in "${cgroups[@]}"; do [[ ! -d $c ]] || rmdir "$c" 2>/dev/null || true; done
   rmdir /sys/fs/cgroup/*/k8s.io 2>/dev/null || true  # only where no other containerd's Pods are
@@ -264,6 +256,7 @@ up)
   version=$("$containerd" --version | awk '{print $3}')
   [[ -x ${containerd%/*}/containerd-shim-runc-v2 ]] || "$here/build.sh" shim "${version#v}" >/dev/null
   mkdir -p "$dir"
+  echo "$cluster" >"$dir/lab"  # which lab's node it is: lab/labproc.py
   write_files
   held || make_namespace
   ensure_images
@@ -281,21 +274,13 @@ stop)
   stop_node
   ;;
 stop-all)
-  node=all keep=${2:+$(realpath -m "$2")/var/node}
-  # Each node by its kubelet service's command line, or, its kubelet gone, by the file holding
-  # its namespace (the mount table).
-  for d in $(grep -lzx -- '.*/var/node/kubelet.service' /proc/[0-9]*/cmdline 2>/dev/null |
-               xargs -r -n1 sh -c 'tr "\0" "\n" <"$0" | grep -x ".*/var/node/kubelet.service"' 2>/dev/null |
-               sed 's#/kubelet.service$##'
-             awk '$5 ~ /\/var\/node\/mnt$/ {sub(/\/mnt$/, "", $5); print $5}' /proc/self/mountinfo); do
-    [[ $d != "$keep" ]] || continue
-    dir=$d
-    stop_node
-  done
+  [[ $# -ge 2 ]] || die "usage: stop-all CLUSTER [ROOT]"
+  node=all
+  for dir in $(python3 "$here/labproc.py" real-nodes "$2" ${3:+"$3"}); do stop_node; done
   ;;
 kubelet)
   dir=$(realpath -m "$2")/var/node
   kubelet_pid
   ;;
-*) die "usage: up ROOT NODE CONTAINERD [CLUSTER] | stop ROOT | stop-all | kubelet ROOT" ;;
+*) die "usage: up ROOT NODE CONTAINERD [CLUSTER] | stop ROOT | stop-all CLUSTER [ROOT] | kubelet ROOT" ;;
 esac

@@ -5,21 +5,21 @@
 # Nothing of the host's is touched: /etc/containerd is a bind of DIR/etc, /run a tmpfs, /var/lib
 # an overlay whose writes land in DIR/varlib, all private to the namespace and gone with it.
 #
-#   lab/simnode.sh start DIR CONTAINERD HOSTNAME   DIR holds etc/ (the node's /etc/containerd) and
-#       sshd_config; optional hooks run inside: DIR/before.sh before containerd starts,
-#       DIR/after.sh once its socket is there. Returns once sshd listens.
+#   lab/simnode.sh start DIR CONTAINERD HOSTNAME [CLUSTER]   DIR holds etc/ (the node's
+#       /etc/containerd) and sshd_config; optional hooks run inside: DIR/before.sh before
+#       containerd starts, DIR/after.sh once its socket is there. Returns once sshd listens.
+#       The node is lab CLUSTER's (default gpuop-lab): that lab's down stops it.
 #   lab/simnode.sh stop DIR                        the namespace's first process, and so all of it
 #   lab/simnode.sh pid DIR                         that first process's pid, as the host sees it
-#   lab/simnode.sh stop-all                        every simulated node on this host (lab-down)
+#   lab/simnode.sh stop-all CLUSTER                every simulated node of lab CLUSTER (lab-down)
 set -euo pipefail
 # shellcheck source=proc.sh
 . "$(cd "$(dirname "$0")" && pwd)/proc.sh"
 
 die() { echo "lab/simnode.sh: $*" >&2; exit 1; }
 
-# The `unshare` whose command line names DIR, or every node's (found by what it is, not by a
-# pid file) ...
-ns_unshare() { pids_with_arg "${1:-inside}" unshare; }
+# The `unshare` whose command line names DIR (found by what it is, not by a pid file) ...
+ns_unshare() { pids_with_arg "$1" unshare; }
 
 # ... and its child, the namespace's first process: stopping it stops every process inside.
 ns_init() {
@@ -47,10 +47,11 @@ inside() {  # runs as the namespace's pid 1
 
 case ${1:-} in
   start)
-    [[ $# -eq 4 ]] || die "usage: start DIR CONTAINERD HOSTNAME"
+    [[ $# -eq 4 || $# -eq 5 ]] || die "usage: start DIR CONTAINERD HOSTNAME [CLUSTER]"
     dir=$(realpath "$2"); [[ -d $dir/etc && -f $dir/sshd_config ]] || die "$dir needs etc/ and sshd_config"
     [[ -d /etc/containerd ]] || die "/etc/containerd is missing on this host (install containerd: lab/deps.sh)"
     [[ -z $(ns_unshare "$dir") ]] || die "a node already runs on $dir"
+    echo "${5:-gpuop-lab}" >"$dir/lab"  # which lab's node it is: lab/labproc.py
     port=$(awk '$1 == "Port" {print $2}' "$dir/sshd_config")
     setsid unshare -m -p -u -f --mount-proc --propagation private \
       bash "$0" inside "$dir" "$3" "$4" </dev/null >"$dir/node.log" 2>&1 &
@@ -63,13 +64,12 @@ case ${1:-} in
   inside) shift; inside "$@" ;;
   pid) ns_init "$(realpath "$2")" | head -n 1 ;;
   stop-all)
-    for p in $(ns_init ""); do kill -KILL "$p" 2>/dev/null || true; done
-    for _ in $(seq 100); do [[ -z $(ns_unshare "") ]] && exit 0; sleep 0.1; done
-    die "simulated nodes did not stop" ;;
+    [[ $# -eq 2 ]] || die "usage: stop-all CLUSTER"
+    for dir in $(python3 "$(dirname "$0")/labproc.py" sim-nodes "$2"); do "$0" stop "$dir"; done ;;
   stop)
     dir=$(realpath "$2")
     for p in $(ns_init "$dir"); do kill -KILL "$p" 2>/dev/null || true; done
     for _ in $(seq 100); do [[ -z $(ns_unshare "$dir") ]] && exit 0; sleep 0.1; done
     die "node $dir did not stop" ;;
-  *) die "usage: start DIR CONTAINERD HOSTNAME | stop DIR | pid DIR | stop-all" ;;
+  *) die "usage: start DIR CONTAINERD HOSTNAME [CLUSTER] | stop DIR | pid DIR | stop-all CLUSTER" ;;
 esac

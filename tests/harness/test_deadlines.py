@@ -5,10 +5,8 @@ import time
 
 import pytest
 
-from tests.helpers.playbook import deploy
+from tests.helpers.playbook import CLUSTER_WORDS, deploy
 from tests.helpers.proc import run
-
-pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 HANG_MARK = "gpuop-test-kubectl-that-hangs"
 
@@ -52,7 +50,7 @@ def test_a_kubectl_that_hangs_fails_the_run_naming_it(tmp_path, kubectl_that_han
     result = deploy(root, env=kubectl_that_hangs, timeout_s=120)
     took = time.monotonic() - started
     assert result.code != 0
-    assert ("[@local] preflight: the cluster of the current kubeconfig context is unreachable: "
+    assert (f"[@local] preflight: the cluster of {CLUSTER_WORDS} is unreachable: "
             "kubectl gave no answer within 30s (it said: gpuop-test-kubectl-that-hangs: asked); "
             "nothing was changed") in result.log, result.log
     assert took < 60, took

@@ -6,3 +6,6 @@ SPEC's reports (``expected``), processes with deadlines (``proc``), OpenSSH serv
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project
+# The cluster the tests drive, its context current: `make lab-up`'s, or, for the tests `make test`
+# runs beside the lab's (marker beside), a second one, in a kubeconfig of its own (KUBECONFIG).
+LAB = os.environ.get("GPUOP_LAB", "gpuop-lab")

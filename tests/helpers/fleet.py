@@ -13,7 +13,7 @@ import tomli_w
 import yaml
 
 from gpuop.containerd import main_config, nvidia_dropin
-from tests.helpers.kube import kubectl
+from tests.helpers.kube import LAB, kubectl
 from tests.helpers.labcontainerd import binary, built, crictl, nvidia_ctk
 from tests.helpers.proc import run
 from tests.helpers.ssh import free_port, keygen, sshd_config
@@ -129,7 +129,7 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     with open(os.path.join(node.dir, "sshd_config"), "w") as f:
         f.write(sshd_config(node.port, f"{node.dir}/host_ed25519", f"{node.dir}/authorized_keys"))
     node.host_key = host_key
-    run([NODE_SH, "start", node.dir, binary(node.version), node.hostname or node.name], timeout_s=60, check=True)
+    run([NODE_SH, "start", node.dir, binary(node.version), node.hostname or node.name, LAB], timeout_s=60, check=True)
     return node
 
 

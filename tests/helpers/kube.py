@@ -12,9 +12,9 @@ import time
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from tests.helpers import LAB
 from tests.helpers.proc import run
 
-LAB = "gpuop-lab"  # the cluster `make lab-up` starts and the tests drive (its context is current)
 LAB_NODES = ("lab-node-0", "lab-node-1", "lab-node-2")
 GPU = "nvidia.com/gpu"
 REQUEST_TIMEOUT_S = 30  # one request of the test's own; a stalled API server fails the test

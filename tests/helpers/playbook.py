@@ -7,9 +7,14 @@ import sys
 import time
 from dataclasses import dataclass
 
+from tests.helpers import LAB
 from tests.helpers.proc import run
 
 PYINFRA = os.path.join(os.path.dirname(sys.executable), "pyinfra")
+# On the second lab (GPUOP_LAB: make test's tests beside the lab's), every run names its context:
+# the lab lock is named after it, so runs on the two labs never wait on each other's lock.
+LAB_DATA = (f"kube_context=kwok-{LAB}",) if os.environ.get("GPUOP_LAB") else ()
+CLUSTER_WORDS = f"context kwok-{LAB}" if LAB_DATA else "the current kubeconfig context"  # in the product's errors
 
 
 @dataclass
@@ -40,7 +45,7 @@ def deploy(root, *data, env=None, dry=False, script="deploy.py", inventory="inve
     ``debug``: pyinfra's --debug, whose log shows every command run on a target. A run that
     outlasts ``timeout_s`` fails the test, with its last output."""
     args = [PYINFRA, inventory, script, "--json", "--dry" if dry else "-y", *(["--debug"] if debug else [])]
-    for item in ((f"gpuop_root={root}",) if root else ()) + data:
+    for item in LAB_DATA + ((f"gpuop_root={root}",) if root else ()) + data:
         args += ["--data", item]
     result = run(args, timeout_s, env={**os.environ, **(env or {})})
     try:

@@ -16,7 +16,7 @@ from tests.helpers.kube import kubectl
 from tests.helpers.ssh import free_port
 from tests.helpers.playbook import deploy, target_commands
 
-pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
+pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 
 SEED_DROPIN = tomli_w.dumps(nvidia_dropin())
 

@@ -19,7 +19,7 @@ from tests.helpers.labcontainerd import binary, crictl_info, nvidia_ctk
 from tests.helpers.playbook import deploy, stop_daemons_under
 from tests.helpers.proc import run
 
-pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
+pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 
 NODE = "lab-node-0"
 REALNODE_SH = "lab/realnode.sh"

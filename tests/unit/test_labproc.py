@@ -1,0 +1,61 @@
+"""The lab's processes (lab/labproc.py): which is a lab daemon, which node is whose, and a stop
+that ends (TERM, then KILL), on real processes."""
+
+import subprocess
+import sys
+import time
+
+from lab import labproc
+
+
+def test_a_lab_daemon_is_known_by_its_layout_on_its_command_line():
+    lab = ["/usr/bin/containerd", "--config", "/r/etc/containerd/config.toml", "--root", "/r/var/lib/containerd",
+           "--state", "/r/run/containerd", "--address", "/r/run/containerd/containerd.sock"]
+    assert labproc.lab_root(lab) == "/r"
+    assert labproc.lab_root(["/usr/bin/containerd"]) == ""  # the host's own, as systemd starts it
+    assert labproc.lab_root(["containerd", "--root", "/var/lib/containerd", "--state", "/run/containerd",
+                             "--address", "/run/containerd/containerd.sock"]) == ""  # a node's default paths
+    # the real node's short-lived importer: the lab's root, a state and socket of its own
+    assert labproc.lab_root(["containerd", "--root", "/r/var/lib/containerd", "--state", "/r/var/node/import/state",
+                             "--address", "/r/var/node/import/containerd.sock"]) == ""
+    mixed = lab[:-1] + ["/other/run/containerd/containerd.sock"]
+    assert labproc.lab_root(mixed) == ""
+
+
+def test_a_node_is_its_labs_and_one_that_says_none_is_every_labs(tmp_path):
+    a, b, old = tmp_path / "a", tmp_path / "b", tmp_path / "old"
+    for d in (a, b, old):
+        d.mkdir()
+    (a / "lab").write_text("gpuop-lab\n")
+    (b / "lab").write_text("gpuop-lab-beside\n")
+    dirs = [str(a), str(b), str(old)]
+    assert labproc.mine(dirs, "gpuop-lab") == [str(a), str(old)]
+    assert labproc.mine(dirs, "gpuop-lab-beside") == [str(b), str(old)]
+
+
+def _sleeper(ignore_term: bool) -> subprocess.Popen:
+    trap = "trap '' TERM; " if ignore_term else ""
+    proc = subprocess.Popen(["sh", "-c", f"{trap}echo up; exec sleep 60"], stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"up\n"  # its trap is set
+    return proc
+
+
+def test_stop_takes_term_and_kills_what_ignores_it_after_its_grace():
+    polite, deaf = _sleeper(False), _sleeper(True)
+    started = time.monotonic()
+    killed = labproc.stop("two sleepers", [polite.pid, deaf.pid], grace_s=1)
+    took = time.monotonic() - started
+    assert killed == [deaf.pid]
+    assert polite.wait(5) == -15 and deaf.wait(5) == -9
+    assert 1 <= took < 5, took
+
+
+def test_stop_leaves_out_what_is_gone_and_says_what_it_stopped():
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    polite = _sleeper(False)
+    said = subprocess.run([sys.executable, "lab/labproc.py", "stop", "--grace=2", "a sleeper", str(gone.pid),
+                           str(polite.pid)], capture_output=True, text=True, timeout=30)
+    assert said.returncode == 0, said.stderr
+    assert said.stderr == f"stopped a sleeper (pid {polite.pid})\n"
+    assert polite.wait(5) == -15
