@@ -1,6 +1,7 @@
 """The audit: written against loaded against scheduled, from live objects, as findings.
 
-A finding is a gap between what was written and what is live; everything else the audit reads
+A finding is a gap (gpuop/gaps.py) between what was written and what is live, the same shape as
+the fleet audit's, naming the views it joins; everything else the audit reads
 (loaded handlers, GPU use per node, Pending Pods by reason, rollouts) is reported beside them.
 """
 
@@ -8,6 +9,7 @@ from .quantity import parse_quantity
 
 from .cluster import GPU, allocatable_count, rollout_complete, rollout_settled, rollout_status, sandbox_failure
 from .fleet import sandbox_error, says_sandbox_error
+from .gaps import gap
 from .objects import of_kind, ref
 from .scheduling import pod_scheduled, reasons, unschedulable
 from .slots import replicas_of
@@ -38,17 +40,17 @@ def _runtime_gaps(runtime: dict) -> list:
     gaps = []
     restart = runtime.get("restart")
     if restart is not None and not restart["cri_ok"]:
-        gaps.append({"kind": "restart-takes-cri-down", "subject": "containerd",
-                     "detail": f"a restart of containerd on this node takes CRI down: {restart['reason']} "
-                               f"(after restart: containerd {runtime['version']}'s own merge of the files)"})
+        gaps.append(gap("restart-takes-cri-down", "containerd", ["after-restart"],
+                        f"a restart of containerd on this node takes CRI down: {restart['reason']} "
+                        f"(after restart: containerd {runtime['version']}'s own merge of the files)"))
     if runtime["loaded_from"] == "cri-down":
-        gaps.append({"kind": "cri-down", "subject": "containerd",
-                     "detail": f"containerd runs but its CRI does not answer ({_loaded_view(runtime)}): "
-                               "no Pod can start on this node"})
+        gaps.append(gap("cri-down", "containerd", ["loaded"],
+                        f"containerd runs but its CRI does not answer ({_loaded_view(runtime)}): "
+                        "no Pod can start on this node"))
     for handler in runtime["written"]:
         if handler not in runtime["loaded"]:
-            gaps.append({"kind": "handler-not-loaded", "subject": handler,
-                         "detail": f"runtime handler {handler} is written but not loaded ({_loaded_view(runtime)})"})
+            gaps.append(gap("handler-not-loaded", handler, ["written", "loaded"],
+                            f"runtime handler {handler} is written but not loaded ({_loaded_view(runtime)})"))
     return gaps
 
 
@@ -71,9 +73,9 @@ def _sandboxes(runtime: dict, objects: list, real_node: str, gaps: list) -> list
         kubelet = ("the kubelet's event agrees" if agrees
                    else f"the kubelet's event says otherwise: {event['message']}" if event
                    else "no kubelet event for it yet")
-        gaps.append({"kind": "sandbox-fails", "subject": ref(pod),
-                     "detail": f"Pod {ref(pod)} on {real_node} cannot start its sandbox: containerd "
-                               f"{runtime['version']} says {forecast}; {kubelet}"})
+        gaps.append(gap("sandbox-fails", ref(pod), ["scheduled", "loaded"],
+                        f"Pod {ref(pod)} on {real_node} cannot start its sandbox: containerd "
+                        f"{runtime['version']} says {forecast}; {kubelet}"))
     return found
 
 
@@ -103,10 +105,10 @@ def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "")
         ok = rc["handler"] in loaded
         classes.append({"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": ok, "pods": users})
         if not ok:
-            gaps.append({"kind": "runtimeclass-handler-not-loaded", "subject": rc["metadata"]["name"],
-                         "detail": f"RuntimeClass {rc['metadata']['name']}: handler {rc['handler']} not "
-                                   f"loaded; its Pods fail as soon as they are recreated: "
-                                   f"{', '.join(users) or 'none now'}"})
+            gaps.append(gap("runtimeclass-handler-not-loaded", rc["metadata"]["name"], ["scheduled", "loaded"],
+                            f"RuntimeClass {rc['metadata']['name']}: handler {rc['handler']} not "
+                            f"loaded; its Pods fail as soon as they are recreated: "
+                            f"{', '.join(users) or 'none now'}"))
 
     ts_ref = time_slicing["configmap"]
     cm = next((c for c in of_kind(objects, "ConfigMap") if ref(c) == ts_ref), None)
@@ -118,21 +120,21 @@ def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "")
         asked = sum(_gpus_asked(p) for p in pods if p["spec"].get("nodeName") == name and _active(p))
         entry = {"name": name, "advertised": advertised, "requested": asked}
         if asked > advertised:
-            gaps.append({"kind": "gpus-overcommitted", "subject": name,
-                         "detail": f"node {name}: Pods hold {asked} GPUs, it advertises {advertised}"})
+            gaps.append(gap("gpus-overcommitted", name, ["scheduled"],
+                            f"node {name}: Pods hold {asked} GPUs, it advertises {advertised}"))
         if name == time_slicing["node"] and replicas is not None:
             expected = time_slicing["physical_gpus"] * replicas
             entry["time_sliced"] = {"physical": time_slicing["physical_gpus"], "replicas": replicas,
                                     "expected": expected}
-            warnings.append({"kind": "time-sliced-memory-shared", "subject": name,
-                             "detail": f"node {name}: {replicas} time-sliced slots per GPU share the GPU's "
-                                       f"whole {time_slicing['vram_per_gpu_gib']} GiB; a slot is guaranteed "
-                                       "0 GiB, with no memory or fault isolation (time-slicing's design, "
-                                       "not a fault to repair)"})
+            warnings.append(gap("time-sliced-memory-shared", name, ["scheduled"],
+                                f"node {name}: {replicas} time-sliced slots per GPU share the GPU's "
+                                f"whole {time_slicing['vram_per_gpu_gib']} GiB; a slot is guaranteed "
+                                "0 GiB, with no memory or fault isolation (time-slicing's design, "
+                                "not a fault to repair)"))
             if advertised != expected:
-                gaps.append({"kind": "time-slicing-mismatch", "subject": name,
-                             "detail": f"node {name} advertises {advertised} GPUs, but {ts_ref} gives "
-                                       f"{time_slicing['physical_gpus']} x {replicas} = {expected}"})
+                gaps.append(gap("time-slicing-mismatch", name, ["written", "scheduled"],
+                                f"node {name} advertises {advertised} GPUs, but {ts_ref} gives "
+                                f"{time_slicing['physical_gpus']} x {replicas} = {expected}"))
         nodes.append(entry)
 
     pending = {}
@@ -149,9 +151,9 @@ def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "")
                            "ready": status["READY"], "max_unavailable": status["MAX_UNAVAILABLE"],
                            "stalled": stalled, "blocker": status["BLOCKER"]})
         if stalled:
-            gaps.append({"kind": "rollout-stalled", "subject": ref(ds),
-                         "detail": f"DaemonSet {ref(ds)}: rollout stalled at {status['UPDATED']}/"
-                                   f"{status['DESIRED']} updated, blocker {status['BLOCKER']}"})
+            gaps.append(gap("rollout-stalled", ref(ds), ["scheduled"],
+                            f"DaemonSet {ref(ds)}: rollout stalled at {status['UPDATED']}/"
+                            f"{status['DESIRED']} updated, blocker {status['BLOCKER']}"))
 
     sandboxes = _sandboxes(runtime, objects, real_node, gaps) if real_node else None
     return {

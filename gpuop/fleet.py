@@ -12,6 +12,7 @@ import re
 
 from .cluster import allocatable_count
 from .containerd import analyze_merge, import_globs, parsed_toml, release
+from .gaps import gap
 from .objects import of_kind, ref
 
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
@@ -110,10 +111,6 @@ def _toolkit_pod(pod) -> bool:
                for o in pod["metadata"].get("ownerReferences") or [])
 
 
-def _gap(kind: str, subject: str, views, detail: str) -> dict:
-    return {"kind": kind, "subject": subject, "views": list(views), "detail": detail}
-
-
 def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "nvidia") -> list:
     """The gaps of one node, each with the views it joins.
 
@@ -128,7 +125,7 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
     gaps, version = [], runtime["version"]
     node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == name), None)
     if node is None:
-        gaps.append(_gap("no-node-object", name, ["scheduled"],
+        gaps.append(gap("no-node-object", name, ["scheduled"],
                          f"no Node named {name} in the cluster: set node_name for this host"))
     if runtime["daemon"] is None:
         if runtime["kubelet_endpoint"]:
@@ -137,31 +134,31 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
             where = " on the default socket, and no kubelet runs to say which of its containerds serves"
         else:
             where = ""
-        gaps.append(_gap("no-containerd", name, ["loaded"], f"no containerd runs{where}"))
+        gaps.append(gap("no-containerd", name, ["loaded"], f"no containerd runs{where}"))
         return gaps
     d = runtime["daemon"]
     for other in runtime["others"]:
-        gaps.append(_gap("second-containerd", str(other["pid"]), ["loaded"],
+        gaps.append(gap("second-containerd", str(other["pid"]), ["loaded"],
                          f"a second containerd runs (pid {other['pid']}, config {other['config']}, socket "
                          f"{other['address']}); the audited one is pid {d['pid']} on {d['address']}"
                          + (", kubelet's endpoint" if runtime["kubelet_endpoint"] else "")))
-    gaps += [_gap("config-unreadable", d["config"], ["written"], e) for e in runtime["config_errors"]]
+    gaps += [gap("config-unreadable", d["config"], ["written"], e) for e in runtime["config_errors"]]
     for path in runtime["unreached"]:
-        gaps.append(_gap("dropin-not-imported", path, ["written"],
+        gaps.append(gap("dropin-not-imported", path, ["written"],
                          f"{path} is in conf.d but no imports glob of {d['config']} reaches it "
                          f"(imports: {', '.join(runtime['imports']) or 'none'}): containerd never reads it"))
     down = runtime["loaded_from"] == "cri-down"
     if down:
-        gaps.append(_gap("cri-down", d["address"], ["loaded"], f"containerd {version} runs but its CRI does not answer "
+        gaps.append(gap("cri-down", d["address"], ["loaded"], f"containerd {version} runs but its CRI does not answer "
                                                  f"({runtime['cri_error']}): no Pod can start on this node"))
     for handler in runtime["written"]:
         if runtime["loaded_from"] == "cri" and handler not in runtime["loaded"]:
-            gaps.append(_gap("handler-not-loaded", handler, ["written", "loaded"],
+            gaps.append(gap("handler-not-loaded", handler, ["written", "loaded"],
                              f"runtime handler {handler} is written but containerd {version} does not load it"))
     if runtime["cri_after_restart"] == "refuses-start":
-        gaps.append(_gap("restart-refuses-start", d["exe"], ["after-restart"], runtime["restart_reason"]))
+        gaps.append(gap("restart-refuses-start", d["exe"], ["after-restart"], runtime["restart_reason"]))
     elif runtime["cri_after_restart"] == "fails":
-        gaps.append(_gap("restart-takes-cri-down", d["exe"], ["after-restart"],
+        gaps.append(gap("restart-takes-cri-down", d["exe"], ["after-restart"],
                          f"a restart of containerd {version} takes CRI down: {runtime['restart_reason']}"))
     if node is None:
         return gaps
@@ -178,23 +175,23 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
             continue
         if knows and handler not in runtime["loaded"]:
             why = "its CRI is down" if down else f"containerd says: {sandbox_error(version, handler)}"
-            gaps.append(_gap("sandbox-fails", ref(pod), ["scheduled", "loaded"],
+            gaps.append(gap("sandbox-fails", ref(pod), ["scheduled", "loaded"],
                              f"Pod {ref(pod)} (RuntimeClass {rc}, handler {handler}) cannot start a "
                              f"sandbox: {why}"))
         elif knows and (not restart_ok or handler not in runtime["after_restart"]):
-            gaps.append(_gap("handler-gone-after-restart", ref(pod), ["scheduled", "after-restart"],
+            gaps.append(gap("handler-gone-after-restart", ref(pod), ["scheduled", "after-restart"],
                              f"Pod {ref(pod)} (handler {handler}) runs now, but after a restart "
                              + (f"CRI is {runtime['cri_after_restart']}" if not restart_ok
                                 else f"containerd loads only {','.join(runtime['after_restart']) or 'nothing'}")))
     if knows and gpu_handler not in runtime["loaded"]:
         gpus = allocatable_count(node)
         if gpus:
-            gaps.append(_gap("gpu-advertised-not-loaded", name, ["scheduled", "loaded"],
+            gaps.append(gap("gpu-advertised-not-loaded", name, ["scheduled", "loaded"],
                              f"node {name} advertises {gpus} nvidia.com/gpu but its containerd does not "
                              f"load {gpu_handler}"))
         for pod in of_kind(objects, "Pod"):
             if pod["spec"].get("nodeName") == name and _toolkit_pod(pod) and _ready(pod):
-                gaps.append(_gap("toolkit-ready-not-loaded", ref(pod), ["scheduled", "loaded"],
+                gaps.append(gap("toolkit-ready-not-loaded", ref(pod), ["scheduled", "loaded"],
                                  f"toolkit Pod {ref(pod)} is Ready on {name} while containerd does not "
                                  f"load {gpu_handler}: Ready says the toolkit wrote its drop-in, not that "
                                  "anything loaded it"))
@@ -213,7 +210,7 @@ def fleet_gaps(nodes: dict, objects: list) -> list:
         -> [{"kind": "runtimeclass-handler-nowhere", ...}]
     """
     loaded = {h for n in nodes.values() for h in n["loaded"]}
-    return [_gap("runtimeclass-handler-nowhere", rc["metadata"]["name"], ["scheduled", "loaded"],
+    return [gap("runtimeclass-handler-nowhere", rc["metadata"]["name"], ["scheduled", "loaded"],
                  f"RuntimeClass {rc['metadata']['name']}: no audited node loads its handler {rc.get('handler')}")
             for rc in of_kind(objects, "RuntimeClass") if rc.get("handler") not in loaded]
 

@@ -1,8 +1,10 @@
 """The audit's findings from live-shaped objects, without a cluster."""
 
+import pytest
 import yaml
 
 from gpuop.audit import audit, table
+from gpuop.gaps import gap
 from gpuop.slots import sharing_config
 
 MEMORY = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
@@ -68,6 +70,22 @@ def test_a_restart_that_takes_cri_down_is_the_first_gap():
     assert "runc (live, through CRI of containerd 1.6.20)" in rows["loaded"]
     assert "nvidia; CRI FAILS" in rows["after restart"]
     assert "runc,nvidia (the main config and its drop-ins)" in rows["written"]
+
+
+def test_each_gap_names_the_views_it_joins_as_the_fleet_audit_s_do():
+    objects = [RC, pod("probe", "n0", 1, runtime_class="nvidia"), node("n0", 4), node("n1", 20), configmap(5)]
+    restart = {"runtimes": ["runc"], "cri_ok": False, "reason": "r"}
+    result = audit(runtime(["runc", "nvidia"], ["runc"], restart=restart), objects, TS)
+    assert [(g["kind"], g["views"]) for g in result["gaps"]] == [
+        ("restart-takes-cri-down", ["after-restart"]), ("handler-not-loaded", ["written", "loaded"]),
+        ("runtimeclass-handler-not-loaded", ["scheduled", "loaded"])]
+    assert sorted(result["gaps"][0]) == ["detail", "kind", "subject", "views"]  # the fleet's shape
+    overcommitted = audit(runtime(["runc"], ["runc"]), [node("n0", 1), node("n1", 4), configmap(5),
+                                                         pod("a", "n0", 2)], TS)
+    assert [(g["kind"], g["views"]) for g in overcommitted["gaps"]] == [
+        ("gpus-overcommitted", ["scheduled"]), ("time-slicing-mismatch", ["written", "scheduled"])]
+    with pytest.raises(ValueError, match="gap x: unknown view.s. seen; expected written, loaded, after-restart, scheduled"):
+        gap("x", "y", ["seen"], "z")
 
 
 def test_a_daemon_whose_cri_is_down_is_a_gap_of_its_own():
