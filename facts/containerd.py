@@ -15,6 +15,7 @@ from pyinfra.api import FactBase
 
 from gpuop.containerd import (DUMP_WITHOUT_MIGRATIONS, binary_version, cri_runtimes, restart_forecast,
                               start_subcommand, unreadable_config)
+from gpuop.layout import holds_root
 
 _DAEMONS = "--- daemons"
 _LOG = "--- log"
@@ -23,14 +24,6 @@ _NAMESPACE = "--- namespace"
 _DUMP_FAILED = "--- dump failed"
 CRICTL_DEADLINE_S = 10  # crictl's own --timeout is 3 s; this ends one that still hangs
 DUMP_DEADLINE_S = 30  # `containerd config dump` parses files: it has no reason to take longer
-
-
-def holds_root(args: list, root: str) -> bool:
-    """Whether a command line is a containerd daemon's on ``root`` (``--root ROOT``).
-
-        holds_root(["containerd", "--config", "c.toml", "--root", "/r/var/lib/containerd"], "/r/var/lib/containerd") -> True
-    """
-    return any(a == "--root" and b == root for a, b in zip(args, args[1:]))
 
 
 class LabContainerd(FactBase):

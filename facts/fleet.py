@@ -32,14 +32,20 @@ _CONFIG_ADDRESS = (
     't == "[grpc]" && $1 ~ /^[[:space:]]*address[[:space:]]*=/ {print $2; exit}\' "$cfg" 2>/dev/null); '
     f'[ -n "$addr" ] || addr={DEFAULT_SOCKET}; addr=${{addr#unix://}}; '
 )
-# kubelet's --container-runtime-endpoint, else its config file's containerRuntimeEndpoint, else
-# its default (since 1.27): the containerd that kubelet talks to.
+# kubelet's --container-runtime-endpoint, else the last containerRuntimeEndpoint of its --config
+# file and then its --config-dir drop-ins (*.conf, in name order, as kubelet merges them), YAML or
+# JSON (EKS: config.json; RKE2: kubelet.conf.d only), else its default (since 1.27).
+_FLAG = "/^{f}=/{{s/^[^=]*=//p;q}};/^{f}$/{{n;p;q}}"
+_ENDPOINT_KEY = ("-e 's/.*\"containerRuntimeEndpoint\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' "
+                 "-e 's/^[[:space:]]*containerRuntimeEndpoint[[:space:]]*:[[:space:]]*//p'")
 _KUBELET_ENDPOINT = (
-    'c=$(tr "\\0" "\\n" <"/proc/$p/cmdline"); '
-    'ke=$(echo "$c" | sed -n "/^--container-runtime-endpoint=/{s/^[^=]*=//p;q};/^--container-runtime-endpoint$/{n;p;q}"); '
-    'if [ -z "$ke" ]; then k=$(echo "$c" | sed -n "/^--config=/{s/^--config=//p;q};/^--config$/{n;p;q}"); '
-    'case "$k" in ""|/*) ;; *) k="$(readlink "/proc/$p/cwd")/$k";; esac; '
-    '[ -z "$k" ] || ke=$(sed -n "s/^containerRuntimeEndpoint:[[:space:]]*//p" "$k" 2>/dev/null | head -n 1 | tr -d "\\"\' "); fi; '
+    'c=$(tr "\\0" "\\n" <"/proc/$p/cmdline"); w=$(readlink "/proc/$p/cwd"); '
+    f'ke=$(echo "$c" | sed -n "{_FLAG.format(f="--container-runtime-endpoint")}"); '
+    f'if [ -z "$ke" ]; then k=$(echo "$c" | sed -n "{_FLAG.format(f="--config")}"); '
+    f'kd=$(echo "$c" | sed -n "{_FLAG.format(f="--config-dir")}"); '
+    'case "$k" in ""|/*) ;; *) k="$w/$k";; esac; case "$kd" in ""|/*) ;; *) kd="$w/$kd";; esac; '
+    'for f in $k ${kd:+"$kd"/*.conf}; do [ -f "$f" ] || continue; '
+    f'v=$(sed -n {_ENDPOINT_KEY} "$f" 2>/dev/null | head -n 1 | tr -d "\\"\' "); [ -z "$v" ] || ke=$v; done; fi; '
     f'ke=${{ke:-unix://{DEFAULT_SOCKET}}}; ke=${{ke#unix://}}; '
 )
 # The files the config's top-level `imports` reach, and every file of the conf.d beside it
@@ -56,8 +62,8 @@ _WRITTEN = (
 class NodeRuntime(FactBase):
     """
     What runs on a real node, read-only and in one command: its hostname; kubelet's command line
-    and the endpoint it uses (``--container-runtime-endpoint``, else its config file's
-    ``containerRuntimeEndpoint``, else its default); every containerd process (found by its
+    and the endpoint it uses (``--container-runtime-endpoint``, else ``containerRuntimeEndpoint``
+    of its ``--config`` and ``--config-dir`` drop-ins, YAML or JSON, else its default); every containerd process (found by its
     binary's name, whatever its flags), each with its binary (``/proc/PID/exe``), command line,
     ``--config`` (default /etc/containerd/config.toml) and socket (``--address``, else the
     config's ``grpc.address``, else the default). The three views are read for the one daemon

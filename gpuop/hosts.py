@@ -76,7 +76,10 @@ def load_hosts(text: str, source: str, what: str = "the lab VM", knobs=PARSERS) 
     try:
         doc = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        raise HostsFileError(f"{source}: not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise HostsFileError(f"{source}: not valid YAML{where}: {problem}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("hosts"), dict) or not doc["hosts"]:
         raise HostsFileError(f"{source}: expected a mapping with a non-empty 'hosts' mapping")
     defaults = doc.get("defaults") or {}
@@ -85,3 +88,23 @@ def load_hosts(text: str, source: str, what: str = "the lab VM", knobs=PARSERS) 
         raise HostsFileError(f"{source}: unknown top-level keys {sorted(unknown)}; expected defaults, hosts")
     return [(name, host_data(name, {**defaults, **(spec or {})}, source, what, knobs))
             for name, spec in doc["hosts"].items()]
+
+
+def read_hosts(path: str, what: str = "the lab VM", knobs=PARSERS, listing: str = "the lab hosts",
+               example: str = "hosts.example.yaml", env: str = "GPUOP_HOSTS") -> list:
+    """``load_hosts`` of the file at ``path``; one that is missing or cannot be read is a
+    ``HostsFileError`` saying which file and what to do (``listing``, ``example`` and ``env``
+    name the way out).
+
+        read_hosts("/nonexistent") -> HostsFileError("/nonexistent: no such file; list the lab hosts ...")
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise HostsFileError(f"{path}: no such file; list {listing} in one (see {example}), or "
+                             f"point {env} at one") from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise HostsFileError(f"{path}: cannot be read ({why}); {env} names the hosts file") from None
+    return load_hosts(text, path, what, knobs)

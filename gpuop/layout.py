@@ -1,4 +1,4 @@
-"""Where the lab's files live under its root."""
+"""Where the lab's files live under its root, and which process is a lab daemon on one."""
 
 import posixpath
 from dataclasses import dataclass
@@ -12,6 +12,15 @@ def backup_of(path: str) -> str:
         backup_of("/root/gpuop/bin/check-runtime.sh") -> ".../check-runtime.sh.gpuop-bak.20261201T081500.123456"
     """
     return f"{path}.gpuop-bak.{datetime.now():%Y%m%dT%H%M%S.%f}"
+
+
+def holds_root(args: list, store: str) -> bool:
+    """Whether a command line is a containerd's on the store ``store`` (``--root STORE``): one
+    root, one daemon, whatever its pid file or socket says.
+
+        holds_root(["containerd", "--config", "c.toml", "--root", "/r/var/lib/containerd"], "/r/var/lib/containerd") -> True
+    """
+    return any(a == "--root" and b == store for a, b in zip(args, args[1:]))
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,22 @@ class Layout:
     def stamp(self, report_name):
         """Where the playbook's own bookkeeping records a captured moment (not a lab file)."""
         return self._at(".gpuop", report_name + ".stamp")
+
+    @classmethod
+    def of_daemon(cls, args: list):
+        """The lab whose containerd a command line runs, by the layout on it (``--root``,
+        ``--state`` and ``--address`` of one root); None for any other process (the host's own
+        containerd has none of it).
+
+            Layout.of_daemon(["containerd", "--root", "/r/var/lib/containerd", "--state", "/r/run/containerd",
+                              "--address", "/r/run/containerd/containerd.sock"]) -> Layout("/r")
+        """
+        opts = dict(zip(args, args[1:]))  # each flag with the argument after it
+        store, tail = opts.get("--root", ""), "/var/lib/containerd"
+        lab = cls(store[: -len(tail)]) if store.endswith(tail) and len(store) > len(tail) else None
+        if lab and opts.get("--state") == lab.containerd_state and opts.get("--address") == lab.containerd_socket:
+            return lab
+        return None
 
     def owned_files(self, manifests, reports):
         """Every file the playbook writes (backups excluded: those are never removed)."""

@@ -35,6 +35,10 @@ kubeconfig=${KUBECONFIG:-$HOME/.kube/config}
 kubeconfig=${kubeconfig%%:*}
 COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok-controller"
 
+# shellcheck source=proc.sh
+. "$here/proc.sh"
+quietly() { "$@" >/dev/null 2>&1; }
+
 # The kernel's state of a process (S, R, T: stopped, Z: a zombie), nothing when it is gone.
 proc_state() { sed 's/.*) //; s/ .*//' "/proc/$1/stat" 2>/dev/null || true; }
 
@@ -50,8 +54,10 @@ component_pid() {
   echo "$pid"
 }
 
-# Finding and stopping lab processes: lab/labproc.py (the tests use it too).
+# The lab's rules, in Python (the tests use them too): its processes, found and stopped
+# (lab/labproc.py); its nodes, capacity and controllers' leases (lab/labcluster.py).
 labproc() { python3 "$here/labproc.py" "$@"; }
+labcluster() { python3 "$here/labcluster.py" "$@"; }
 
 reachable() {
   kubectl --context "$context" --request-timeout=3s get --raw /readyz >/dev/null 2>&1
@@ -65,19 +71,12 @@ exists() {
 # holds its lease, so it would leave Pods Pending until they expire. Drop them and wait until
 # the running controller holds them again.
 release_node_leases() {
-  local k=(kubectl --context "$context" --namespace kube-node-lease) waited=0
+  local k=(kubectl --context "$context" --namespace kube-node-lease) start=$SECONDS
   # shellcheck disable=SC2086
   "${k[@]}" delete lease $nodes --ignore-not-found >/dev/null
   # shellcheck disable=SC2086
-  until "${k[@]}" get lease $nodes >/dev/null 2>&1; do
-    if [ "$waited" -ge 120 ]; then
-      log "the kwok controller took no node lease in 120s"
-      return 1
-    fi
-    sleep 1
-    waited=$((waited + 1))
-  done
-  log "kwok holds the node leases again (${waited}s)"
+  wait_until 120 1 "the kwok controller to take the node leases" quietly "${k[@]}" get lease $nodes || return 1
+  log "kwok holds the node leases again ($((SECONDS - start))s)"
 }
 
 # kwok manages only the nodes it was given (annotated), never a real kubelet's.
@@ -127,7 +126,9 @@ heal_components() {
   fi
   log "not running: ${down[*]}; starting them"
   for c in "${down[@]}"; do rm -f "$cluster_dir/pids/$c.pid"; done
-  kwokctl start cluster --name "$name" --timeout 2m --wait 2m >>"$log_file" 2>&1 || true
+  # No --wait: kwokctl would wait for every component it did not start too, and one that
+  # exits meanwhile (it lost its lease) never gets ready; wait_working waits, and heals.
+  kwokctl start cluster --name "$name" --timeout 2m >>"$log_file" 2>&1 || true
   for c in "${down[@]}"; do
     component_pid "$c" >/dev/null || { cat "$log_file" >&2; log "$c did not start"; return 1; }
   done
@@ -135,42 +136,29 @@ heal_components() {
   if [[ " ${down[*]} " == *" kwok-controller "* ]] && reachable; then release_node_leases; fi
 }
 
-# lease_fresh NAMESPACE NAME: the lease was renewed within its duration (and 5 s of grace),
-# and after disturbed_at when a component was healed.
-lease_fresh() {
-  local said renewed duration
-  said=$(kubectl --context "$context" --request-timeout=5s -n "$1" get lease "$2" \
-    -o jsonpath='{.spec.renewTime} {.spec.leaseDurationSeconds}' 2>/dev/null) || return 1
-  read -r renewed duration <<<"$said"
-  [ -n "$renewed" ] && [ -n "$duration" ] || return 1
-  renewed=$(date -d "$renewed" +%s)
-  [ $(($(date +%s) - renewed)) -le $((duration + 5)) ] && [ "$renewed" -ge "${disturbed_at:-0}" ]
+# The cluster works, not merely answers: the API server ready, and the scheduler and
+# controller-manager holding their leader leases (each exits when it loses its lease), renewed
+# after disturbed_at when a component was healed (lab/labcluster.py stale). What is missing is
+# left in $missing.
+missing=()
+works() {
+  local c
+  missing=()
+  if ! reachable; then
+    missing=("kube-apiserver: not ready")
+    return 1
+  fi
+  for c in kube-scheduler kube-controller-manager; do
+    # one that gave its lease up meanwhile has exited: start it again (it does not start: no wait helps)
+    component_pid "$c" >/dev/null || heal_components || { rm -f "$log_file"; exit 1; }
+  done
+  mapfile -t missing < <(labcluster stale "$context" "$disturbed_at" || true)
+  [ ${#missing[@]} -eq 0 ]
 }
 
-# Until the cluster works, not merely answers: the API server ready, and the scheduler and
-# controller-manager holding their leader leases (each exits when it loses its lease).
 wait_working() {
-  local waited=0 c missing
-  while :; do
-    missing=()
-    if reachable; then
-      for c in kube-scheduler kube-controller-manager; do
-        # one that gave its lease up meanwhile has exited: start it again
-        component_pid "$c" >/dev/null || { heal_components || return 1; }
-        lease_fresh kube-system "$c" || missing+=("$c")
-      done
-    else
-      missing+=(kube-apiserver)
-    fi
-    [ ${#missing[@]} -gt 0 ] || break
-    if [ "$waited" -ge 120 ]; then
-      log "the cluster does not work after 120s: ${missing[*]} not ready"
-      return 1
-    fi
-    [ $((waited % 10)) -ne 5 ] || log "waiting for ${missing[*]} (${waited}s)"
-    sleep 1
-    waited=$((waited + 1))
-  done
+  wait_until 120 1 "the cluster to work" works ||
+    { log "the cluster does not work: $(IFS=';'; echo "${missing[*]}")"; return 1; }
 }
 
 start_cluster() {
@@ -191,29 +179,6 @@ start_cluster() {
   kubectl config use-context "$context" >/dev/null
 }
 
-node_manifests() {
-  local n
-  for n in $kwok_nodes; do
-    cat <<YAML
----
-apiVersion: v1
-kind: Node
-metadata:
-  name: $n
-  annotations:
-    kwok.x-k8s.io/node: fake
-  labels:
-    kubernetes.io/hostname: $n
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    type: kwok
-status:
-  capacity: {cpu: "8", memory: 32Gi, pods: "110"}
-  allocatable: {cpu: "8", memory: 32Gi, pods: "110"}
-YAML
-  done
-}
-
 ensure_nodes() {
   local k=(kubectl --context "$context") n
   # Exactly the lab's nodes: drop strays (a real node's object too, where kwok is to run it),
@@ -227,8 +192,10 @@ ensure_nodes() {
       log "deleting node/$n, a real kubelet's: kwok runs it"; "${k[@]}" delete node "$n"
     fi
   done < <("${k[@]}" get nodes -o jsonpath="$fake")
-  node_manifests | "${k[@]}" apply -f - >/dev/null
-  local base='{"cpu":"8","memory":"32Gi","pods":"110"}'
+  # shellcheck disable=SC2086
+  labcluster nodes $kwok_nodes | "${k[@]}" apply -f - >/dev/null
+  local base
+  base=$(labcluster capacity)
   for n in $kwok_nodes; do
     "${k[@]}" patch node "$n" --subresource=status --type=merge \
       -p "{\"status\":{\"capacity\":$base,\"allocatable\":$base}}" | grep -v "no change" >&2 || true

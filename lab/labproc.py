@@ -11,16 +11,20 @@ what one lab's `down` stops spares the other's nodes and the daemons inside them
     python3 lab/labproc.py stop [--grace=S] "lab containerd daemons" 4167 4180
 """
 
+import argparse
 import os
 import signal
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project
+from gpuop.layout import Layout, holds_root  # noqa: E402 (the product's own rule, stdlib only)
+
 STOP_GRACE_S = 10  # TERM's grace before KILL, as the playbook gives its daemon (operations/containerd.py)
 OWNER = "lab"  # the file in a node's directory naming the lab cluster it belongs to
 
 
-def _procs():
+def processes():
     """(pid, argv) of every process whose command line can be read."""
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -46,25 +50,6 @@ def alive(pid: int) -> bool:
     return state(pid) not in ("", "Z")
 
 
-def lab_root(args: list) -> str:
-    """The lab root a containerd daemon runs on, from its command line ("" for any other process):
-    the playbook's layout, ``--root R/var/lib/containerd --state R/run/containerd --address
-    R/run/containerd/containerd.sock`` (a containerd the host runs for itself has none of it).
-
-        lab_root(["containerd", "--root", "/r/var/lib/containerd", "--state", "/r/run/containerd",
-                  "--address", "/r/run/containerd/containerd.sock"]) -> "/r"
-    """
-    opts = dict(zip(args, args[1:]))  # each flag with the argument after it
-    root = opts.get("--root", "")
-    if not root.endswith("/var/lib/containerd"):
-        return ""
-    r = root[: -len("/var/lib/containerd")]
-    if r and opts.get("--state") == f"{r}/run/containerd" and \
-            opts.get("--address") == f"{r}/run/containerd/containerd.sock":
-        return r
-    return ""
-
-
 def owner(node_dir: str) -> str:
     """The lab cluster a node's directory belongs to ("" when it records none: every lab's)."""
     try:
@@ -78,7 +63,7 @@ def real_nodes() -> list:
     """Every real lab node's directory (ROOT/var/node) on this host: by its kubelet service's
     command line, or, the service gone, by the file holding its namespace (the mount table)."""
     found = set()
-    for _, args in _procs():
+    for _, args in processes():
         found.update(os.path.dirname(a) for a in args if a.endswith("/var/node/kubelet.service"))
     with open("/proc/self/mountinfo") as f:
         for line in f:
@@ -91,7 +76,7 @@ def real_nodes() -> list:
 def sim_nodes() -> list:
     """Every simulated node's directory: the `unshare` running ``simnode.sh inside DIR``."""
     found = set()
-    for pid, args in _procs():
+    for pid, args in processes():
         try:
             exe = os.readlink(f"/proc/{pid}/exe")
         except OSError:
@@ -118,8 +103,8 @@ def daemons(lab: str) -> list:
     those inside another lab's real node (its mount namespace)."""
     others = {_namespace(d) for d in real_nodes() if d not in mine([d], lab)} - {""}
     found = []
-    for pid, args in _procs():
-        if lab_root(args):
+    for pid, args in processes():
+        if Layout.of_daemon(args):
             try:
                 ns = os.readlink(f"/proc/{pid}/ns/mnt")
             except OSError:
@@ -127,6 +112,17 @@ def daemons(lab: str) -> list:
             if ns not in others:
                 found.append(pid)
     return found
+
+
+def holding(store: str) -> list:
+    """Every process running a containerd on the store ``store`` (``--root STORE``)."""
+    return [pid for pid, args in processes() if holds_root(args, store)]
+
+
+def under(path: str) -> list:
+    """The lab daemons whose root is under ``path`` (a test's temporary roots)."""
+    path = path.rstrip("/") + "/"
+    return [pid for pid, args in processes() if (lab := Layout.of_daemon(args)) and lab.root.startswith(path)]
 
 
 def stop(what: str, pids: list, grace_s: float = STOP_GRACE_S) -> list:
@@ -170,26 +166,33 @@ def wait_gone(pids: list, timeout_s: float) -> list:
 
 
 def main(argv: list) -> int:
-    cmd, args = (argv[0], argv[1:]) if argv else ("", [])
-    if cmd == "daemons" and len(args) == 1:
-        print("\n".join(map(str, daemons(args[0]))))
-    elif cmd == "real-nodes" and len(args) in (1, 2):
-        keep = os.path.join(os.path.realpath(args[1]), "var", "node") if len(args) == 2 else None
-        print("\n".join(d for d in mine(real_nodes(), args[0]) if d != keep))
-    elif cmd == "sim-nodes" and len(args) == 1:
-        print("\n".join(mine(sim_nodes(), args[0])))
-    elif cmd == "stop" and args:
-        grace = STOP_GRACE_S
-        if args[0].startswith("--grace="):
-            grace, args = float(args[0].split("=", 1)[1]), args[1:]
-        pids = [int(p) for p in args[1:] if alive(int(p))]
-        if pids:
-            stop(args[0], pids, grace)
-            print(f"stopped {args[0]} (pid {' '.join(map(str, pids))})", file=sys.stderr)
+    cli = argparse.ArgumentParser(prog="lab/labproc.py", description=__doc__.splitlines()[0])
+    sub = cli.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("daemons", help="the lab daemons `lab.sh down LAB` stops").add_argument("lab")
+    real = sub.add_parser("real-nodes", help="the real nodes of LAB, but KEEP_ROOT's")
+    real.add_argument("lab")
+    real.add_argument("keep_root", nargs="?")
+    sub.add_parser("sim-nodes", help="the simulated nodes of LAB").add_argument("lab")
+    stopping = sub.add_parser("stop", help="TERM (and CONT), KILL after the grace")
+    stopping.add_argument("--grace", type=float, default=STOP_GRACE_S)
+    stopping.add_argument("what")
+    stopping.add_argument("pids", nargs="*", type=int)
+    a = cli.parse_args(argv)
+    if a.cmd == "daemons":
+        found = daemons(a.lab)
+    elif a.cmd == "real-nodes":
+        keep = os.path.join(os.path.realpath(a.keep_root), "var", "node") if a.keep_root else None
+        found = [d for d in mine(real_nodes(), a.lab) if d != keep]
+    elif a.cmd == "sim-nodes":
+        found = mine(sim_nodes(), a.lab)
     else:
-        print("usage: labproc.py daemons LAB | real-nodes LAB [KEEP_ROOT] | sim-nodes LAB | stop [--grace=S] WHAT PID...",
-              file=sys.stderr)
-        return 2
+        found = []
+        pids = [p for p in a.pids if alive(p)]
+        if pids:
+            stop(a.what, pids, a.grace)
+            print(f"stopped {a.what} (pid {' '.join(map(str, pids))})", file=sys.stderr)
+    for item in found:
+        print(item)
     return 0
 
 

@@ -1,4 +1,5 @@
-# Finding the lab's processes by what they are (sourced by lab/simnode.sh and lab/realnode.sh).
+# Finding the lab's processes by what they are, and waiting with an end (sourced by lab/lab.sh,
+# lab/simnode.sh and lab/realnode.sh).
 
 # pids_with_arg ARG EXE: processes with the argument ARG on their command line whose binary is EXE.
 pids_with_arg() {
@@ -8,4 +9,23 @@ pids_with_arg() {
     [[ $(readlink "/proc/$p/exe" 2>/dev/null) == */"$2" ]] && echo "$p"
   done
   return 0
+}
+
+# wait_until SECONDS INTERVAL WHAT COMMAND...: run COMMAND every INTERVAL seconds until it
+# succeeds, saying every 10 s that it still waits for WHAT; after SECONDS, say that WHAT did not
+# happen and fail. The one wait loop of the lab's scripts: none waits without an end.
+wait_until() {
+  local limit=$1 every=$2 what=$3 start=$SECONDS said=0
+  shift 3
+  until "$@"; do
+    if ((SECONDS - start >= limit)); then
+      echo "lab: $what: not within ${limit}s" >&2
+      return 1
+    fi
+    if ((SECONDS - start >= said + 10)); then
+      said=$((SECONDS - start))
+      echo "lab: waiting for $what (${said}s)" >&2
+    fi
+    sleep "$every"
+  done
 }

@@ -36,6 +36,7 @@ OVERLAYS="/var/lib /var/log /usr/bin"
 
 # shellcheck source=proc.sh
 . "$here/proc.sh"
+quietly() { "$@" >/dev/null 2>&1; }
 
 kubelet_pid() { pids_with_arg "$dir/kubelet.yaml" kubelet | head -n 1; }
 
@@ -64,13 +65,14 @@ make_namespace() {
   # The seed's node has 32Gi: kubelet's capacity is MemTotal (cAdvisor). Its CPUs come from
   # sysfs' topology, which stays this machine's.
   sed "s/^MemTotal: .*/MemTotal:       $MEMORY_KIB kB/" /proc/meminfo >"$dir/meminfo"
-  unshare --mount="$dir/mnt" --propagation private sh -euc '
+  # The mounts are made inside, by a script that gets its words as data (environment), not spliced in.
+  OVERLAYS=$OVERLAYS SYSCTLS=$SYSCTLS unshare --mount="$dir/mnt" --propagation private sh -euc '
     dir=$1
     mount -t tmpfs -o mode=755 tmpfs /run
-    for d in '"$OVERLAYS"'; do
+    for d in $OVERLAYS; do
       mount -t overlay overlay -o "lowerdir=$d,upperdir=$dir/overlay$d/upper,workdir=$dir/overlay$d/work" "$d"
     done
-    for f in '"$SYSCTLS"'; do mount --bind "$dir/sysctl-$(echo "$f" | tr / .)" "/proc/sys/$f"; done
+    for f in $SYSCTLS; do mount --bind "$dir/sysctl-$(echo "$f" | tr / .)" "/proc/sys/$f"; done
     mount --bind "$dir/meminfo" /proc/meminfo
   ' sh "$dir"
   log "namespace $dir/mnt made"
@@ -95,32 +97,12 @@ SH
 JSON
   ca=$cluster_dir/pki/ca.crt
   [[ -f $ca ]] || die "cluster $cluster has no CA at $ca (lab/lab.sh up first)"
-  port=$(sed -n 's/^port: //p' "$dir/kubelet.yaml" 2>/dev/null || true)
+  # Its port is kept across runs (the API server reaches kubelet there for logs and exec).
+  port=$(sed -n 's/^ *"port": \([0-9]*\),*$/\1/p' "$dir/kubelet.yaml" 2>/dev/null || true)
   [[ -n $port ]] || port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  cat >"$dir/kubelet.yaml" <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-# This lab's kind of machine: cgroup v1 (kubelet 1.35+ refuses it otherwise), no systemd, swap
-# allowed, no QoS cgroups or node allocatable to enforce, no iptables of the host's to touch.
-failCgroupV1: false
-cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-failSwapOn: false
-makeIPTablesUtilChains: false
-containerRuntimeEndpoint: unix://$root/run/containerd/containerd.sock
-# Reached by the API server (logs, exec), which shows the cluster's client certificate.
-port: $port
-readOnlyPort: 0
-healthzPort: 0
-authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: $ca}}
-authorization: {mode: AlwaysAllow}
-# A runtime that goes down is seen within seconds, as the incident's restart was.
-nodeStatusUpdateFrequency: 2s
-# The stand-in images are never pulled again: keep them, and evict nothing for this disk.
-imageGCHighThresholdPercent: 100
-evictionHard: {memory.available: 1Mi, nodefs.available: 1%, imagefs.available: 1%}
-YAML
+  python3 "$here/labcluster.py" kubelet-config "unix://$root/run/containerd/containerd.sock" "$port" "$ca" \
+    >"$dir/kubelet.yaml.new"
+  mv "$dir/kubelet.yaml.new" "$dir/kubelet.yaml"
 }
 
 # The sandbox image the containerd binary defaults to (its `config default`), and the seed's.
@@ -150,11 +132,8 @@ ensure_images() {
     sock=$tmp/containerd.sock
     inside setsid "$containerd" --config /dev/null --root "$root/var/lib/containerd" --state "$tmp/state" \
       --address "$sock" </dev/null >"$tmp/containerd.log" 2>&1 &
-    local waited=0
-    until ctr --address "$sock" --timeout 3s version >/dev/null 2>&1; do
-      (( waited++ < 100 )) || { tail -n 3 "$tmp/containerd.log" >&2; die "the importing containerd did not answer in 10s"; }
-      sleep 0.1
-    done
+    wait_until 10 0.1 "the importing containerd to answer" quietly ctr --address "$sock" --timeout 3s version ||
+      { tail -n 3 "$tmp/containerd.log" >&2; die "the importing containerd did not answer"; }
   fi
   local have
   have=$("${ctr[@]}" --address "$sock" images list --quiet)
@@ -164,9 +143,8 @@ ensure_images() {
     log "stand-in images imported: ${missing[*]}"
   fi
   if [[ -n $tmp ]]; then
-    local p
-    for p in $(pids_with_arg "$sock" containerd); do kill -TERM "$p"; done
-    for _ in $(seq 100); do [[ -z $(pids_with_arg "$sock" containerd) ]] && break; sleep 0.1; done
+    # shellcheck disable=SC2046
+    python3 "$here/labproc.py" stop "the importing containerd" $(pids_with_arg "$sock" containerd)
     rm -rf "$tmp"
   fi
 }
@@ -208,14 +186,14 @@ start_kubelet() {
 node_pids() {
   local c
   service_pid; ns_pids; kubelet_pid
-  pids_with_arg "${dir%/var/node}/run/containerd/containerd.sock" containerd-shim-runc-v2
+  pids_with_arg "$root/run/containerd/containerd.sock" containerd-shim-runc-v2
   for c in "${cgroups[@]}"; do cat "$c/cgroup.procs" 2>/dev/null; done
 }
 
 # The cgroups of the tasks the lab containerd keeps under ROOT (named for their ids), added to $cgroups.
 task_cgroups() {
   local c
-  for c in "${dir%/var/node}"/run/containerd/io.containerd.runtime.v2.task/k8s.io/*/; do
+  for c in "$root"/run/containerd/io.containerd.runtime.v2.task/k8s.io/*/; do
     [[ -d $c ]] && cgroups+=(/sys/fs/cgroup/*/k8s.io/"$(basename "$c")")
   done
   return 0
@@ -245,12 +223,16 @@ stop_node() {
   ! mountpoint -q "$dir" || umount "$dir"
 }
 
+# The node of lab root ROOT, named NAME in the log: the functions above work on it ($root, $dir).
+at() { root=$(realpath -m "$1") dir=$(realpath -m "$1")/var/node node=$2; }
+
 cmd=${1:-}
 case $cmd in
 up)
   [[ $# -ge 4 ]] || die "usage: up ROOT NODE CONTAINERD [CLUSTER]"
-  root=$(realpath -m "$2") node=$3 containerd=$4 cluster=${5:-gpuop-lab}
-  dir=$root/var/node cluster_dir=$HOME/.kwok/clusters/$cluster
+  at "$2" "$3"
+  containerd=$4 cluster=${5:-gpuop-lab}
+  cluster_dir=$HOME/.kwok/clusters/$cluster
   [[ -x $containerd ]] || die "no containerd at $containerd"
   # A built containerd's Pods need its own runc shim (the lab containerd finds it beside itself).
   version=$("$containerd" --version | awk '{print $3}')
@@ -269,17 +251,18 @@ kubelet-service)  # inside the namespace: DIR/kubelet.service KUBELET ARGS...
   ;;
 stop)
   [[ $# -eq 2 ]] || die "usage: stop ROOT"
-  root=$(realpath -m "$2") node=${root}
-  dir=$root/var/node
+  at "$2" "$2"
   stop_node
   ;;
 stop-all)
   [[ $# -ge 2 ]] || die "usage: stop-all CLUSTER [ROOT]"
-  node=all
-  for dir in $(python3 "$here/labproc.py" real-nodes "$2" ${3:+"$3"}); do stop_node; done
+  for d in $(python3 "$here/labproc.py" real-nodes "$2" ${3:+"$3"}); do
+    at "${d%/var/node}" "${d%/var/node}"
+    stop_node
+  done
   ;;
 kubelet)
-  dir=$(realpath -m "$2")/var/node
+  at "$2" "$2"
   kubelet_pid
   ;;
 *) die "usage: up ROOT NODE CONTAINERD [CLUSTER] | stop ROOT | stop-all CLUSTER [ROOT] | kubelet ROOT" ;;

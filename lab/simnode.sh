@@ -27,6 +27,15 @@ ns_init() {
   for p in $(ns_unshare "$1"); do cat "/proc/$p/task/$p/children" 2>/dev/null; done
 }
 
+# listening DIR PORT: sshd of node DIR listens on PORT; the node is gone: fail the start at once.
+listening() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null && return 0
+  [[ -n $(ns_unshare "$1") ]] || die "node $1 exited: $(tail -n 5 "$1/node.log")"
+  return 1
+}
+
+gone() { [[ -z $(ns_unshare "$1") ]]; }
+
 inside() {  # runs as the namespace's pid 1
   local dir=$1 containerd=$2
   mount -t tmpfs -o mode=755 tmpfs /run
@@ -36,11 +45,7 @@ inside() {  # runs as the namespace's pid 1
   hostname "$3"
   [[ ! -x $dir/before.sh ]] || "$dir/before.sh"
   setsid "$containerd" </dev/null >"$dir/containerd.log" 2>&1 &
-  local waited=0
-  until [[ -S /run/containerd/containerd.sock ]]; do
-    (( waited++ < 200 )) || { echo "containerd did not open its socket in 20s" >&2; exit 1; }
-    sleep 0.1
-  done
+  wait_until 20 0.1 "containerd to open its socket" test -S /run/containerd/containerd.sock || exit 1
   [[ ! -x $dir/after.sh ]] || "$dir/after.sh"
   exec /usr/sbin/sshd -D -e -f "$dir/sshd_config"
 }
@@ -55,12 +60,8 @@ case ${1:-} in
     port=$(awk '$1 == "Port" {print $2}' "$dir/sshd_config")
     setsid unshare -m -p -u -f --mount-proc --propagation private \
       bash "$0" inside "$dir" "$3" "$4" </dev/null >"$dir/node.log" 2>&1 &
-    for _ in $(seq 400); do
-      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && exit 0
-      [[ -n $(ns_unshare "$dir") ]] || die "node $dir exited: $(tail -n 5 "$dir/node.log")"
-      sleep 0.1
-    done
-    die "node $dir: sshd did not listen on $port in 40s: $(tail -n 5 "$dir/node.log")" ;;
+    wait_until 40 0.1 "node $dir's sshd to listen on $port" listening "$dir" "$port" ||
+      die "node $dir: sshd did not listen: $(tail -n 5 "$dir/node.log")" ;;
   inside) shift; inside "$@" ;;
   pid) ns_init "$(realpath "$2")" | head -n 1 ;;
   stop-all)
@@ -68,8 +69,9 @@ case ${1:-} in
     for dir in $(python3 "$(dirname "$0")/labproc.py" sim-nodes "$2"); do "$0" stop "$dir"; done ;;
   stop)
     dir=$(realpath "$2")
-    for p in $(ns_init "$dir"); do kill -KILL "$p" 2>/dev/null || true; done
-    for _ in $(seq 100); do [[ -z $(ns_unshare "$dir") ]] && exit 0; sleep 0.1; done
-    die "node $dir did not stop" ;;
+    # The namespace's first process: once it ends, the kernel ends every process inside.
+    # shellcheck disable=SC2046
+    python3 "$(dirname "$0")/labproc.py" stop --grace=5 "node $dir" $(ns_init "$dir")
+    wait_until 10 0.1 "node $dir to stop" gone "$dir" || die "node $dir did not stop" ;;
   *) die "usage: start DIR CONTAINERD HOSTNAME [CLUSTER] | stop DIR | pid DIR | stop-all CLUSTER" ;;
 esac

@@ -11,8 +11,10 @@ import os
 import time
 import weakref
 
+import urllib3
 from gevent.lock import Semaphore
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
@@ -22,7 +24,8 @@ from gpuop.fleet import fleet_gaps, fleet_table, node_entry, node_findings, runt
 from gpuop.textfile import write_textfile
 
 _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
-CLUSTER_REQUEST_TIMEOUT_S = 20
+CLUSTER_READ_DEADLINE_S = 20  # the whole cluster read: a stalled API server ends the audit's read here
+CONNECT_TIMEOUT_S = 5
 
 
 class _Fleet:
@@ -46,10 +49,26 @@ _LISTS = (("Node", "CoreV1Api", "list_node"), ("RuntimeClass", "NodeV1Api", "lis
           ("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"))
 
 
-def read_cluster(kubeconfig: str, context: str) -> tuple:
+def _in_words(e: Exception, deadline_s: float) -> str:
+    """Why a read of the cluster failed, in one sentence (no client's retry chatter)."""
+    if isinstance(e, ApiException):
+        return f"the API server refused: {e.status} {e.reason}"
+    if isinstance(e, urllib3.exceptions.MaxRetryError) and e.reason is not None:
+        e = e.reason
+    if isinstance(e, urllib3.exceptions.ConnectTimeoutError):
+        return f"the API server did not complete a connection within {CONNECT_TIMEOUT_S}s (it accepts, then stalls)"
+    if isinstance(e, (urllib3.exceptions.TimeoutError, TimeoutError)):
+        return f"the API server gave no answer within the read's {deadline_s}s"
+    if isinstance(e, urllib3.exceptions.NewConnectionError):
+        return f"the API server cannot be reached: {str(e).rsplit(': ', 1)[-1]}"
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def read_cluster(kubeconfig: str, context: str, deadline_s: float = CLUSTER_READ_DEADLINE_S) -> tuple:
     """Every Node, RuntimeClass, Pod and DaemonSet of the cluster, as plain JSON (the API's own
-    field names, ``kind`` set), read from the operator's kubeconfig and context on this machine;
-    and how the read went.
+    field names, ``kind`` set), read from the operator's kubeconfig and context on this machine,
+    within ``deadline_s`` for the whole read (no retries: a stalled API server ends the read at
+    its deadline); and how the read went.
 
         read_cluster("", "prod-east")[0][0]["kind"] -> "Node"
     """
@@ -57,13 +76,19 @@ def read_cluster(kubeconfig: str, context: str) -> tuple:
             f"context {context or '(current)'}"
     started = time.monotonic()
     try:
-        api = config.new_client_from_config(config_file=kubeconfig or None, context=context or None)
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig or None, context=context or None,
+                                client_configuration=configuration)
+        configuration.retries = False
         objects = []
-        for kind, group, method in _LISTS:
-            items = getattr(getattr(client, group)(api), method)(_request_timeout=CLUSTER_REQUEST_TIMEOUT_S).items
-            objects += [{**api.sanitize_for_serialization(item), "kind": kind} for item in items]
+        with client.ApiClient(configuration) as api:
+            for kind, group, method in _LISTS:
+                left = max(0.1, deadline_s - (time.monotonic() - started))
+                items = getattr(getattr(client, group)(api), method)(
+                    _request_timeout=(min(CONNECT_TIMEOUT_S, left), left)).items
+                objects += [{**api.sanitize_for_serialization(item), "kind": kind} for item in items]
     except Exception as e:  # a missing file, a bad context, a refused or stalled API server
-        raise DeployError(f"the cluster cannot be read ({where}): {type(e).__name__}: {e}") from None
+        raise DeployError(f"the cluster cannot be read ({where}): {_in_words(e, deadline_s)}") from None
     return objects, {"from": where, "requests": len(_LISTS), "reads": 1,
                      "seconds": round(time.monotonic() - started, 3)}
 
@@ -139,16 +164,28 @@ def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
     fleet = _fleet(host.state)
     if host.name not in fleet.hosts:
         read = host.get_fact(NodeRuntime, crictl=crictl, _timeout=read_timeout_s)
-        objects = cluster_objects(host.state, kubeconfig, context)
+        try:
+            objects = cluster_objects(host.state, kubeconfig, context)
+        except DeployError as e:
+            yield _failed(str(e))
+            return
         name = node_name or read["hostname"] or host.name
         twin = next((h for h, n in fleet.hosts.items() if n == name), None)
         if twin:
-            raise DeployError(f"{host.name}: hosts {twin} and {host.name} both audit node {name}: "
-                              "set node_name for each")
+            yield _failed(f"hosts {twin} and {host.name} both audit node {name}: set node_name for each")
+            return
         runtime = runtime_view(read)
         fleet.nodes[name] = node_entry(name, runtime, node_findings(name, runtime, objects, gpu_handler))
         fleet.hosts[host.name] = name
     yield from ()
+
+
+def _failed(words: str) -> FunctionCommand:
+    """The host fails, said in one sentence (an exception raised here would print a traceback)."""
+    def say(state, host):
+        logger.error(f"{host.print_prefix}{words}")
+        return False
+    return FunctionCommand(say, (), {})
 
 
 @operation(is_idempotent=False)

@@ -13,6 +13,7 @@ import tomli_w
 import yaml
 
 from gpuop.containerd import main_config, nvidia_dropin
+from lab import labcluster
 from tests.helpers.kube import LAB, kubectl
 from tests.helpers.labcontainerd import binary, built, crictl, nvidia_ctk
 from tests.helpers.proc import run
@@ -36,6 +37,7 @@ class Node:
     before: list = field(default_factory=list)  # shell lines run inside, before containerd starts
     after: list = field(default_factory=list)  # ... once its socket is there
     kubelet: str = ""  # a real kubelet's endpoint on this node, started last; empty: none
+    kubelet_layout: str = "yaml"  # how its configuration is laid out: see kubelet()
     files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
     dir: str = ""
     port: int = 0
@@ -67,24 +69,56 @@ def another_containerd(version: str, name: str, nvidia: bool = False) -> list:
             f"n=0; until [ -S /run/containerd-{name}/containerd.sock ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
 
 
-def kubelet(dir_: str, endpoint: str) -> list:
-    """A real kubelet, standalone (no API server: it only talks to its runtime), on ``endpoint``.
-    What it writes outside its root is the node's own: the sysctls it sets (vm.overcommit_memory,
-    kernel.panic, kernel.panic_on_oops are not namespaced) land in files bound over them, and
-    /var/log is an overlay like /var/lib."""
-    config = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-              "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False,
-              "enforceNodeAllocatable": [], "failSwapOn": False, "containerRuntimeEndpoint": endpoint,
-              "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}},
-              "authorization": {"mode": "AlwaysAllow"}, "makeIPTablesUtilChains": False,
-              "port": free_port(), "readOnlyPort": 0, "healthzPort": 0}
+RKE2_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own containerd (FLEETS.md)
+
+
+def rke2_containerd(version: str) -> list:
+    """RKE2's containerd beside the node's own, started as RKE2 starts it: its config, socket,
+    state and root as flags (FLEETS.md), the nvidia runtime loaded."""
+    data = "/var/lib/rancher/rke2/agent"
+    cfg = main_config(f"{data}/etc/containerd/conf.d/*.toml")
+    cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"].update(
+        nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"])
+    return [f"mkdir -p {data}/etc/containerd", write_file(f"{data}/etc/containerd/config.toml", tomli_w.dumps(cfg)),
+            f"setsid {binary(version)} -c {data}/etc/containerd/config.toml -a {RKE2_SOCKET} "
+            f"--state /run/k3s/containerd --root {data}/containerd </dev/null >/dev/null 2>&1 &",
+            f"n=0; until [ -S {RKE2_SOCKET} ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
+
+
+def kubelet(dir_: str, endpoint: str, layout: str = "yaml") -> list:
+    """A real kubelet, standalone (no API server: it only talks to its runtime), on ``endpoint``,
+    its configuration laid out as ``layout`` says: ``yaml``, one --config file that names the
+    endpoint; ``eks``, as EKS AL2023's nodeadm writes it, a JSON --config without it and the
+    endpoint in a JSON drop-in of --config-dir; ``rke2``, as RKE2 starts it, only a --config-dir
+    whose YAML drop-in holds everything. What it writes outside its root is the node's own: the
+    sysctls it sets (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops are not namespaced)
+    land in files bound over them, and /var/log is an overlay like /var/lib."""
+    config = labcluster.kubelet_config(endpoint, free_port())
+    head = {k: config[k] for k in ("apiVersion", "kind")}
+    if layout == "yaml":
+        files, flags = {"kubelet.yaml": yaml.safe_dump(config)}, f"--config {dir_}/kubelet.yaml"
+    elif layout == "eks":
+        rest = {k: v for k, v in config.items() if k != "containerRuntimeEndpoint"}
+        # kubelet defaults what a drop-in leaves out before it merges (enforceNodeAllocatable
+        # "pods", which needs QoS cgroups): the drop-in says "none" again.
+        dropin = {**head, "containerRuntimeEndpoint": endpoint, "cgroupsPerQOS": False,
+                  "enforceNodeAllocatable": ["none"]}
+        files = {"config.json": json.dumps(rest), "config.json.d/00-nodeadm.conf": json.dumps(dropin, indent=2)}
+        flags = f"--config {dir_}/config.json --config-dir {dir_}/config.json.d"
+    elif layout == "rke2":
+        files = {"kubelet.conf.d/00-rke2-defaults.conf": yaml.safe_dump(config)}
+        flags = f"--config-dir={dir_}/kubelet.conf.d"
+    else:
+        raise ValueError(f"kubelet layout {layout}: expected yaml, eks or rke2")
     masks = [f"cat /proc/sys/{f} >{dir_}/sysctl-{f.replace('/', '.')}; "
              f"mount --bind {dir_}/sysctl-{f.replace('/', '.')} /proc/sys/{f}"
              for f in ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")]
-    return [*masks, write_file(f"{dir_}/kubelet.yaml", yaml.safe_dump(config)),
+    writes = [line for name, text in files.items()
+              for line in (f"mkdir -p {os.path.dirname(f'{dir_}/{name}')}", write_file(f"{dir_}/{name}", text + "\n"))]
+    return [*masks, *writes,
             f"mkdir -p {dir_}/varlog/upper {dir_}/varlog/work",
             f"mount -t overlay overlay -o lowerdir=/var/log,upperdir={dir_}/varlog/upper,workdir={dir_}/varlog/work /var/log",
-            f"setsid {built('kubelet', 'kubelet')} --config {dir_}/kubelet.yaml --root-dir /var/lib/kubelet "
+            f"setsid {built('kubelet', 'kubelet')} {flags} --root-dir /var/lib/kubelet "
             f"</dev/null >{dir_}/kubelet.log 2>&1 &"]
 
 
@@ -107,7 +141,7 @@ def host_files() -> dict:
 def start(node: Node, root: str, pubkey: str) -> Node:
     """Start ``node`` under ``root`` (its files, its sshd trusting ``pubkey``)."""
     node.dir, node.port = os.path.join(root, node.name), free_port()
-    after = node.after + (kubelet(node.dir, node.kubelet) if node.kubelet else [])
+    after = node.after + (kubelet(node.dir, node.kubelet, node.kubelet_layout) if node.kubelet else [])
     os.makedirs(os.path.join(node.dir, "etc", "conf.d"), exist_ok=True)
     files = {CONFIG: tomli_w.dumps(main_config(node.imports)), **node.files}
     for path, text in files.items():
@@ -174,10 +208,8 @@ def cluster_objects(nodes, gpus: int = 4) -> str:
                                    "spec": {"nodeSelector": {MARK: "true"}, "tolerations": toleration,
                                             "containers": [{"name": "toolkit", "image": "toolkit:v1.17.0"}]}}}}]
     for n in nodes:
-        docs.append({"apiVersion": "v1", "kind": "Node",
-                     "metadata": {"name": n.name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                  "labels": {MARK: "true", "type": "kwok"}},
-                     "spec": {"taints": [{"key": MARK, "value": "true", "effect": "NoSchedule"}]}})
+        node = labcluster.kwok_node(n.name, labels={MARK: "true"}, capacity={"nvidia.com/gpu": str(gpus)})
+        docs.append({**node, "spec": {"taints": [{"key": MARK, "value": "true", "effect": "NoSchedule"}]}})
         docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"gpu-{n.name}", "namespace": NAMESPACE},
                      "spec": {"nodeName": n.name, "runtimeClassName": "fleet-nvidia", "tolerations": toleration,
                               "containers": [{"name": "cuda", "image": "cuda:12",
@@ -187,9 +219,8 @@ def cluster_objects(nodes, gpus: int = 4) -> str:
 
 def create_cluster_objects(nodes, gpus: int = 4):
     kubectl("apply", "-f", "-", stdin=cluster_objects(nodes, gpus))
-    capacity = json.dumps({"status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": str(gpus)},
-                                      "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110",
-                                                      "nvidia.com/gpu": str(gpus)}}})
+    have = {**labcluster.CAPACITY, "nvidia.com/gpu": str(gpus)}
+    capacity = json.dumps({"status": {"capacity": have, "allocatable": have}})
     for n in nodes:
         kubectl("patch", "node", n.name, "--subresource=status", "--type=merge", "-p", capacity)
 

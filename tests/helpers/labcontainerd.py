@@ -8,6 +8,8 @@ import time
 import tomli_w
 
 from gpuop import containerd
+from gpuop.layout import Layout
+from lab import labproc
 from tests.helpers.playbook import lab_daemon_pid, wait_gone
 from tests.helpers.proc import run
 
@@ -41,16 +43,7 @@ def nvidia_ctk() -> str:
 def lab_daemons(root) -> list:
     """Every process running as a containerd daemon on ``root``'s lab (``--root`` on its command
     line), whatever its pid file says."""
-    want = f"{root}/var/lib/containerd"
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            args = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")
-        except OSError:
-            continue
-        if any(a == "--root" and b == want for a, b in zip(args, args[1:])):
-            found.append(int(pid))
-    return found
+    return labproc.holding(Layout(str(root)).containerd_root)
 
 
 def socket(root):

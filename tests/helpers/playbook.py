@@ -7,6 +7,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from lab import labproc
 from tests.helpers import LAB
 from tests.helpers.proc import run
 
@@ -158,10 +159,5 @@ def wait_gone(pid, timeout_s=30):
 
 
 def stop_daemons_under(path):
-    """Stop every lab containerd whose socket is under ``path`` (a test's roots), and wait."""
-    found = run(["pgrep", "-f", "--", f"--address {path}/"], timeout_s=10)
-    pids = [int(p) for p in found.stdout.split()]
-    for pid in pids:
-        os.kill(pid, 15)
-    for pid in pids:
-        wait_gone(pid)
+    """Stop every lab containerd whose root is under ``path`` (a test's roots), and wait."""
+    labproc.stop(f"the lab containerds under {path}", labproc.under(str(path)))

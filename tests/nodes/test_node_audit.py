@@ -3,6 +3,8 @@ containerd at the default paths and its own sshd, and a kwok Node with Pods boun
 
 import json
 import os
+import signal
+import time
 
 import pytest
 import yaml
@@ -12,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuop.containerd import nvidia_dropin
 from tests.helpers import fleet
 from tests.helpers.fleet import DROPIN, Node, write_file
-from tests.helpers.kube import kubectl
+from tests.helpers.kube import component_pidfile, kubectl, lab_up
 from tests.helpers.ssh import free_port
 from tests.helpers.playbook import deploy, target_commands
 
@@ -43,6 +45,12 @@ def planted():
         # two containerds, and a real kubelet on the second: that one is the node's runtime
         Node("gpu-kubelet", "1.6.20", after=fleet.another_containerd("2.4.2", "gpu", nvidia=True),
              kubelet="unix:///run/containerd-gpu/containerd.sock"),
+        # EKS AL2023's kubelet: JSON --config, the endpoint in a JSON --config-dir drop-in
+        Node("gpu-eks", "1.7.35", after=fleet.another_containerd("2.4.2", "eks", nvidia=True),
+             kubelet="unix:///run/containerd-eks/containerd.sock", kubelet_layout="eks"),
+        # RKE2's: its own containerd by flags on /run/k3s/containerd, kubelet with --config-dir alone
+        Node("gpu-rke2", "1.7.35", after=fleet.rke2_containerd("2.4.2"), kubelet=f"unix://{fleet.RKE2_SOCKET}",
+             kubelet_layout="rke2"),
     ]
 
 
@@ -59,6 +67,8 @@ EXPECTED = {
                           ("sandbox-fails", "gpuop-fleet/gpu-gpu-missed-import"),
                           ("gpu-advertised-not-loaded", "gpu-missed-import"), ("toolkit-ready-not-loaded", "toolkit")],
     "gpu-kubelet": [("second-containerd", "pid")],
+    "gpu-eks": [("second-containerd", "pid")],
+    "gpu-rke2": [("second-containerd", "pid")],
     "gpu-dropin-removed": [("handler-gone-after-restart", "gpuop-fleet/gpu-gpu-dropin-removed")],
     "gpu-cri-down": [("cri-down", "/run/containerd/containerd.sock"), ("restart-takes-cri-down", "exe"),
                      ("sandbox-fails", "gpuop-fleet/gpu-gpu-cri-down"), ("gpu-advertised-not-loaded", "gpu-cri-down"),
@@ -146,9 +156,9 @@ def test_each_node_is_read_where_it_runs(audited):
     assert {n: e["version"] for n, e in nodes.items()} == {
         "gpu-healthy": "2.4.2", "gpu-unrestarted": "1.7.35", "gpu-incident": "1.6.20", "gpu-v2-dropin": "2.0.14",
         "gpu-missed-import": "2.2.9", "gpu-cri-down": "1.7.35", "gpu-kubelet": "2.4.2",
-        "gpu-dropin-removed": "1.7.35"}
+        "gpu-dropin-removed": "1.7.35", "gpu-eks": "2.4.2", "gpu-rke2": "2.4.2"}
     for name, e in nodes.items():  # systemd's layout: default config and socket, no flags
-        if name != "gpu-kubelet":
+        if name not in ("gpu-kubelet", "gpu-eks", "gpu-rke2"):
             assert e["daemon"]["config"] == "/etc/containerd/config.toml", name
             assert e["daemon"]["address"] == "/run/containerd/containerd.sock", name
     kubelet = nodes["gpu-kubelet"]  # the daemon kubelet talks to, not the one on the default socket
@@ -157,6 +167,15 @@ def test_each_node_is_read_where_it_runs(audited):
     assert sorted(kubelet["loaded"]) == ["nvidia", "runc"]
     second = next(g for g in kubelet["gaps"] if g["kind"] == "second-containerd")
     assert "/run/containerd/containerd.sock" in second["detail"] and "kubelet's endpoint" in second["detail"]
+    # EKS: the endpoint from a JSON drop-in of --config-dir, over a JSON --config that names none
+    eks = nodes["gpu-eks"]
+    assert eks["kubelet_endpoint"] == eks["daemon"]["address"] == "/run/containerd-eks/containerd.sock"
+    assert sorted(eks["loaded"]) == ["nvidia", "runc"]
+    # RKE2: its containerd by its flags, kubelet's endpoint from --config-dir alone
+    rke2 = nodes["gpu-rke2"]
+    assert rke2["kubelet_endpoint"] == rke2["daemon"]["address"] == fleet.RKE2_SOCKET
+    assert rke2["daemon"]["config"] == "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"
+    assert sorted(rke2["loaded"]) == sorted(rke2["after_restart"]) == ["nvidia", "runc"]
     assert sorted(nodes["gpu-healthy"]["loaded"]) == sorted(nodes["gpu-healthy"]["after_restart"]) == ["nvidia", "runc"]
     assert nodes["gpu-unrestarted"]["loaded"] == ["runc"] and "nvidia" in nodes["gpu-unrestarted"]["after_restart"]
     assert nodes["gpu-unrestarted"]["cri_after_restart"] == "ok"
@@ -224,6 +243,29 @@ def test_a_cluster_that_cannot_be_read_is_named(simulated):
                  script="audit.py")
     assert run.code != 0
     assert "the cluster cannot be read (kubeconfig" in run.log and "context no-such-context" in run.log
+
+
+def test_an_api_server_that_stalls_ends_the_read_within_its_deadline_in_one_sentence(simulated):
+    """A stalled API server (SIGSTOP: it accepts connections and never answers) ends the fleet's
+    cluster read at its deadline, said in one sentence: no traceback, no client retries."""
+    _, path, _ = simulated
+    with open(component_pidfile("kube-apiserver")) as f:
+        apiserver = int(f.read())
+    os.kill(apiserver, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        run = deploy(None, env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py", timeout_s=120)
+        took = time.monotonic() - started
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+        lab_up()  # a controller that lost its lease meanwhile is started again
+    assert run.code != 0
+    assert took < 30, took
+    said = [line for line in run.log.splitlines() if "the cluster cannot be read (kubeconfig " in line]
+    assert said, run.log
+    assert all(line.endswith(("the API server did not complete a connection within 5s (it accepts, then stalls)",
+                              "the API server gave no answer within the read's 20s")) for line in said), said
+    assert "Traceback" not in run.log and "Retrying" not in run.log, run.log
 
 
 def test_two_hosts_on_one_node_name_are_refused_by_name(simulated):

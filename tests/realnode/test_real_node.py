@@ -15,7 +15,7 @@ import pytest
 from gpuop.containerd import cri_runtimes
 from tests.helpers import fleet
 from tests.helpers.kube import LAB, eventually, get, lab_up, reset_lab
-from tests.helpers.labcontainerd import binary, crictl_info, nvidia_ctk
+from tests.helpers.labcontainerd import binary, crictl_info, lab_daemons, nvidia_ctk
 from tests.helpers.playbook import deploy, stop_daemons_under
 from tests.helpers.proc import run
 
@@ -60,11 +60,6 @@ class RealLab:
         done = deploy(self.root, *self.data, *data, script=script)
         assert done.code == 0, done.log
         return done
-
-
-def lab_daemons(root) -> list:
-    """The lab containerd daemons on ``root``, found by their command line."""
-    return run(["pgrep", "-f", "--", f"--root {root}/var/lib/containerd "], timeout_s=10).stdout.split()
 
 
 def node_namespace_pids(lab: RealLab) -> list:
@@ -219,7 +214,7 @@ def test_stand_in_image_removed_comes_back(real_lab):
 
 
 def test_lab_down_leaves_no_process_mount_or_namespace(real_lab):
-    stopped = run([REALNODE_SH, "stop-all"], timeout_s=60)  # what `make lab-down` runs for it
+    stopped = run([REALNODE_SH, "stop-all", LAB], timeout_s=60)  # what `make lab-down` runs for it
     assert stopped.returncode == 0, stopped.stderr
     assert not node_namespace_pids(real_lab) and not lab_daemons(real_lab.root)
     assert not run([REALNODE_SH, "kubelet", real_lab.root], timeout_s=10).stdout.strip()

@@ -103,7 +103,7 @@ def test_nodes_too_small_for_a_memory_request():
 def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
     from datetime import datetime, timezone
 
-    from gpuop.cluster import stalled_components
+    from gpuop.leases import stalled_components
 
     def lease(namespace, name, renewed, duration):
         spec = {"leaseDurationSeconds": duration, **({"renewTime": renewed} if renewed else {})}
@@ -125,6 +125,11 @@ def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
     # A renewal late by less than the grace is load, not a dead holder.
     late = [lease("kube-system", "kube-scheduler", "2026-12-01T08:59:41Z", 15), *fresh[1:]]
     assert stalled_components(late, ["lab-node-0"], now) == []
+    # Once the lab healed a component, only a renewal after that moment counts (lab/lab.sh up).
+    healed = datetime(2026, 12, 1, 8, 59, 57, tzinfo=timezone.utc)
+    assert stalled_components(fresh, [], now, since=healed) == [
+        "kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed 4.9s ago, before the "
+        "cluster was healed 3.0s ago"]
 
 
 def test_a_node_takes_pods_once_ready_and_untainted():

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from gpuop.hosts import HostsFileError, load_hosts
+from gpuop.hosts import HostsFileError, load_hosts, read_hosts
 
 GOOD = """
 defaults:
@@ -49,11 +49,26 @@ def test_unsafe_or_unknown_keys_are_refused_by_name(extra, message):
     ("hosts: [a, b]", "non-empty 'hosts'"),
     ("hosts:\n  x: {ssh_port: 22}", "ssh_hostname missing"),
     ("hostz:\n  x: {}\nhosts:\n  y: {ssh_hostname: h}", "unknown top-level keys"),
-    ("hosts: [", "not valid YAML"),
+    ("hosts: [", "not valid YAML at line 1, column 9: expected the node content, but found '<stream end>'"),
 ])
 def test_malformed_files_say_what_is_wrong(text, message):
-    with pytest.raises(HostsFileError, match=message):
+    with pytest.raises(HostsFileError, match=message) as err:
         load_hosts(text, "hosts.yaml")
+    assert "\n" not in str(err.value)  # one sentence
+
+
+def test_a_file_that_is_missing_or_unreadable_says_which_and_what_to_do(tmp_path):
+    with pytest.raises(HostsFileError) as err:
+        read_hosts(str(tmp_path / "none.yaml"))
+    assert str(err.value) == (f"{tmp_path}/none.yaml: no such file; list the lab hosts in one (see "
+                              "hosts.example.yaml), or point GPUOP_HOSTS at one")
+    with pytest.raises(HostsFileError, match=f"^{tmp_path}: cannot be read \\(Is a directory\\); GPUOP_HOSTS names"):
+        read_hosts(str(tmp_path))
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe")
+    with pytest.raises(HostsFileError, match="binary.yaml: cannot be read .*utf-8"):
+        read_hosts(str(tmp_path / "binary.yaml"))
+    (tmp_path / "nodes.yaml").write_text("hosts:\n  a: {ssh_hostname: 10.0.0.5}\n")
+    assert [name for name, _ in read_hosts(str(tmp_path / "nodes.yaml"))] == ["a"]
 
 
 def test_a_uid_0_login_may_go_without_sudo():

@@ -5,21 +5,22 @@ import subprocess
 import sys
 import time
 
+from gpuop.layout import Layout, holds_root
 from lab import labproc
 
 
 def test_a_lab_daemon_is_known_by_its_layout_on_its_command_line():
     lab = ["/usr/bin/containerd", "--config", "/r/etc/containerd/config.toml", "--root", "/r/var/lib/containerd",
            "--state", "/r/run/containerd", "--address", "/r/run/containerd/containerd.sock"]
-    assert labproc.lab_root(lab) == "/r"
-    assert labproc.lab_root(["/usr/bin/containerd"]) == ""  # the host's own, as systemd starts it
-    assert labproc.lab_root(["containerd", "--root", "/var/lib/containerd", "--state", "/run/containerd",
-                             "--address", "/run/containerd/containerd.sock"]) == ""  # a node's default paths
-    # the real node's short-lived importer: the lab's root, a state and socket of its own
-    assert labproc.lab_root(["containerd", "--root", "/r/var/lib/containerd", "--state", "/r/var/node/import/state",
-                             "--address", "/r/var/node/import/containerd.sock"]) == ""
-    mixed = lab[:-1] + ["/other/run/containerd/containerd.sock"]
-    assert labproc.lab_root(mixed) == ""
+    assert Layout.of_daemon(lab) == Layout("/r")
+    assert Layout.of_daemon(["/usr/bin/containerd"]) is None  # the host's own, as systemd starts it
+    assert Layout.of_daemon(["containerd", "--root", "/var/lib/containerd", "--state", "/run/containerd",
+                             "--address", "/run/containerd/containerd.sock"]) is None  # a node's default paths
+    # the real node's short-lived importer: the lab's store, a state and socket of its own
+    importer = ["containerd", "--root", "/r/var/lib/containerd", "--state", "/r/var/node/import/state",
+                "--address", "/r/var/node/import/containerd.sock"]
+    assert Layout.of_daemon(importer) is None and holds_root(importer, "/r/var/lib/containerd")
+    assert Layout.of_daemon(lab[:-1] + ["/other/run/containerd/containerd.sock"]) is None
 
 
 def test_a_node_is_its_labs_and_one_that_says_none_is_every_labs(tmp_path):

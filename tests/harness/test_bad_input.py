@@ -1,0 +1,36 @@
+"""Bad input to either inventory is one sentence, naming the file and what to do, with no
+traceback and nothing run (issue 28): the real pyinfra, the real entry points."""
+
+import os
+
+import pytest
+
+from tests.helpers.playbook import PYINFRA
+from tests.helpers.proc import run
+
+CASES = [
+    ("inventory.py", "deploy.py", "GPUOP_HOSTS", None,
+     "{f}: no such file; list the lab hosts in one (see hosts.example.yaml), or point GPUOP_HOSTS at one"),
+    ("nodes.py", "audit.py", "GPUOP_NODES", None,
+     "{f}: no such file; list the nodes to audit in one (see nodes.example.yaml), or point GPUOP_NODES at one"),
+    ("nodes.py", "audit.py", "GPUOP_NODES", "hosts: [",
+     "{f}: not valid YAML at line 1, column 9: expected the node content, but found '<stream end>'"),
+    ("nodes.py", "audit.py", "GPUOP_NODES", "hosts:\n  gpu-a: {ssh_hostname: 10.0.0.5, ssh_password: x}\n",
+     "{f}: host gpu-a: key ssh_password is refused: no password or secret in a file; use an SSH key "
+     "(ssh_key) and passwordless sudo"),
+    ("inventory.py", "deploy.py", "GPUOP_HOSTS", "hosts:\n  lab-a: {ssh_hostname: 10.0.0.5, node_name: x}\n",
+     "{f}: host lab-a: unknown key node_name; expected one of "),
+]
+
+
+@pytest.mark.parametrize("inventory,script,env,text,said", CASES)
+def test_a_bad_hosts_or_nodes_file_is_one_sentence(tmp_path, inventory, script, env, text, said):
+    path = tmp_path / "hosts.yaml"
+    if text is not None:
+        path.write_text(text)
+    result = run([PYINFRA, inventory, script, "-y"], timeout_s=60, env={**os.environ, env: str(path)})
+    assert result.returncode != 0
+    assert f"--> pyinfra error in {inventory} line " in result.stderr, result.stderr
+    assert said.format(f=path) in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    assert "--> Preparing operations" not in result.stderr + result.stdout  # nothing planned, nothing run
