@@ -44,10 +44,28 @@ _KUBELET_ENDPOINT = (
     f'if [ -z "$ke" ]; then k=$(echo "$c" | sed -n "{_FLAG.format(f="--config")}"); '
     f'kd=$(echo "$c" | sed -n "{_FLAG.format(f="--config-dir")}"); '
     'case "$k" in ""|/*) ;; *) k="$w/$k";; esac; case "$kd" in ""|/*) ;; *) kd="$w/$kd";; esac; '
-    'for f in $k ${kd:+"$kd"/*.conf}; do [ -f "$f" ] || continue; '
+    'kd=${kd:-$kd0}; for f in $k ${kd:+"$kd"/*.conf}; do [ -f "$f" ] || continue; '
     f'v=$(sed -n {_ENDPOINT_KEY} "$f" 2>/dev/null | head -n 1 | tr -d "\\"\' "); [ -z "$v" ] || ke=$v; done; fi; '
-    f'ke=${{ke:-unix://{DEFAULT_SOCKET}}}; ke=${{ke#unix://}}; '
+    'ke=${ke:-$ke0}; ke=${ke#unix://}; '
 )
+# k3s is one multicall binary (FLEETS.md): its containerd's /proc/PID/exe is the k3s file, told
+# apart by argv[0]'s base name, and its kubelet runs inside the k3s process, whose endpoint is
+# its flag, else the kubelet.conf.d drop-ins under its --data-dir, else its containerd's socket.
+# Any other process of that binary (ctr, crictl, kubectl) is skipped. Each candidate's kind and
+# the defaults of its endpoint (ke0) and drop-ins (kd0) are set here.
+K3S_SOCKET = "/run/k3s/containerd/containerd.sock"
+_KIND = (
+    f'ke0=unix://{DEFAULT_SOCKET}; kd0=; '
+    'if [ "$kind" = k3s ]; then a0=$(tr "\\0" "\\n" <"/proc/$p/cmdline" | head -n 1); case "${a0##*/}" in '
+    'containerd) kind=containerd;; '
+    'k3s|k3s-server|k3s-agent) kind=kubelet; '
+    f'dd=$(tr "\\0" "\\n" <"/proc/$p/cmdline" | sed -n "{_FLAG.format(f="--data-dir")}"); '
+    f'kd0=${{dd:-/var/lib/rancher/k3s}}/agent/etc/kubelet.conf.d; ke0=unix://{K3S_SOCKET};; '
+    '*) continue;; esac; fi; '
+)
+# The binary asked for the restart view: the daemon's own when it is named containerd, else the
+# `containerd` beside it (k3s's link to itself, which runs containerd), else none.
+_RESTART_BINARY = 'case "${e##*/}" in containerd) b=$e;; *) b=${e%/*}/containerd; [ -x "$b" ] || b=;; esac; '
 # The files the config's top-level `imports` reach, and every file of the conf.d beside it
 # (a drop-in there that no import reaches is a finding). tomllib re-reads `imports` exactly.
 _WRITTEN = (
@@ -61,7 +79,8 @@ _WRITTEN = (
 
 class NodeRuntime(FactBase):
     """
-    What runs on a real node, read-only and in one command: its hostname; kubelet's command line
+    What runs on a real node, read-only and in one command (k3s's multicall too: its containerd by
+    argv[0], its kubelet inside the k3s process); its hostname; kubelet's command line
     and the endpoint it uses (``--container-runtime-endpoint``, else ``containerRuntimeEndpoint``
     of its ``--config`` and ``--config-dir`` drop-ins, YAML or JSON, else its default); every containerd process (found by its
     binary's name, whatever its flags), each with its binary (``/proc/PID/exe``), command line,
@@ -79,6 +98,7 @@ class NodeRuntime(FactBase):
          "kubelet": {"pid": 901, "exe": "/usr/bin/kubelet", "args": [...],
                      "endpoint": "/run/containerd/containerd.sock"},  # None without a kubelet
          "containerds": [{"pid": 812, "exe": "/usr/bin/containerd", "args": ["/usr/bin/containerd"],
+                          "binary": "/usr/bin/containerd",  # what the restart view runs
                           "config": "/etc/containerd/config.toml",
                           "address": "/run/containerd/containerd.sock", "serves": True,
                           "files": {"/etc/containerd/config.toml": {"mode": "644", "text": "..."}},
@@ -98,16 +118,16 @@ class NodeRuntime(FactBase):
         # `ls -l` names every process's binary in one process (a readlink each costs a fork per
         # process on a busy node); shims and ctr are other binaries and do not match.
         found = ("ls -l /proc/[0-9]*/exe 2>/dev/null | sed -nE "
-                 "'s@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet)( \\(deleted\\))?$@\\3:\\1@p'")
+                 "'s@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet|k3s)( \\(deleted\\))?$@\\3:\\1@p'")
         q = chr(34)  # the chosen daemon's values, as shell words
         return (
             f'echo "{_SECTION}hostname $(cat /proc/sys/kernel/hostname)"; ke=; list=; '
-            f'for x in $({found}); do kind=${{x%:*}}; p=${{x#*:}}; '
+            f'for x in $({found}); do kind=${{x%:*}}; p=${{x#*:}}; {_KIND}'
             f'echo "{_SECTION}$kind $p"; e=$(readlink "/proc/$p/exe"); e=${{e% (deleted)}}; echo "$e"; '
             'base64 -w0 <"/proc/$p/cmdline"; echo; '
             f'if [ "$kind" = kubelet ]; then {_KUBELET_ENDPOINT}echo "$ke"; continue; fi; '
-            f'{_DAEMON_FLAGS}{_CONFIG_ADDRESS}echo "$cfg"; echo "$addr"; '
-            'list="$list$p|$addr|$cfg|$e\\n"; done; '
+            f'{_DAEMON_FLAGS}{_CONFIG_ADDRESS}{_RESTART_BINARY}echo "$cfg"; echo "$addr"; echo "$b"; '
+            'list="$list$p|$addr|$cfg|$b\\n"; done; '
             # CRI is asked of one daemon, the node's runtime: the one on kubelet's endpoint; with
             # no kubelet, the only one, or the one on the default socket. Asking another is not
             # read-only: a containerd writes its introspection uuid at its first CRI Status.
@@ -137,10 +157,10 @@ class NodeRuntime(FactBase):
                 exe, args, endpoint = (lines + ["", "", ""])[:3]
                 result["kubelet"] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "endpoint": endpoint}
             elif kind == "containerd":
-                exe, args, config, address = (lines + [""] * 4)[:4]
+                exe, args, config, address, binary = (lines + [""] * 5)[:5]
                 daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
-                                    "address": address, "serves": False, "files": {}, "restart": None,
-                                    "loaded": None}
+                                    "address": address, "binary": binary, "serves": False, "files": {},
+                                    "restart": None, "loaded": None}
                 result["containerds"].append(daemons[rest[0]])
             elif kind == "runtime":
                 runtime = daemons[rest[0]]

@@ -88,12 +88,15 @@ def runtime_view(read: dict) -> dict:
     else:
         loaded_from = "cri" if loaded.get("cri") == "ok" else "cri-down"
     if restart is None:
-        after, cri_after, reason = [], "unknown", f"{daemon['exe']} is not there to ask"
+        asked = daemon.get("binary") or ""
+        reason = (f"{asked} is not there to ask" if asked else
+                  f"{daemon['exe']} is not named containerd and has no containerd beside it to ask")
+        after, cri_after = [], "unknown"
     else:
         after, reason = restart["runtimes"], restart["reason"]
         cri_after = "refuses-start" if not restart["starts"] else "ok" if restart["cri_ok"] else "fails"
     return {**view, "daemon": {"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
-                               "address": daemon["address"]},
+                               "address": daemon["address"], "binary": daemon.get("binary") or daemon["exe"]},
             "version": restart["version"] if restart else "unknown",
             "written": written["runtimes"], "dropins": written["dropins"], "unreached": written["unreached"],
             "config_errors": written["errors"], "imports": written.get("imports", []),

@@ -14,6 +14,9 @@ def backup_of(path: str) -> str:
     return f"{path}.gpuop-bak.{datetime.now():%Y%m%dT%H%M%S.%f}"
 
 
+STOP_GRACE_S = 10  # how long a lab daemon has to stop on TERM before it is killed (the playbook's and the lab's)
+
+
 def holds_root(args: list, store: str) -> bool:
     """Whether a command line is a containerd's on the store ``store`` (``--root STORE``): one
     root, one daemon, whatever its pid file or socket says.

@@ -8,6 +8,8 @@
 #   lab/build.sh containerd V (a containerd of CONTAINERD_VERSIONS for the lab node) -> ~/.cache/gpuop-lab/containerd-V/bin
 #   lab/build.sh containerds (every one of them; prints nothing)
 #   lab/build.sh shim V     its runc shim, beside it (a real node runs Pods: lab/realnode.sh) -> the same bin
+#   lab/build.sh multicall V  a k3s-like multicall of that containerd (lab/multicall), as k3s with a
+#                           containerd symlink to it -> ~/.cache/gpuop-lab/multicall-V/bin
 #   lab/build.sh nvidia-ctk -> ~/.cache/gpuop-lab/nvidia-ctk-1.19.1/bin
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the real node's stand-in images' program)
 #   lab/build.sh all        everything `make test` needs (prints nothing)
@@ -20,17 +22,21 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|kubelet|crictl|containerd VERSION|shim VERSION|containerds|nvidia-ctk|standin|all]; VERSION one of: $CONTAINERD_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|containerd VERSION|shim VERSION|multicall VERSION|containerds|nvidia-ctk|standin|all]; VERSION one of: $CONTAINERD_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
 crictl) cache=$cache_root/cri-tools-$CRICTL_VERSION ;;
 nvidia-ctk) cache=$cache_root/nvidia-ctk-$NVIDIA_CTK_VERSION ;;
 standin) cache=$cache_root/standin-$(sha256sum "$here/standin/standin.c" | cut -c1-12) ;;
-containerd | shim)
+containerd | shim | multicall)
   containerd_version=${2:-}
   [[ " $CONTAINERD_VERSIONS " == *" $containerd_version "* ]] || { echo "$usage" >&2; exit 2; }
   cache=$cache_root/containerd-$containerd_version
+  if [ "$component" = multicall ]; then
+    [ "${containerd_version%%.*}" -ge 2 ] || { echo "lab/build: multicall needs a containerd 2.x" >&2; exit 2; }
+    cache=$cache_root/multicall-$containerd_version
+  fi
   ;;
 containerds)
   for v in $CONTAINERD_VERSIONS; do "$0" containerd "$v" >/dev/null; done
@@ -40,7 +46,7 @@ all)
   # kubelet right after the other Kubernetes binaries: it reuses their compiled packages from Go's
   # build cache. Two lanes side by side were measured no faster here: the builds are CPU-bound.
   newest=${CONTAINERD_VERSIONS##* }
-  for c in cluster kubelet crictl nvidia-ctk containerds "shim $newest" standin; do
+  for c in cluster kubelet crictl nvidia-ctk containerds "shim $newest" "multicall $newest" standin; do
     # shellcheck disable=SC2086 # "shim VERSION" is two words
     "$0" $c >/dev/null
   done
@@ -137,6 +143,16 @@ build_containerd() {  # CMD: containerd or containerd-shim-runc-v2
     -o "$bin/$1" "$mod/cmd/$1"
 }
 
+build_multicall() {  # k3s's layout: bin/k3s, and bin/containerd a symlink to it
+  local v=$containerd_version
+  cd "$(wrapper "multicall-$v")"
+  cp "$here/multicall/main.go" .
+  go get "github.com/containerd/containerd/v2/cmd/containerd@v$v"
+  ln -sfn k3s "$bin/containerd"
+  CGO_ENABLED=1 go build -trimpath -tags no_btrfs \
+    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=v$v" -o "$bin/k3s" .
+}
+
 build_standin() {  # static: it runs alone in an image
   gcc -static -O2 -Wall -o "$bin/standin" "$here/standin/standin.c"
 }
@@ -155,6 +171,7 @@ nvidia-ctk) have_all nvidia-ctk || built "nvidia-ctk v$NVIDIA_CTK_VERSION" build
 standin) have_all standin || built "the stand-in program" build_standin ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd containerd ;;
 shim) have_all containerd-shim-runc-v2 || built "containerd v$containerd_version's runc shim" build_containerd containerd-shim-runc-v2 ;;
+multicall) have_all k3s || built "a k3s-like multicall of containerd v$containerd_version" build_multicall ;;
 esac
 rm -rf "$cache/src"
 echo "$bin"

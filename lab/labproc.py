@@ -18,9 +18,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project
-from gpuop.layout import Layout, holds_root  # noqa: E402 (the product's own rule, stdlib only)
+from gpuop.layout import STOP_GRACE_S, Layout, holds_root  # noqa: E402 (the product's own rules, stdlib only)
 
-STOP_GRACE_S = 10  # TERM's grace before KILL, as the playbook gives its daemon (operations/containerd.py)
 OWNER = "lab"  # the file in a node's directory naming the lab cluster it belongs to
 
 

@@ -13,7 +13,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from facts.batch import Batch
 from facts.containerd import ContainerdRestart, LabContainerd
 from facts.files import Files, shell_glob
-from gpuop.layout import backup_of
+from gpuop.layout import STOP_GRACE_S, backup_of
 from gpuop.containerd import repaired_dropin, runtime_names
 
 from . import reads
@@ -22,7 +22,6 @@ from .files import text
 from .poll import failure, poll, until
 
 
-STOP_GRACE_S = 10  # how long a lab daemon has to stop on TERM before it is killed
 
 
 @dataclass(frozen=True)

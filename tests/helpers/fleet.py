@@ -69,20 +69,42 @@ def another_containerd(version: str, name: str, nvidia: bool = False) -> list:
             f"n=0; until [ -S /run/containerd-{name}/containerd.sock ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
 
 
-RKE2_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own containerd (FLEETS.md)
+K3S_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own containerd (FLEETS.md)
 
 
-def rke2_containerd(version: str) -> list:
-    """RKE2's containerd beside the node's own, started as RKE2 starts it: its config, socket,
-    state and root as flags (FLEETS.md), the nvidia runtime loaded."""
-    data = "/var/lib/rancher/rke2/agent"
+def _distro_containerd(containerd: str, data: str) -> list:
+    """A distribution's containerd beside the node's own, started as k3s and RKE2 start it: its
+    config under DATA/etc/containerd, its socket, state and root as flags (FLEETS.md), the nvidia
+    runtime loaded."""
     cfg = main_config(f"{data}/etc/containerd/conf.d/*.toml")
     cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"].update(
         nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"])
     return [f"mkdir -p {data}/etc/containerd", write_file(f"{data}/etc/containerd/config.toml", tomli_w.dumps(cfg)),
-            f"setsid {binary(version)} -c {data}/etc/containerd/config.toml -a {RKE2_SOCKET} "
+            f"setsid {containerd} -c {data}/etc/containerd/config.toml -a {K3S_SOCKET} "
             f"--state /run/k3s/containerd --root {data}/containerd </dev/null >/dev/null 2>&1 &",
-            f"n=0; until [ -S {RKE2_SOCKET} ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
+            f"n=0; until [ -S {K3S_SOCKET} ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
+
+
+def rke2_containerd(version: str) -> list:
+    """RKE2's containerd: a real containerd binary, RKE2's flags (its kubelet is a process)."""
+    return _distro_containerd(binary(version), "/var/lib/rancher/rke2/agent")
+
+
+def k3s(version: str) -> list:
+    """k3s beside the node's own containerd: one multicall binary (lab/multicall, of containerd
+    ``version``), its containerd started through its ``containerd`` link with k3s's flags, and the
+    k3s process that embeds kubelet (there is no kubelet process), whose endpoint is in the
+    kubelet.conf.d drop-in under its data directory, as k3s 1.32+ writes it."""
+    multicall = run([os.path.join(HERE, "lab/build.sh"), "multicall", version], timeout_s=1800,
+                    check=True).stdout.strip()
+    data = "/var/lib/rancher/k3s"
+    dropin = f"containerRuntimeEndpoint: unix://{K3S_SOCKET}\n"
+    return [f"mkdir -p {data}/agent/etc/kubelet.conf.d",
+            write_file(f"{data}/agent/etc/kubelet.conf.d/00-k3s-defaults.conf", dropin),
+            f"setsid {multicall}/k3s server --data-dir {data} </dev/null >/dev/null 2>&1 &",
+            *_distro_containerd(f"{multicall}/containerd", f"{data}/agent"),
+            # what the embedded kubelet does first: ask its runtime's CRI status (see start())
+            f"{crictl()} --config /dev/null --runtime-endpoint unix://{K3S_SOCKET} --timeout 3s info >/dev/null 2>&1 || true"]
 
 
 def kubelet(dir_: str, endpoint: str, layout: str = "yaml") -> list:

@@ -49,8 +49,10 @@ def planted():
         Node("gpu-eks", "1.7.35", after=fleet.another_containerd("2.4.2", "eks", nvidia=True),
              kubelet="unix:///run/containerd-eks/containerd.sock", kubelet_layout="eks"),
         # RKE2's: its own containerd by flags on /run/k3s/containerd, kubelet with --config-dir alone
-        Node("gpu-rke2", "1.7.35", after=fleet.rke2_containerd("2.4.2"), kubelet=f"unix://{fleet.RKE2_SOCKET}",
+        Node("gpu-rke2", "1.7.35", after=fleet.rke2_containerd("2.4.2"), kubelet=f"unix://{fleet.K3S_SOCKET}",
              kubelet_layout="rke2"),
+        # k3s: one multicall binary (its containerd's /proc/PID/exe is k3s), kubelet inside the k3s process
+        Node("gpu-k3s", "1.7.35", after=fleet.k3s("2.4.2")),
     ]
 
 
@@ -69,6 +71,7 @@ EXPECTED = {
     "gpu-kubelet": [("second-containerd", "pid")],
     "gpu-eks": [("second-containerd", "pid")],
     "gpu-rke2": [("second-containerd", "pid")],
+    "gpu-k3s": [("second-containerd", "pid")],
     "gpu-dropin-removed": [("handler-gone-after-restart", "gpuop-fleet/gpu-gpu-dropin-removed")],
     "gpu-cri-down": [("cri-down", "/run/containerd/containerd.sock"), ("restart-takes-cri-down", "exe"),
                      ("sandbox-fails", "gpuop-fleet/gpu-gpu-cri-down"), ("gpu-advertised-not-loaded", "gpu-cri-down"),
@@ -156,9 +159,9 @@ def test_each_node_is_read_where_it_runs(audited):
     assert {n: e["version"] for n, e in nodes.items()} == {
         "gpu-healthy": "2.4.2", "gpu-unrestarted": "1.7.35", "gpu-incident": "1.6.20", "gpu-v2-dropin": "2.0.14",
         "gpu-missed-import": "2.2.9", "gpu-cri-down": "1.7.35", "gpu-kubelet": "2.4.2",
-        "gpu-dropin-removed": "1.7.35", "gpu-eks": "2.4.2", "gpu-rke2": "2.4.2"}
+        "gpu-dropin-removed": "1.7.35", "gpu-eks": "2.4.2", "gpu-rke2": "2.4.2", "gpu-k3s": "2.4.2"}
     for name, e in nodes.items():  # systemd's layout: default config and socket, no flags
-        if name not in ("gpu-kubelet", "gpu-eks", "gpu-rke2"):
+        if name not in ("gpu-kubelet", "gpu-eks", "gpu-rke2", "gpu-k3s"):
             assert e["daemon"]["config"] == "/etc/containerd/config.toml", name
             assert e["daemon"]["address"] == "/run/containerd/containerd.sock", name
     kubelet = nodes["gpu-kubelet"]  # the daemon kubelet talks to, not the one on the default socket
@@ -173,9 +176,17 @@ def test_each_node_is_read_where_it_runs(audited):
     assert sorted(eks["loaded"]) == ["nvidia", "runc"]
     # RKE2: its containerd by its flags, kubelet's endpoint from --config-dir alone
     rke2 = nodes["gpu-rke2"]
-    assert rke2["kubelet_endpoint"] == rke2["daemon"]["address"] == fleet.RKE2_SOCKET
+    assert rke2["kubelet_endpoint"] == rke2["daemon"]["address"] == fleet.K3S_SOCKET
     assert rke2["daemon"]["config"] == "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"
     assert sorted(rke2["loaded"]) == sorted(rke2["after_restart"]) == ["nvidia", "runc"]
+    # k3s: its containerd found though its binary is k3s, asked after a restart through its
+    # containerd link (never through k3s's own CLI), kubelet's endpoint from the k3s process
+    k3s = nodes["gpu-k3s"]
+    assert k3s["daemon"]["exe"].endswith("/multicall-2.4.2/bin/k3s")
+    assert k3s["daemon"]["binary"].endswith("/multicall-2.4.2/bin/containerd")
+    assert k3s["kubelet_endpoint"] == k3s["daemon"]["address"] == fleet.K3S_SOCKET
+    assert k3s["daemon"]["config"] == "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+    assert sorted(k3s["loaded"]) == sorted(k3s["after_restart"]) == ["nvidia", "runc"]
     assert sorted(nodes["gpu-healthy"]["loaded"]) == sorted(nodes["gpu-healthy"]["after_restart"]) == ["nvidia", "runc"]
     assert nodes["gpu-unrestarted"]["loaded"] == ["runc"] and "nvidia" in nodes["gpu-unrestarted"]["after_restart"]
     assert nodes["gpu-unrestarted"]["cri_after_restart"] == "ok"

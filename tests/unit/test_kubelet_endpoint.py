@@ -7,21 +7,26 @@ import subprocess
 
 import pytest
 
-from facts.fleet import _KUBELET_ENDPOINT
+from facts.fleet import _KIND, _KUBELET_ENDPOINT, K3S_SOCKET
 
 EKS_CONFIG = '{"kind":"KubeletConfiguration","containerRuntimeEndpoint":"unix:///run/eks.sock","maxPods":29}'
 EKS_DROPIN = '{\n  "apiVersion": "kubelet.config.k8s.io/v1beta1",\n  "containerRuntimeEndpoint": "unix:///run/dropin.sock"\n}\n'
 RKE2_DEFAULTS = 'containerRuntimeEndpoint: "unix:///run/k3s/containerd/containerd.sock"\n'
 
 
-def endpoint(tmp_path, *args) -> str:
-    """The endpoint the fact's shell finds for a process whose command line is ``kubelet ARGS``,
+def endpoint(tmp_path, *args, kind="kubelet", argv0="") -> str:
+    """The endpoint the fact's shell finds for a process whose command line is ``kubelet ARGS``
+    (or, with ``argv0``, ``ARGV0 ... ARGS``: the k3s process, of the kind the binary's name gave),
     started in ``tmp_path`` (relative paths are kubelet's working directory's)."""
-    proc = subprocess.Popen(["bash", "-c", "read _; :", "kubelet", *args], cwd=tmp_path, stdin=subprocess.PIPE)
+    start = ["bash", "-c", f"exec -a {argv0} bash -c 'read _' {' '.join(args)}"] if argv0 else \
+        ["bash", "-c", "read _; :", "kubelet", *args]
+    proc = subprocess.Popen(start, cwd=tmp_path, stdin=subprocess.PIPE)
     try:
-        out = subprocess.run(["sh", "-c", f'p={proc.pid}; {_KUBELET_ENDPOINT}echo "$ke"'], capture_output=True,
-                             text=True, timeout=10, check=True)
-        return out.stdout.strip()
+        shell = f'for p in {proc.pid}; do kind={kind}; {_KIND}{_KUBELET_ENDPOINT}echo "$kind $ke"; done'
+        out = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=10, check=True)
+        said_kind, _, found = out.stdout.strip().partition(" ")
+        assert said_kind == "kubelet", out.stdout
+        return found
     finally:
         proc.communicate(b"\n", timeout=10)
 
@@ -64,3 +69,15 @@ def test_drop_ins_alone_as_rke2_starts_kubelet(layouts):
 def test_nothing_said_is_kubelet_s_default(layouts):
     assert endpoint(layouts, "--config", "empty.json") == "/run/containerd/containerd.sock"
     assert endpoint(layouts) == "/run/containerd/containerd.sock"
+
+
+def test_k3s_s_kubelet_is_inside_the_k3s_process(layouts):
+    """No kubelet process: the k3s process's flag, else the drop-ins under its --data-dir, else its
+    own containerd's socket."""
+    k3s = dict(kind="k3s", argv0="/usr/local/bin/k3s")
+    assert endpoint(layouts, "server", "--container-runtime-endpoint", "unix:///run/other.sock", **k3s) == "/run/other.sock"
+    dropins = layouts / "data" / "agent" / "etc" / "kubelet.conf.d"
+    dropins.mkdir(parents=True)
+    (dropins / "00-k3s-defaults.conf").write_text("containerRuntimeEndpoint: unix:///run/from-dropin.sock\n")
+    assert endpoint(layouts, "server", f"--data-dir={layouts}/data", **k3s) == "/run/from-dropin.sock"
+    assert endpoint(layouts, "agent", **k3s) == K3S_SOCKET
