@@ -10,10 +10,10 @@ CI or a maintenance window. Safe on any host, any time: it changes nothing.
 
 from pyinfra import host
 
-from operations import ordering
+from operations import planning
 from runbook import target
 
-ordering.install()  # pyinfra's own operation order, read faster (operations/ordering.py)
+planning.install()  # pyinfra's planning, made cheaper (operations/planning.py)
 if target.is_node(host):  # a real GPU node (nodes.py): only this audit loads the kubernetes client
     from runbook.node_audit import node_audit
 

@@ -10,13 +10,13 @@ a repaired lab changes nothing. ``deploy.py`` brings the incident back.
 
 from pyinfra import host
 
-from operations import ordering
+from operations import planning
 from runbook import repair, target
 from runbook.incident import merge_report
 from runbook.lab_audit import audit
 from runbook.preflight import preflight
 
-ordering.install()  # pyinfra's own operation order, read faster (operations/ordering.py)
+planning.install()  # pyinfra's planning, made cheaper (operations/planning.py)
 lab, at = target.checked(host)  # every knob parsed and checked: a bad one stops the run here
 preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
 repair.preflight(lab)  # the lab's own containerd to restart; a toolkit request every node can take

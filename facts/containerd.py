@@ -13,7 +13,7 @@ import tomllib
 
 from pyinfra.api import FactBase
 
-from gpuop.containerd import (DUMP_WITHOUT_MIGRATIONS, binary_version, cri_runtimes, restart_forecast,
+from gpuop.containerd import (DUMP_WITHOUT_MIGRATIONS, binary_version, cri_cdi, cri_runtimes, restart_forecast,
                               start_subcommand, unreadable_config)
 from gpuop.layout import holds_root
 
@@ -118,15 +118,20 @@ def cri_answer(lines: list) -> dict:
     """What ``cri_info`` printed, as the loaded view: ``cri`` ok or down, the runtimes, the error.
 
         cri_answer(['{"config": {"containerd": {"runtimes": {"runc": {}}}}}', "0"])
-        -> {"cri": "ok", "runtimes": ["runc"], "default_runtime": "", "error": "", "crictl": True}
+        -> {"cri": "ok", "runtimes": ["runc"], "default_runtime": "", "error": "", "crictl": True,
+            "cdi": False, "cdi_spec_dirs": []}
     """
     answer, status = "\n".join(lines[:-1]), lines[-1].strip()
     if status != "0":
         error = (f"crictl did not answer within {CRICTL_DEADLINE_S}s" if status in ("124", "137")
                  else _said(answer.strip().splitlines()[-1]) if answer.strip() else f"exit {status}")
-        return {"cri": "down", "runtimes": [], "default_runtime": "", "error": error, "crictl": status != "127"}
-    runtimes, default = cri_runtimes(json.loads(answer))
-    return {"cri": "ok", "runtimes": runtimes, "default_runtime": default, "error": "", "crictl": True}
+        return {"cri": "down", "runtimes": [], "default_runtime": "", "error": error, "crictl": status != "127",
+                "cdi": False, "cdi_spec_dirs": []}
+    info = json.loads(answer)
+    runtimes, default = cri_runtimes(info)
+    cdi, dirs = cri_cdi(info)
+    return {"cri": "ok", "runtimes": runtimes, "default_runtime": default, "error": "", "crictl": True,
+            "cdi": cdi, "cdi_spec_dirs": dirs}
 
 
 class ContainerdRestart(FactBase):

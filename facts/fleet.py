@@ -77,6 +77,14 @@ _WRITTEN = (
 )
 
 
+# The CDI specs of GPUs in the spec directories the daemon reads (crictl's cdiSpecDirs, from its
+# answer above): the files that name the kind nvidia.com/gpu.
+_CDI_SPECS = (
+    'for d in $(printf "%s" "$out" | tr -d "\\n" | sed -n "s/.*\\"cdiSpecDirs\\": *\\[\\([^]]*\\)\\].*/\\1/p" | tr -d "\\" " | tr , " "); do '
+    'grep -l -s -E "nvidia\\.com/gpu" "$d"/*.yaml "$d"/*.yml "$d"/*.json; done; '
+)
+
+
 class NodeRuntime(FactBase):
     """
     What runs on a real node, read-only and in one command (k3s's multicall too: its containerd by
@@ -137,7 +145,8 @@ class NodeRuntime(FactBase):
             f'elif [ "$n" -gt 1 ]; then [ "$addr" = {DEFAULT_SOCKET} ] || continue; fi; '
             f'echo "{_SECTION}runtime $p"; ( {_WRITTEN}{TAR_OF_ARGS} ) </dev/null | grep . || echo; '
             f'echo "{_SECTION}restart"; {{ {restart_merge(q + "$exe" + q, q + "$cfg" + q)}; }} </dev/null; '
-            f'echo "{_SECTION}cri"; {cri_info(shlex.quote(crictl), q + "$addr" + q)} </dev/null; break; done'
+            f'echo "{_SECTION}cri"; out=$({{ {cri_info(shlex.quote(crictl), q + "$addr" + q)}; }} </dev/null); printf "%s\\n" "$out"; '
+            f'echo "{_SECTION}cdi"; {_CDI_SPECS}break; done'
         )
 
     def process(self, output):
@@ -160,7 +169,7 @@ class NodeRuntime(FactBase):
                 exe, args, config, address, binary = (lines + [""] * 5)[:5]
                 daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
                                     "address": address, "binary": binary, "serves": False, "files": {},
-                                    "restart": None, "loaded": None}
+                                    "restart": None, "loaded": None, "gpu_cdi_specs": []}
                 result["containerds"].append(daemons[rest[0]])
             elif kind == "runtime":
                 runtime = daemons[rest[0]]
@@ -169,6 +178,8 @@ class NodeRuntime(FactBase):
                 runtime["restart"] = restart_answer(lines) if lines else None
             elif kind == "cri":
                 runtime["loaded"] = cri_answer(lines)
+            elif kind == "cdi":
+                runtime["gpu_cdi_specs"] = [line for line in lines if line.strip()]
         return result
 
 

@@ -5,24 +5,12 @@ the fleet audit's, naming the views it joins; everything else the audit reads
 (loaded handlers, GPU use per node, Pending Pods by reason, rollouts) is reported beside them.
 """
 
-from .quantity import parse_quantity
-
-from .cluster import GPU, allocatable_count, rollout_complete, rollout_settled, rollout_status, sandbox_failure
+from .cluster import allocatable_count, gpus_asked, rollout_complete, rollout_settled, rollout_status, sandbox_failure
 from .fleet import sandbox_error, says_sandbox_error
 from .gaps import gap
 from .objects import of_kind, ref
 from .scheduling import pod_scheduled, reasons, unschedulable
 from .slots import replicas_of
-
-
-def _gpus_asked(pod) -> int:
-    """GPUs a Pod holds: its containers' limits (or requests) of nvidia.com/gpu."""
-    total = 0
-    for container in pod["spec"].get("containers", []):
-        res = container.get("resources") or {}
-        value = (res.get("limits") or {}).get(GPU, (res.get("requests") or {}).get(GPU))
-        total += int(parse_quantity(str(value))) if value is not None else 0
-    return total
 
 
 def _active(pod) -> bool:
@@ -117,7 +105,7 @@ def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "")
     for node in of_kind(objects, "Node"):
         name = node["metadata"]["name"]
         advertised = allocatable_count(node)
-        asked = sum(_gpus_asked(p) for p in pods if p["spec"].get("nodeName") == name and _active(p))
+        asked = sum(gpus_asked(p) for p in pods if p["spec"].get("nodeName") == name and _active(p))
         entry = {"name": name, "advertised": advertised, "requested": asked}
         if asked > advertised:
             gaps.append(gap("gpus-overcommitted", name, ["scheduled"],

@@ -29,6 +29,19 @@ def allocatable_count(node: dict, resource: str = GPU) -> int:
     return int(parse_quantity(value)) if value is not None else 0
 
 
+def gpus_asked(pod: dict) -> int:
+    """GPUs a Pod holds: its containers' limits (or requests) of nvidia.com/gpu.
+
+        gpus_asked({"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}) -> 1
+    """
+    total = 0
+    for container in pod["spec"].get("containers", []):
+        res = container.get("resources") or {}
+        value = (res.get("limits") or {}).get(GPU, (res.get("requests") or {}).get(GPU))
+        total += int(parse_quantity(str(value))) if value is not None else 0
+    return total
+
+
 def node_gpu_lines(nodes: list, names: list) -> list:
     """The node-gpu.txt table: every lab node and its allocatable GPUs, in the lab's order.
 

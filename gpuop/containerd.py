@@ -319,6 +319,17 @@ def cri_runtimes(info: dict) -> tuple:
     return list((cri.get("runtimes") or {}).keys()), cri.get("defaultRuntimeName", "")
 
 
+def cri_cdi(info: dict) -> tuple:
+    """Whether a running daemon resolves CDI devices, and where it reads their specs (``crictl
+    info``: ``enableCDI``, ``cdiSpecDirs``; containerd 1.7 has it off by default, 2.0 on).
+
+        cri_cdi({"config": {"enableCDI": True, "cdiSpecDirs": ["/etc/cdi", "/var/run/cdi"]}})
+        -> (True, ["/etc/cdi", "/var/run/cdi"])
+    """
+    config = info.get("config") or {}
+    return bool(config.get("enableCDI")), list(config.get("cdiSpecDirs") or [])
+
+
 def restart_lines(version: str, loaded: list, loaded_from: str, forecast: Forecast | None) -> list:
     """The lines of restart.txt: what this node's containerd holds, and what a restart would load.
 

@@ -10,7 +10,7 @@ import fnmatch
 import posixpath
 import re
 
-from .cluster import allocatable_count
+from .cluster import allocatable_count, gpus_asked
 from .containerd import analyze_merge, import_globs, parsed_toml, release
 from .gaps import gap
 from .objects import of_kind, ref
@@ -101,6 +101,9 @@ def runtime_view(read: dict) -> dict:
             "written": written["runtimes"], "dropins": written["dropins"], "unreached": written["unreached"],
             "config_errors": written["errors"], "imports": written.get("imports", []),
             "loaded": loaded.get("runtimes", []), "loaded_from": loaded_from, "cri_error": loaded.get("error", ""),
+            "default_runtime": loaded.get("default_runtime", ""),
+            "cdi": {"enabled": loaded.get("cdi", False), "spec_dirs": loaded.get("cdi_spec_dirs", []),
+                    "gpu_specs": daemon.get("gpu_cdi_specs", [])},
             "after_restart": after, "cri_after_restart": cri_after, "restart_reason": reason}
 
 
@@ -186,6 +189,8 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
                              f"Pod {ref(pod)} (handler {handler}) runs now, but after a restart "
                              + (f"CRI is {runtime['cri_after_restart']}" if not restart_ok
                                 else f"containerd loads only {','.join(runtime['after_restart']) or 'nothing'}")))
+    if runtime["loaded_from"] == "cri":
+        gaps += _gpu_pods_without_a_class(name, runtime, objects, gpu_handler)
     if knows and gpu_handler not in runtime["loaded"]:
         gpus = allocatable_count(node)
         if gpus:
@@ -201,9 +206,42 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
     return gaps
 
 
+def _gpu_pods_without_a_class(name: str, runtime: dict, objects: list, gpu_handler: str) -> list:
+    """GPU Pods with no RuntimeClass (the GPU Operator's CDI mode, and any Pod that trusts the
+    node's default): each gets its GPU from the default runtime when that is ``gpu_handler``,
+    else only through CDI, which needs CDI on in the daemon and a spec of nvidia.com/gpu devices
+    in the directories it reads. Either missing is a gap naming the Pod."""
+    gaps, cdi, version = [], runtime["cdi"], runtime["version"]
+    default = runtime["default_runtime"] or "runc"
+    if default == gpu_handler:
+        return gaps
+    for pod in of_kind(objects, "Pod"):
+        if (pod["spec"].get("nodeName") != name or pod["spec"].get("runtimeClassName")
+                or pod["status"].get("phase") in ("Succeeded", "Failed") or not gpus_asked(pod)):
+            continue
+        asks = f"Pod {ref(pod)} asks for {gpus_asked(pod)} nvidia.com/gpu with no RuntimeClass"
+        if not cdi["enabled"]:
+            what = ("drops the Pod's CDI device request silently: it starts without a GPU" if release(version) < (2,)
+                    else "refuses the Pod's CDI device request" if release(version) >= (2, 3)
+                    else "does not resolve the Pod's CDI device request")
+            gaps.append(gap("gpu-pod-cdi-off", ref(pod), ["scheduled", "loaded"],
+                            f"{asks}: containerd {version} runs it with its default runtime {default}, and "
+                            f"CDI is off (enable_cdi), so it {what}"))
+        elif not cdi["gpu_specs"]:
+            gaps.append(gap("cdi-spec-missing", ref(pod), ["scheduled", "loaded"],
+                            f"{asks}: CDI is on in containerd {version}, but no spec of nvidia.com/gpu "
+                            f"devices is in {', '.join(cdi['spec_dirs']) or 'its spec directories'}: "
+                            "its device request cannot be resolved"))
+    return gaps
+
+
+AT_RISK = ("sandbox-fails", "handler-gone-after-restart", "gpu-pod-cdi-off", "cdi-spec-missing")
+
+
 def pods_at_risk(gaps: list) -> int:
-    """How many Pods a node's gaps name (cannot start, or will not after a restart)."""
-    return len({g["subject"] for g in gaps if g["kind"] in ("sandbox-fails", "handler-gone-after-restart")})
+    """How many Pods a node's gaps name (cannot start, will not after a restart, or run without
+    their GPU)."""
+    return len({g["subject"] for g in gaps if g["kind"] in AT_RISK})
 
 
 def fleet_gaps(nodes: dict, objects: list) -> list:
@@ -222,6 +260,7 @@ def node_entry(name: str, runtime: dict, gaps: list) -> dict:
     """One node of the fleet report (the JSON's ``nodes.<name>``)."""
     return {"version": runtime["version"], "daemon": runtime["daemon"], "loaded": runtime["loaded"],
             "loaded_from": runtime["loaded_from"], "written": runtime["written"],
+            "default_runtime": runtime.get("default_runtime", ""), "cdi": runtime.get("cdi"),
             "after_restart": runtime["after_restart"], "cri_after_restart": runtime["cri_after_restart"],
             "kubelet_endpoint": runtime["kubelet_endpoint"], "pods_at_risk": pods_at_risk(gaps),
             "gaps": gaps}

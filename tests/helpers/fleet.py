@@ -38,10 +38,17 @@ class Node:
     after: list = field(default_factory=list)  # ... once its socket is there
     kubelet: str = ""  # a real kubelet's endpoint on this node, started last; empty: none
     kubelet_layout: str = "yaml"  # how its configuration is laid out: see kubelet()
+    cdi_pod: bool = False  # a GPU Pod with no RuntimeClass bound to it too (the GPU Operator's CDI mode)
     files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
     dir: str = ""
     port: int = 0
     host_key: str = ""
+
+
+# A CDI spec of GPU devices, where the node's containerd reads specs (/var/run/cdi: inside the
+# node's own /run), as the toolkit's nvidia-cdi-refresh writes it.
+CDI_SPEC = ["mkdir -p /var/run/cdi",
+            "printf 'cdiVersion: 0.6.0\\nkind: nvidia.com/gpu\\ndevices:\\n- name: \"0\"\\n' >/var/run/cdi/nvidia.yaml"]
 
 
 def nvidia_ctk_configure() -> str:
@@ -190,7 +197,8 @@ def start(node: Node, root: str, pubkey: str) -> Node:
 
 
 def stop(node: Node):
-    run([NODE_SH, "stop", node.dir], timeout_s=30, check=True)
+    if node.dir:  # never started: nothing runs
+        run([NODE_SH, "stop", node.dir], timeout_s=30, check=True)
 
 
 def ns_pid(node: Node) -> int:
@@ -232,10 +240,13 @@ def cluster_objects(nodes, gpus: int = 4) -> str:
     for n in nodes:
         node = labcluster.kwok_node(n.name, labels={MARK: "true"}, capacity={"nvidia.com/gpu": str(gpus)})
         docs.append({**node, "spec": {"taints": [{"key": MARK, "value": "true", "effect": "NoSchedule"}]}})
+        gpu = {"name": "cuda", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
         docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"gpu-{n.name}", "namespace": NAMESPACE},
                      "spec": {"nodeName": n.name, "runtimeClassName": "fleet-nvidia", "tolerations": toleration,
-                              "containers": [{"name": "cuda", "image": "cuda:12",
-                                              "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+                              "containers": [gpu]}})
+        if n.cdi_pod:
+            docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"cdi-{n.name}", "namespace": NAMESPACE},
+                         "spec": {"nodeName": n.name, "tolerations": toleration, "containers": [gpu]}})
     return "\n---\n".join(json.dumps(d) for d in docs)
 
 

@@ -30,14 +30,14 @@ def planted():
         # configured by the real nvidia-ctk, then (re)started: written is loaded
         Node("gpu-healthy", "2.4.2", before=[ctk]),
         # the same, never restarted: the seed's trap (a restart is safe, and needed)
-        Node("gpu-unrestarted", "1.7.35", after=[ctk]),
+        Node("gpu-unrestarted", "1.7.35", after=[ctk], cdi_pod=True),
         # the incident: the seed's drop-in on 1.x, not loaded, and the restart is fatal
         Node("gpu-incident", "1.6.20", hostname="ip-10-0-0-7", after=[write_file(DROPIN, SEED_DROPIN)]),
         # the same drop-in on 2.x, loaded: fine
-        Node("gpu-v2-dropin", "2.0.14", files={DROPIN: SEED_DROPIN}),
+        Node("gpu-v2-dropin", "2.0.14", files={DROPIN: SEED_DROPIN}, after=fleet.CDI_SPEC, cdi_pod=True),
         # a drop-in the imports miss, and a second containerd beside the node's own
         Node("gpu-missed-import", "2.2.9", imports="/etc/containerd/config.d/*.toml",
-             files={DROPIN: SEED_DROPIN}, after=fleet.another_containerd("2.2.9", "second")),
+             files={DROPIN: SEED_DROPIN}, after=fleet.another_containerd("2.2.9", "second"), cdi_pod=True),
         # CRI already down: the seed's drop-in was there when 1.7 started
         Node("gpu-cri-down", "1.7.35", files={DROPIN: SEED_DROPIN}),
         # nvidia loaded, then its drop-in removed: the GPU Pod runs now, and not after a restart
@@ -61,12 +61,14 @@ EXPECTED = {
     "gpu-healthy": [],
     "gpu-v2-dropin": [],
     "gpu-unrestarted": [("handler-not-loaded", "nvidia"), ("sandbox-fails", "gpuop-fleet/gpu-gpu-unrestarted"),
+                        ("gpu-pod-cdi-off", "gpuop-fleet/cdi-gpu-unrestarted"),
                         ("gpu-advertised-not-loaded", "gpu-unrestarted"), ("toolkit-ready-not-loaded", "toolkit")],
     "gpu-incident": [("handler-not-loaded", "nvidia"), ("restart-takes-cri-down", "/usr/bin/containerd"),
                      ("sandbox-fails", "gpuop-fleet/gpu-gpu-incident"), ("gpu-advertised-not-loaded", "gpu-incident"),
                      ("toolkit-ready-not-loaded", "toolkit")],
     "gpu-missed-import": [("second-containerd", "pid"), ("dropin-not-imported", DROPIN),
                           ("sandbox-fails", "gpuop-fleet/gpu-gpu-missed-import"),
+                          ("cdi-spec-missing", "gpuop-fleet/cdi-gpu-missed-import"),
                           ("gpu-advertised-not-loaded", "gpu-missed-import"), ("toolkit-ready-not-loaded", "toolkit")],
     "gpu-kubelet": [("second-containerd", "pid")],
     "gpu-eks": [("second-containerd", "pid")],
@@ -113,7 +115,8 @@ def simulated(tmp_path_factory):
     started = []
     try:
         for n in nodes:
-            started.append(fleet.start(n, root, pubkey))
+            started.append(n)  # before it starts: one whose start fails half-way is stopped too
+            fleet.start(n, root, pubkey)
         fleet.create_cluster_objects(nodes)
         kubectl("rollout", "status", "-n", fleet.NAMESPACE, "daemonset/fleet-container-toolkit", "--timeout=120s")
         kubectl("wait", "-n", fleet.NAMESPACE, "--for=condition=Ready", "pod", "--all", "--timeout=120s")
@@ -137,6 +140,7 @@ def audited(simulated):
                  inventory="nodes.py", script="audit.py", debug=True)
     after = {"nodes": {n.name: fleet.node_files(n) for n in nodes}, "cluster": _cluster_state(),
              "host": fleet.host_files()}
+    assert os.path.exists(report), run.log[-4000:]  # the run reports, gaps or not
     with open(report) as f:
         doc = json.load(f)
     with open(textfile) as f:
@@ -179,6 +183,12 @@ def test_each_node_is_read_where_it_runs(audited):
     assert rke2["kubelet_endpoint"] == rke2["daemon"]["address"] == fleet.K3S_SOCKET
     assert rke2["daemon"]["config"] == "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"
     assert sorted(rke2["loaded"]) == sorted(rke2["after_restart"]) == ["nvidia", "runc"]
+    # CDI as the daemon holds it (crictl info), and the GPU specs in the directories it reads
+    assert nodes["gpu-v2-dropin"]["cdi"] == {"enabled": True, "spec_dirs": ["/etc/cdi", "/var/run/cdi"],
+                                             "gpu_specs": ["/var/run/cdi/nvidia.yaml"]}
+    assert nodes["gpu-unrestarted"]["cdi"]["enabled"] is False  # 1.7: off by default
+    assert nodes["gpu-missed-import"]["cdi"] == {"enabled": True, "spec_dirs": ["/etc/cdi", "/var/run/cdi"],
+                                                 "gpu_specs": []}
     # k3s: its containerd found though its binary is k3s, asked after a restart through its
     # containerd link (never through k3s's own CLI), kubelet's endpoint from the k3s process
     k3s = nodes["gpu-k3s"]

@@ -196,3 +196,46 @@ def test_crictl_words_without_its_log_decoration():
         '"unix:///run/containerd/containerd.sock": rpc error: code = Unimplemented desc = unknown service '
         'runtime.v1.RuntimeService')
     assert cri_answer(["sh: crictl: not found", "127"])["crictl"] is False
+
+
+def gpu_pod(name, node_name="gpu-a"):
+    """A GPU Pod with no RuntimeClass, as the GPU Operator's CDI mode runs them."""
+    p = pod(name, node_name, runtime_class=None)
+    p["spec"]["containers"] = [{"name": "cuda", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+    return p
+
+
+def with_cdi(d, enabled, dirs=("/etc/cdi", "/var/run/cdi"), specs=(), default="runc"):
+    d["loaded"].update(cdi=enabled, cdi_spec_dirs=list(dirs), default_runtime=default)
+    d["gpu_cdi_specs"] = list(specs)
+    return d
+
+
+def test_a_gpu_pod_without_a_class_needs_the_default_runtime_or_cdi_with_a_spec():
+    objects = [node(), RC, gpu_pod("cdi")]
+
+    def gaps(d):
+        return node_findings("gpu-a", runtime_view(read(d)), objects)
+
+    off = gaps(with_cdi(daemon(loaded=("nvidia", "runc"), version="1.7.35"), False))
+    assert [(g["kind"], g["subject"], g["views"]) for g in off] == [("gpu-pod-cdi-off", "ns/cdi", ["scheduled", "loaded"])]
+    assert off[0]["detail"] == ("Pod ns/cdi asks for 2 nvidia.com/gpu with no RuntimeClass: containerd 1.7.35 runs it "
+                                "with its default runtime runc, and CDI is off (enable_cdi), so it drops the Pod's CDI "
+                                "device request silently: it starts without a GPU")
+    no_spec = gaps(with_cdi(daemon(loaded=("nvidia", "runc"), version="2.4.2"), True))
+    assert kinds(no_spec) == [("cdi-spec-missing", "ns/cdi")]
+    assert "no spec of nvidia.com/gpu devices is in /etc/cdi, /var/run/cdi" in no_spec[0]["detail"]
+    assert gaps(with_cdi(daemon(loaded=("nvidia", "runc"), version="2.4.2"), True, specs=["/var/run/cdi/nvidia.yaml"])) == []
+    # the legacy mode: nvidia is the default runtime, CDI plays no part
+    assert gaps(with_cdi(daemon(loaded=("nvidia", "runc"), version="1.7.35"), False, default="nvidia")) == []
+    entry = node_entry("gpu-a", runtime_view(read(with_cdi(daemon(loaded=("nvidia", "runc"), version="1.7.35"), False))), off)
+    assert entry["pods_at_risk"] == 1
+
+
+def test_the_cdi_view_is_read_from_crictl_and_the_spec_dirs():
+    from facts.containerd import cri_answer
+
+    answer = cri_answer(['{"config": {"enableCDI": true, "cdiSpecDirs": ["/etc/cdi", "/var/run/cdi"],',
+                         ' "containerd": {"runtimes": {"runc": {}}, "defaultRuntimeName": "runc"}}}', "0"])
+    assert (answer["cdi"], answer["cdi_spec_dirs"]) == (True, ["/etc/cdi", "/var/run/cdi"])
+    assert cri_answer(["crictl: connection refused", "1"])["cdi"] is False

@@ -9,10 +9,11 @@ import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.state import StateStage
 from pyinfra.api.util import get_operation_order_from_stack
+from pyinfra.api import arguments, facts
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations import server
 
-from operations import ordering
+from operations import planning
 
 DEPLOY = "deploy_under_test.py"
 # A deploy file as pyinfra runs one: compiled and exec'd, calling down through functions of
@@ -29,7 +30,7 @@ if True:
 
 def asked_from_pyinfra(state, seen):
     # Both are asked from the same line, so each sees the same stack.
-    seen.append((get_operation_order_from_stack(state), ordering.operation_order(state)))
+    seen.append((get_operation_order_from_stack(state), planning.operation_order(state)))
 
 
 def step_one(state, seen):
@@ -61,12 +62,14 @@ def test_operation_order_is_pyinfra_s(monkeypatch, cli, deploy_filename):
 
 @pytest.fixture
 def pyinfra_s_own(monkeypatch):
-    """pyinfra's own ordering function back after the test, and install() not yet called."""
+    """pyinfra's own functions back after the test, and install() not yet called."""
     module = sys.modules["pyinfra.api.operation"]
     monkeypatch.setattr(module, "get_operation_order_from_stack", get_operation_order_from_stack)
-    ordering.install.cache_clear()
+    monkeypatch.setattr(arguments, "all_global_arguments", planning._own_global_arguments)
+    monkeypatch.setattr(facts, "all_global_arguments", planning._own_global_arguments)
+    planning.install.cache_clear()
     yield module
-    ordering.install.cache_clear()
+    planning.install.cache_clear()
 
 
 def test_pyinfra_orders_a_real_operation_with_it(monkeypatch, pyinfra_s_own):
@@ -78,10 +81,10 @@ def test_pyinfra_orders_a_real_operation_with_it(monkeypatch, pyinfra_s_own):
         asked.append(ordering_s(state))
         return asked[-1]
 
-    ordering_s = ordering.operation_order
-    monkeypatch.setattr(ordering, "operation_order", spy)
+    ordering_s = planning.operation_order
+    monkeypatch.setattr(planning, "operation_order", spy)
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    assert ordering.install() is True
+    assert planning.install() is True
     inventory = Inventory((["@local"], {}))
     state = State(inventory, Config())
     state.current_deploy_filename = __file__
@@ -96,13 +99,32 @@ def test_pyinfra_orders_a_real_operation_with_it(monkeypatch, pyinfra_s_own):
 def test_install_refuses_another_pyinfra_and_keeps_its_own(monkeypatch, caplog, pyinfra_s_own):
     monkeypatch.setattr(pyinfra, "__version__", "3.11.0")
     with caplog.at_level(logging.WARNING, logger="pyinfra"):
-        assert ordering.install() is False
+        assert planning.install() is False
     assert pyinfra_s_own.get_operation_order_from_stack is get_operation_order_from_stack
-    assert ("gpuop: pyinfra is 3.11.0, and the faster operation order was proven on 3.10.0 only: "
+    assert arguments.all_global_arguments is planning._own_global_arguments
+    assert ("gpuop: pyinfra is 3.11.0, and the faster planning was proven on 3.10.0 only: "
             "pyinfra's own is kept") in caplog.text
+
+
+def test_the_global_arguments_are_pyinfra_s_own_answer_asked_once(monkeypatch, pyinfra_s_own):
+    own = planning._own_global_arguments()
+    assert ("_sudo", bool) in own and ("_timeout", int) in own
+    calls = []
+    monkeypatch.setattr(planning, "_own_global_arguments", lambda: calls.append(1) or own)
+    planning.global_arguments.cache_clear()
+    assert planning.install() is True
+    assert arguments.all_global_arguments is facts.all_global_arguments is planning.global_arguments
+    assert [arguments.all_global_arguments() for _ in range(5)] == [own] * 5 and calls == [1]
+    # pyinfra's callers get the same: an operation's global arguments popped from its kwargs
+    inventory = Inventory((["@local"], {}))
+    kwargs = {"_sudo": True, "_timeout": 7, "commands": ["true"]}
+    popped, found = arguments.pop_global_arguments(State(inventory, Config()), inventory.get_host("@local"), kwargs)
+    assert popped["_sudo"] is True and popped["_timeout"] == 7 and set(found) == {"_sudo", "_timeout"}
+    assert kwargs == {"commands": ["true"]} and calls == [1]
+    planning.global_arguments.cache_clear()
 
 
 def test_the_pinned_pyinfra_is_the_one_it_was_proven_on():
     pinned = next(line.split("==")[1].strip() for line in open("requirements.txt")
                   if line.startswith("pyinfra=="))
-    assert ordering.PROVEN_ON == pinned == pyinfra.__version__
+    assert planning.PROVEN_ON == pinned == pyinfra.__version__
