@@ -27,10 +27,12 @@ ns_init() {
   for p in $(ns_unshare "$1"); do cat "/proc/$p/task/$p/children" 2>/dev/null; done
 }
 
-# listening DIR PORT: sshd of node DIR listens on PORT; the node is gone: fail the start at once.
+# listening DIR PORT STARTER: sshd of node DIR listens on PORT; the node is gone: fail the start
+# at once. Gone is neither the process started for it (STARTER, which becomes its unshare) nor
+# its unshare there: right after the start, the unshare may not have been exec'd yet.
 listening() {
   (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null && return 0
-  [[ -n $(ns_unshare "$1") ]] || die "node $1 exited: $(tail -n 5 "$1/node.log")"
+  kill -0 "$3" 2>/dev/null || [[ -n $(ns_unshare "$1") ]] || die "node $1 exited: $(tail -n 5 "$1/node.log")"
   return 1
 }
 
@@ -60,7 +62,7 @@ case ${1:-} in
     port=$(awk '$1 == "Port" {print $2}' "$dir/sshd_config")
     setsid unshare -m -p -u -f --mount-proc --propagation private \
       bash "$0" inside "$dir" "$3" "$4" </dev/null >"$dir/node.log" 2>&1 &
-    wait_until 40 0.1 "node $dir's sshd to listen on $port" listening "$dir" "$port" ||
+    wait_until 40 0.1 "node $dir's sshd to listen on $port" listening "$dir" "$port" "$!" ||
       die "node $dir: sshd did not listen: $(tail -n 5 "$dir/node.log")" ;;
   inside) shift; inside "$@" ;;
   pid) ns_init "$(realpath "$2")" | head -n 1 ;;
