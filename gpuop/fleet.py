@@ -117,6 +117,18 @@ def _toolkit_pod(pod) -> bool:
                for o in pod["metadata"].get("ownerReferences") or [])
 
 
+def api_handlers(node: dict) -> list | None:
+    """The handlers the API says the node's runtime loaded: ``Node.status.runtimeHandlers``, which
+    kubelet copies from its runtime's CRI status (containerd 2.0+), the default one named "";
+    None where the node reports none (containerd 1.x answers none), so only a read of the node
+    judges it.
+
+        api_handlers({"status": {"runtimeHandlers": [{"name": ""}, {"name": "runc"}]}}) -> ["", "runc"]
+    """
+    handlers = (node.get("status") or {}).get("runtimeHandlers")
+    return sorted(h.get("name") or "" for h in handlers) if handlers else None
+
+
 def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "nvidia") -> list:
     """The gaps of one node, each with the views it joins.
 
@@ -168,6 +180,12 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
                          f"a restart of containerd {version} takes CRI down: {runtime['restart_reason']}"))
     if node is None:
         return gaps
+    reported = api_handlers(node)
+    if reported is not None and runtime["loaded_from"] == "cri" and set(reported) - {""} != set(runtime["loaded"]):
+        gaps.append(gap("loaded-disagrees-with-api", name, ["loaded", "scheduled"],
+                        f"node {name}'s kubelet reports {','.join(h or '(default)' for h in reported)} loaded "
+                        f"(Node.status.runtimeHandlers), its containerd {version} answers "
+                        f"{','.join(runtime['loaded']) or 'none'} through CRI"))
 
     knows = runtime["loaded_from"] in ("cri", "cri-down")
     handlers = {rc["metadata"]["name"]: rc.get("handler") for rc in of_kind(objects, "RuntimeClass")}
@@ -256,9 +274,10 @@ def fleet_gaps(nodes: dict, objects: list) -> list:
             for rc in of_kind(objects, "RuntimeClass") if rc.get("handler") not in loaded]
 
 
-def node_entry(name: str, runtime: dict, gaps: list) -> dict:
-    """One node of the fleet report (the JSON's ``nodes.<name>``)."""
-    return {"version": runtime["version"], "daemon": runtime["daemon"], "loaded": runtime["loaded"],
+def node_entry(name: str, runtime: dict, gaps: list, node: dict | None = None) -> dict:
+    """One node of the fleet report (the JSON's ``nodes.<name>``); ``runtime_handlers`` is the
+    API's view of what is loaded (``api_handlers`` of its Node), beside the node's own."""
+    return {"runtime_handlers": api_handlers(node) if node else None, "version": runtime["version"], "daemon": runtime["daemon"], "loaded": runtime["loaded"],
             "loaded_from": runtime["loaded_from"], "written": runtime["written"],
             "default_runtime": runtime.get("default_runtime", ""), "cdi": runtime.get("cdi"),
             "after_restart": runtime["after_restart"], "cri_after_restart": runtime["cri_after_restart"],

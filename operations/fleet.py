@@ -175,7 +175,8 @@ def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
             yield _failed(f"hosts {twin} and {host.name} both audit node {name}: set node_name for each")
             return
         runtime = runtime_view(read)
-        fleet.nodes[name] = node_entry(name, runtime, node_findings(name, runtime, objects, gpu_handler))
+        node = next((o for o in objects if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
+        fleet.nodes[name] = node_entry(name, runtime, node_findings(name, runtime, objects, gpu_handler), node)
         fleet.hosts[host.name] = name
     yield from ()
 

@@ -13,7 +13,7 @@ import tomli_w
 import yaml
 
 from gpuop.containerd import main_config, nvidia_dropin
-from lab import labcluster
+from lab import labcluster, labproc
 from tests.helpers.kube import LAB, kubectl
 from tests.helpers.labcontainerd import binary, built, crictl, nvidia_ctk
 from tests.helpers.proc import run
@@ -39,6 +39,7 @@ class Node:
     kubelet: str = ""  # a real kubelet's endpoint on this node, started last; empty: none
     kubelet_layout: str = "yaml"  # how its configuration is laid out: see kubelet()
     cdi_pod: bool = False  # a GPU Pod with no RuntimeClass bound to it too (the GPU Operator's CDI mode)
+    api_handlers: tuple = ()  # what its Node's status says is loaded, as a kubelet on containerd 2.x reports it
     files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
     dir: str = ""
     port: int = 0
@@ -206,6 +207,21 @@ def ns_pid(node: Node) -> int:
     return int(run([NODE_SH, "pid", node.dir], timeout_s=10, check=True).stdout.split()[0])
 
 
+def node_containerd(node: Node) -> int:
+    """The host's pid of the node's own containerd (the one systemd would start: no flags), found
+    in the node's pid namespace by its command line."""
+    ns = os.readlink(f"/proc/{ns_pid(node)}/ns/pid")
+    found = []
+    for pid, args in labproc.processes():
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") == ns and args == [binary(node.version)]:
+                found.append(pid)
+        except OSError:
+            pass
+    assert len(found) == 1, f"node {node.name}: containerds {found}"
+    return found[0]
+
+
 def nodes_file(nodes, key: str, path: str, node_names: dict) -> str:
     """The nodes file an operator would write for ``nodes`` (and their known_hosts beside it)."""
     known = os.path.join(os.path.dirname(path), "known_hosts")
@@ -256,6 +272,10 @@ def create_cluster_objects(nodes, gpus: int = 4):
     capacity = json.dumps({"status": {"capacity": have, "allocatable": have}})
     for n in nodes:
         kubectl("patch", "node", n.name, "--subresource=status", "--type=merge", "-p", capacity)
+        if n.api_handlers:
+            handlers = [{"name": h, "features": {"recursiveReadOnlyMounts": True}} for h in n.api_handlers]
+            kubectl("patch", "node", n.name, "--subresource=status", "--type=merge",
+                    "-p", json.dumps({"status": {"runtimeHandlers": handlers}}))
 
 
 def delete_cluster_objects(nodes):

@@ -28,7 +28,7 @@ def planted():
     ctk = fleet.nvidia_ctk_configure()
     return [
         # configured by the real nvidia-ctk, then (re)started: written is loaded
-        Node("gpu-healthy", "2.4.2", before=[ctk]),
+        Node("gpu-healthy", "2.4.2", before=[ctk], api_handlers=("", "nvidia", "runc")),
         # the same, never restarted: the seed's trap (a restart is safe, and needed)
         Node("gpu-unrestarted", "1.7.35", after=[ctk], cdi_pod=True),
         # the incident: the seed's drop-in on 1.x, not loaded, and the restart is fatal
@@ -43,8 +43,9 @@ def planted():
         # nvidia loaded, then its drop-in removed: the GPU Pod runs now, and not after a restart
         Node("gpu-dropin-removed", "1.7.35", before=[ctk], after=[f"rm {DROPIN}"]),
         # two containerds, and a real kubelet on the second: that one is the node's runtime
+        # ... and its Node's status still says what its runtime loaded before nvidia (a stale report)
         Node("gpu-kubelet", "1.6.20", after=fleet.another_containerd("2.4.2", "gpu", nvidia=True),
-             kubelet="unix:///run/containerd-gpu/containerd.sock"),
+             kubelet="unix:///run/containerd-gpu/containerd.sock", api_handlers=("", "runc")),
         # EKS AL2023's kubelet: JSON --config, the endpoint in a JSON --config-dir drop-in
         Node("gpu-eks", "1.7.35", after=fleet.another_containerd("2.4.2", "eks", nvidia=True),
              kubelet="unix:///run/containerd-eks/containerd.sock", kubelet_layout="eks"),
@@ -70,7 +71,7 @@ EXPECTED = {
                           ("sandbox-fails", "gpuop-fleet/gpu-gpu-missed-import"),
                           ("cdi-spec-missing", "gpuop-fleet/cdi-gpu-missed-import"),
                           ("gpu-advertised-not-loaded", "gpu-missed-import"), ("toolkit-ready-not-loaded", "toolkit")],
-    "gpu-kubelet": [("second-containerd", "pid")],
+    "gpu-kubelet": [("second-containerd", "pid"), ("loaded-disagrees-with-api", "gpu-kubelet")],
     "gpu-eks": [("second-containerd", "pid")],
     "gpu-rke2": [("second-containerd", "pid")],
     "gpu-k3s": [("second-containerd", "pid")],
@@ -183,6 +184,10 @@ def test_each_node_is_read_where_it_runs(audited):
     assert rke2["kubelet_endpoint"] == rke2["daemon"]["address"] == fleet.K3S_SOCKET
     assert rke2["daemon"]["config"] == "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"
     assert sorted(rke2["loaded"]) == sorted(rke2["after_restart"]) == ["nvidia", "runc"]
+    # the API's view of what is loaded (Node.status.runtimeHandlers), beside the node's own
+    assert nodes["gpu-healthy"]["runtime_handlers"] == ["", "nvidia", "runc"]
+    assert nodes["gpu-kubelet"]["runtime_handlers"] == ["", "runc"]
+    assert nodes["gpu-unrestarted"]["runtime_handlers"] is None  # none reported: the node's read alone judges
     # CDI as the daemon holds it (crictl info), and the GPU specs in the directories it reads
     assert nodes["gpu-v2-dropin"]["cdi"] == {"enabled": True, "spec_dirs": ["/etc/cdi", "/var/run/cdi"],
                                              "gpu_specs": ["/var/run/cdi/nvidia.yaml"]}
@@ -256,6 +261,37 @@ def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated
     assert list(got["nodes"]) == ["gpu-healthy"] and got["nodes"]["gpu-healthy"]["gaps"] == []
     assert got["unread"] == ["ssh-gone"]
     assert "not read, so not judged: ssh-gone" in run.log
+
+
+def test_a_containerd_that_stops_answering_is_named_and_the_rest_is_reported(simulated):
+    """One node's containerd stops answering (SIGSTOP) during the audit: its CRI read ends at its
+    deadline, the node is reported with its CRI down in crictl's words, and every other node is
+    reported as before."""
+    nodes, path, root = simulated
+    node = next(n for n in nodes if n.name == "gpu-healthy")
+    daemon = fleet.node_containerd(node)
+    report = os.path.join(root, "stalled-cri.json")
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py",
+                     timeout_s=120)
+        took = time.monotonic() - started
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    assert took < 60, took
+    with open(report) as f:
+        got = json.load(f)
+    assert sorted(got["nodes"]) == sorted(EXPECTED) and got["unread"] == []
+    healthy = got["nodes"]["gpu-healthy"]
+    assert healthy["loaded_from"] == "cri-down", healthy
+    (down,) = [g for g in healthy["gaps"] if g["kind"] == "cri-down"]
+    assert "containerd 2.4.2 runs but its CRI does not answer" in down["detail"], down
+    assert sorted(healthy["after_restart"]) == ["nvidia", "runc"]  # its binary still answers for the restart view
+    for name, gaps in EXPECTED.items():
+        if name != "gpu-healthy":
+            assert sorted((g["kind"], _subject(g)) for g in got["nodes"][name]["gaps"]) == sorted(gaps), name
+    assert "Traceback" not in run.log
 
 
 def test_a_cluster_that_cannot_be_read_is_named(simulated):

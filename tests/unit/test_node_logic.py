@@ -239,3 +239,22 @@ def test_the_cdi_view_is_read_from_crictl_and_the_spec_dirs():
                          ' "containerd": {"runtimes": {"runc": {}}, "defaultRuntimeName": "runc"}}}', "0"])
     assert (answer["cdi"], answer["cdi_spec_dirs"]) == (True, ["/etc/cdi", "/var/run/cdi"])
     assert cri_answer(["crictl: connection refused", "1"])["cdi"] is False
+
+
+def test_the_api_s_view_of_loaded_handlers_is_held_against_the_node_s_own():
+    def reporting(*handlers):
+        n = node()
+        n["status"]["runtimeHandlers"] = [{"name": h, "features": {"recursiveReadOnlyMounts": True}} for h in handlers]
+        return n
+
+    loaded = runtime_view(read(daemon(loaded=("nvidia", "runc"), after=("nvidia", "runc"), version="2.4.2")))
+    assert node_findings("gpu-a", loaded, [reporting("", "nvidia", "runc")]) == []  # they agree
+    stale = node_findings("gpu-a", loaded, [reporting("", "runc")])
+    assert [(g["kind"], g["subject"], g["views"]) for g in stale] == [
+        ("loaded-disagrees-with-api", "gpu-a", ["loaded", "scheduled"])]
+    assert stale[0]["detail"] == ("node gpu-a's kubelet reports (default),runc loaded (Node.status.runtimeHandlers), "
+                                  "its containerd 2.4.2 answers nvidia,runc through CRI")
+    assert node_findings("gpu-a", loaded, [node()]) == []  # containerd 1.x reports none: only the node's read judges
+    entry = node_entry("gpu-a", loaded, [], reporting("", "nvidia", "runc"))
+    assert entry["runtime_handlers"] == ["", "nvidia", "runc"] and entry["loaded"] == ["nvidia", "runc"]
+    assert node_entry("gpu-a", loaded, [], node())["runtime_handlers"] is None
