@@ -235,9 +235,12 @@ def _gpu_pods_without_a_class(name: str, runtime: dict, objects: list, gpu_handl
         return gaps
     for pod in of_kind(objects, "Pod"):
         if (pod["spec"].get("nodeName") != name or pod["spec"].get("runtimeClassName")
-                or pod["status"].get("phase") in ("Succeeded", "Failed") or not gpus_asked(pod)):
+                or pod["status"].get("phase") in ("Succeeded", "Failed")):
             continue
-        asks = f"Pod {ref(pod)} asks for {gpus_asked(pod)} nvidia.com/gpu with no RuntimeClass"
+        gpus = gpus_asked(pod)
+        if not gpus:
+            continue
+        asks = f"Pod {ref(pod)} asks for {gpus} nvidia.com/gpu with no RuntimeClass"
         if not cdi["enabled"]:
             what = ("drops the Pod's CDI device request silently: it starts without a GPU" if release(version) < (2,)
                     else "refuses the Pod's CDI device request" if release(version) >= (2, 3)

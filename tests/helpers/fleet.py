@@ -210,11 +210,11 @@ def ns_pid(node: Node) -> int:
 def node_containerd(node: Node) -> int:
     """The host's pid of the node's own containerd (the one systemd would start: no flags), found
     in the node's pid namespace by its command line."""
-    ns = os.readlink(f"/proc/{ns_pid(node)}/ns/pid")
+    ns, own = os.readlink(f"/proc/{ns_pid(node)}/ns/pid"), [binary(node.version)]
     found = []
     for pid, args in labproc.processes():
         try:
-            if os.readlink(f"/proc/{pid}/ns/pid") == ns and args == [binary(node.version)]:
+            if args == own and os.readlink(f"/proc/{pid}/ns/pid") == ns:
                 found.append(pid)
         except OSError:
             pass

@@ -35,9 +35,14 @@ def test_a_node_is_its_labs_and_one_that_says_none_is_every_labs(tmp_path):
 
 
 def _sleeper(ignore_term: bool) -> subprocess.Popen:
+    """A process that takes TERM, or ignores it; returned once it has exec'd its sleep (its trap
+    set), within 10 s."""
     trap = "trap '' TERM; " if ignore_term else ""
-    proc = subprocess.Popen(["sh", "-c", f"{trap}echo up; exec sleep 60"], stdout=subprocess.PIPE)
-    assert proc.stdout.readline() == b"up\n"  # its trap is set
+    proc = subprocess.Popen(["sh", "-c", f"{trap}exec sleep 60"])
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{proc.pid}/cmdline", "rb").read() != b"sleep\x0060\x00":
+        assert time.monotonic() < deadline, "the sleeper did not start within 10s"
+        time.sleep(0.01)
     return proc
 
 
