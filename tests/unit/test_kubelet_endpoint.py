@@ -4,6 +4,7 @@ drop-ins (*.conf, in name order), YAML or JSON, else the default; run by a real 
 real processes whose command lines are kubelet's."""
 
 import subprocess
+import time
 
 import pytest
 
@@ -21,6 +22,12 @@ def endpoint(tmp_path, *args, kind="kubelet", argv0="") -> str:
     start = ["bash", "-c", f"exec -a {argv0} bash -c 'read _' {' '.join(args)}"] if argv0 else \
         ["bash", "-c", "read _; :", "kubelet", *args]
     proc = subprocess.Popen(start, cwd=tmp_path, stdin=subprocess.PIPE)
+    # the command line read is the final one: wait (10 s at most) until the last exec is done
+    final = (argv0.encode() if argv0 else b"bash") + b"\0-c\0read _"
+    deadline = time.monotonic() + 10
+    while not open(f"/proc/{proc.pid}/cmdline", "rb").read().startswith(final):
+        assert time.monotonic() < deadline, "the process did not start within 10s"
+        time.sleep(0.01)
     try:
         shell = f'for p in {proc.pid}; do kind={kind}; {_KIND}{_KUBELET_ENDPOINT}echo "$kind $ke"; done'
         out = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=10, check=True)
