@@ -73,13 +73,15 @@ unit: setup
 # kubeconfig of its own, so that neither lab's context switches the other's): the lab's spends
 # most of its time waiting on the cluster. Each prints its 30 slowest durations; the second one's
 # output follows the lab's. (Exit 5, no test selected by PYTEST_ARGS, fails neither.)
+# Each its own short temporary root: a lab root's socket path has at most 108 bytes, and pytest's
+# own numbered roots grow longer with every run on the machine (pytest-99, pytest-127...).
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=30
 BESIDE := GPUOP_LAB=$(LAB)-beside KUBECONFIG=$(HOME)/.kwok/$(LAB)-beside.kubeconfig
 
 test: setup deps binaries lab-up
 	@free_log=$$(mktemp); trap 'rm -f "$$free_log"' EXIT; \
-	{ $(BESIDE) lab/lab.sh up $(LAB)-beside && $(BESIDE) $(PYTEST) tests -m "not lab" $(PYTEST_ARGS); } >"$$free_log" 2>&1 & free=$$!; \
-	$(PYTEST) tests -m lab $(PYTEST_ARGS); lab=$$?; \
+	{ $(BESIDE) lab/lab.sh up $(LAB)-beside && $(BESIDE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-beside tests -m "not lab" $(PYTEST_ARGS); } >"$$free_log" 2>&1 & free=$$!; \
+	$(PYTEST) --basetemp=/tmp/gpuop-pytest-lab tests -m lab $(PYTEST_ARGS); lab=$$?; \
 	wait $$free; other=$$?; echo "--- the tests run beside the lab's:"; cat "$$free_log"; \
 	[ $$lab -eq 0 -o $$lab -eq 5 ] && [ $$other -eq 0 -o $$other -eq 5 ]
 
