@@ -10,6 +10,8 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from gpuop.regen import nvidia_binaries
+
 from .containerd import cri_answer, cri_info, restart_answer, restart_merge
 from .files import TAR_OF_ARGS, untarred
 
@@ -73,7 +75,7 @@ _WRITTEN = (
     'for g in $(awk \'/^[[:space:]]*\\[/ {exit} /^[[:space:]]*imports[[:space:]]*=/ {on=1} '
     'on {print} on && /\\]/ {exit}\' "$cfg" 2>/dev/null | grep -o "\\"[^\\"]*\\"\\|\'[^\']*\'" | tr -d "\\"\'"); do '
     'case "$g" in /*) ;; *) g="$d/$g";; esac; for f in $g; do [ -f "$f" ] && set -- "$@" "$f"; done; done; '
-    'for f in "$d"/conf.d/*; do [ -f "$f" ] && set -- "$@" "$f"; done; '
+    'for f in "$d"/conf.d/* "$d"/config.toml.tmpl "$d"/config-v3.toml.tmpl; do [ -f "$f" ] && set -- "$@" "$f"; done; '
 )
 
 
@@ -96,7 +98,8 @@ class NodeRuntime(FactBase):
     config's ``grpc.address``, else the default). The three views are read for the one daemon
     that ``serves``, the node's runtime (kubelet's; with no kubelet, the only one, or the one on
     the default socket): the files written (its config, the files its imports reach, its
-    conf.d), what it holds (``crictl info`` on its socket) and what its binary's next start
+    conf.d, and the k3s/RKE2 templates beside it), the NVIDIA runtime binaries where k3s looks
+    at start (``nvidia_runtimes``: what its next start registers, ``gpuop.regen``), what it holds (``crictl info`` on its socket) and what its binary's next start
     would load (``config dump``, see ``facts.containerd.restart_merge``).
 
     .. code:: python
@@ -110,7 +113,7 @@ class NodeRuntime(FactBase):
                           "config": "/etc/containerd/config.toml",
                           "address": "/run/containerd/containerd.sock", "serves": True,
                           "files": {"/etc/containerd/config.toml": {"mode": "644", "text": "..."}},
-                          "loaded": {"cri": "ok", "runtimes": ["runc"], ...},
+                          "loaded": {"cri": "ok", "runtimes": ["runc"], ...}, "nvidia_runtimes": [],
                           "restart": {"version": "1.6.20", "runtimes": ["runc"], "cri_ok": True, ...}}]}
 
     A daemon that does not serve has ``serves`` False, and empty ``files``, ``loaded`` and
@@ -146,7 +149,10 @@ class NodeRuntime(FactBase):
             f'echo "{_SECTION}runtime $p"; ( {_WRITTEN}{TAR_OF_ARGS} ) </dev/null | grep . || echo; '
             f'echo "{_SECTION}restart"; {{ {restart_merge(q + "$exe" + q, q + "$cfg" + q)}; }} </dev/null; '
             f'echo "{_SECTION}cri"; out=$({{ {cri_info(shlex.quote(crictl), q + "$addr" + q)}; }} </dev/null); printf "%s\\n" "$out"; '
-            f'echo "{_SECTION}cdi"; {_CDI_SPECS}break; done'
+            f'echo "{_SECTION}cdi"; {_CDI_SPECS}'
+            # what k3s and RKE2 would register at their next start (gpuop.regen)
+            f'echo "{_SECTION}nvidia"; for f in {" ".join(nvidia_binaries())}; do [ -f "$f" ] && echo "$f"; done; '
+            'break; done'
         )
 
     def process(self, output):
@@ -169,7 +175,7 @@ class NodeRuntime(FactBase):
                 exe, args, config, address, binary = (lines + [""] * 5)[:5]
                 daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
                                     "address": address, "binary": binary, "serves": False, "files": {},
-                                    "restart": None, "loaded": None, "gpu_cdi_specs": []}
+                                    "restart": None, "loaded": None, "gpu_cdi_specs": [], "nvidia_runtimes": []}
                 result["containerds"].append(daemons[rest[0]])
             elif kind == "runtime":
                 runtime = daemons[rest[0]]
@@ -180,6 +186,8 @@ class NodeRuntime(FactBase):
                 runtime["loaded"] = cri_answer(lines)
             elif kind == "cdi":
                 runtime["gpu_cdi_specs"] = [line for line in lines if line.strip()]
+            elif kind == "nvidia":
+                runtime["nvidia_runtimes"] = [line for line in lines if line.strip()]
         return result
 
 

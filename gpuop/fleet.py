@@ -14,6 +14,7 @@ from .cluster import allocatable_count, gpus_asked
 from .containerd import analyze_merge, import_globs, parsed_toml, release
 from .gaps import gap
 from .objects import of_kind, ref
+from .regen import regenerated, template_to_edit
 
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
 
@@ -87,7 +88,14 @@ def runtime_view(read: dict) -> dict:
         loaded_from = "no-crictl"
     else:
         loaded_from = "cri" if loaded.get("cri") == "ok" else "cri-down"
-    if restart is None:
+    version = restart["version"] if restart else "unknown"
+    regen = regenerated(daemon["config"], daemon["files"], version, daemon.get("nvidia_runtimes", []))
+    if regen is not None:  # k3s or RKE2 writes the file anew at start: that file is what loads
+        after, reason = regen["runtimes"], regen["reason"]
+        cri_after = "unknown" if not regen["known"] else "ok" if regen["default_runtime"] in after else "fails"
+        if cri_after == "fails":
+            reason += f", whose default_runtime_name {regen['default_runtime']} has no runtime"
+    elif restart is None:
         asked = daemon.get("binary") or ""
         reason = (f"{asked} is not there to ask" if asked else
                   f"{daemon['exe']} is not named containerd and has no containerd beside it to ask")
@@ -97,7 +105,7 @@ def runtime_view(read: dict) -> dict:
         cri_after = "refuses-start" if not restart["starts"] else "ok" if restart["cri_ok"] else "fails"
     return {**view, "daemon": {"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
                                "address": daemon["address"], "binary": daemon.get("binary") or daemon["exe"]},
-            "version": restart["version"] if restart else "unknown",
+            "version": version, "regenerated": regen,
             "written": written["runtimes"], "dropins": written["dropins"], "unreached": written["unreached"],
             "config_errors": written["errors"], "imports": written.get("imports", []),
             "loaded": loaded.get("runtimes", []), "loaded_from": loaded_from, "cri_error": loaded.get("error", ""),
@@ -173,6 +181,15 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
         if runtime["loaded_from"] == "cri" and handler not in runtime["loaded"]:
             gaps.append(gap("handler-not-loaded", handler, ["written", "loaded"],
                              f"runtime handler {handler} is written but containerd {version} does not load it"))
+    regen = runtime.get("regenerated")
+    if regen and regen["known"]:
+        for handler in runtime["written"]:
+            if handler not in regen["runtimes"]:
+                gaps.append(gap("lost-at-regeneration", handler, ["written", "after-restart"],
+                                f"runtime handler {handler} is written in {d['config']} (or a file its imports "
+                                f"reach), which {regen['by']} writes anew at its next start from "
+                                f"{regen['source']}, and that does not define it: the next start loses it. "
+                                f"Define it in {template_to_edit(d['config'], version, regen)}"))
     if runtime["cri_after_restart"] == "refuses-start":
         gaps.append(gap("restart-refuses-start", d["exe"], ["after-restart"], runtime["restart_reason"]))
     elif runtime["cri_after_restart"] == "fails":
@@ -284,6 +301,8 @@ def node_entry(name: str, runtime: dict, gaps: list, node: dict | None = None) -
             "loaded_from": runtime["loaded_from"], "written": runtime["written"],
             "default_runtime": runtime.get("default_runtime", ""), "cdi": runtime.get("cdi"),
             "after_restart": runtime["after_restart"], "cri_after_restart": runtime["cri_after_restart"],
+            "regenerated_by": (runtime.get("regenerated") or {}).get("by"),
+            "regenerated_from": (runtime.get("regenerated") or {}).get("template"),
             "kubelet_endpoint": runtime["kubelet_endpoint"], "pods_at_risk": pods_at_risk(gaps),
             "gaps": gaps}
 

@@ -49,10 +49,12 @@ def planted():
         # EKS AL2023's kubelet: JSON --config, the endpoint in a JSON --config-dir drop-in
         Node("gpu-eks", "1.7.35", after=fleet.another_containerd("2.4.2", "eks", nvidia=True),
              kubelet="unix:///run/containerd-eks/containerd.sock", kubelet_layout="eks"),
-        # RKE2's: its own containerd by flags on /run/k3s/containerd, kubelet with --config-dir alone
+        # RKE2's: its own containerd by flags on /run/k3s/containerd, kubelet with --config-dir alone;
+        # the toolkit wrote nvidia into the config.toml RKE2 writes anew from its template at start
         Node("gpu-rke2", "1.7.35", after=fleet.rke2_containerd("2.4.2"), kubelet=f"unix://{fleet.K3S_SOCKET}",
              kubelet_layout="rke2"),
-        # k3s: one multicall binary (its containerd's /proc/PID/exe is k3s), kubelet inside the k3s process
+        # k3s: one multicall binary (its containerd's /proc/PID/exe is k3s), kubelet inside the k3s
+        # process, the toolkit where k3s finds it at start: its next start keeps nvidia
         Node("gpu-k3s", "1.7.35", after=fleet.k3s("2.4.2")),
     ]
 
@@ -73,7 +75,8 @@ EXPECTED = {
                           ("gpu-advertised-not-loaded", "gpu-missed-import"), ("toolkit-ready-not-loaded", "toolkit")],
     "gpu-kubelet": [("second-containerd", "pid"), ("loaded-disagrees-with-api", "gpu-kubelet")],
     "gpu-eks": [("second-containerd", "pid")],
-    "gpu-rke2": [("second-containerd", "pid")],
+    "gpu-rke2": [("second-containerd", "pid"), ("lost-at-regeneration", "nvidia"),
+                 ("handler-gone-after-restart", "gpuop-fleet/gpu-gpu-rke2")],
     "gpu-k3s": [("second-containerd", "pid")],
     "gpu-dropin-removed": [("handler-gone-after-restart", "gpuop-fleet/gpu-gpu-dropin-removed")],
     "gpu-cri-down": [("cri-down", "/run/containerd/containerd.sock"), ("restart-takes-cri-down", "exe"),
@@ -183,7 +186,13 @@ def test_each_node_is_read_where_it_runs(audited):
     rke2 = nodes["gpu-rke2"]
     assert rke2["kubelet_endpoint"] == rke2["daemon"]["address"] == fleet.K3S_SOCKET
     assert rke2["daemon"]["config"] == "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"
-    assert sorted(rke2["loaded"]) == sorted(rke2["after_restart"]) == ["nvidia", "runc"]
+    assert sorted(rke2["loaded"]) == ["nvidia", "runc"]
+    # ... and what its next start loads: the file RKE2 renders from the operator's template
+    template = "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.tmpl"
+    assert rke2["after_restart"] == ["runc"] and rke2["cri_after_restart"] == "ok"
+    assert (rke2["regenerated_by"], rke2["regenerated_from"]) == ("rke2", template)
+    lost = next(g for g in rke2["gaps"] if g["kind"] == "lost-at-regeneration")
+    assert lost["detail"].endswith(f"Define it in {template}"), lost
     # the API's view of what is loaded (Node.status.runtimeHandlers), beside the node's own
     assert nodes["gpu-healthy"]["runtime_handlers"] == ["", "nvidia", "runc"]
     assert nodes["gpu-kubelet"]["runtime_handlers"] == ["", "runc"]
@@ -202,6 +211,8 @@ def test_each_node_is_read_where_it_runs(audited):
     assert k3s["kubelet_endpoint"] == k3s["daemon"]["address"] == fleet.K3S_SOCKET
     assert k3s["daemon"]["config"] == "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
     assert sorted(k3s["loaded"]) == sorted(k3s["after_restart"]) == ["nvidia", "runc"]
+    # its next start renders the built-in template, with the toolkit's runtime it finds
+    assert (k3s["regenerated_by"], k3s["regenerated_from"]) == ("k3s", None)
     assert sorted(nodes["gpu-healthy"]["loaded"]) == sorted(nodes["gpu-healthy"]["after_restart"]) == ["nvidia", "runc"]
     assert nodes["gpu-unrestarted"]["loaded"] == ["runc"] and "nvidia" in nodes["gpu-unrestarted"]["after_restart"]
     assert nodes["gpu-unrestarted"]["cri_after_restart"] == "ok"
