@@ -160,7 +160,7 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
             where = " on the default socket, and no kubelet runs to say which of its containerds serves"
         else:
             where = ""
-        gaps.append(gap("no-containerd", name, ["loaded"], f"no containerd runs{where}"))
+        gaps.append(gap("no-containerd", name, ["loaded"], f"no containerd runs{where}: no Pod can start on this node"))
         return gaps
     d = runtime["daemon"]
     for other in runtime["others"]:

@@ -10,7 +10,7 @@
 #   lab/build.sh shim V     its runc shim, beside it (a real node runs Pods: lab/realnode.sh) -> the same bin
 #   lab/build.sh multicall V  a k3s-like multicall of that containerd (lab/multicall), as k3s with a
 #                           containerd symlink to it -> ~/.cache/gpuop-lab/multicall-V/bin
-#   lab/build.sh nvidia-ctk -> ~/.cache/gpuop-lab/nvidia-ctk-1.19.1/bin
+#   lab/build.sh nvidia-ctk -> ~/.cache/gpuop-lab/nvidia-ctk-1.19.1/bin (nvidia-ctk, nvidia-ctk-installer)
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the real node's stand-in images' program)
 #   lab/build.sh all        everything `make test` needs (prints nothing)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
@@ -125,10 +125,11 @@ build_crictl() {
     "sigs.k8s.io/cri-tools/cmd/crictl@v$CRICTL_VERSION"
 }
 
-build_nvidia_ctk() {
+build_nvidia_ctk() {  # the CLI, and the GPU Operator's installer of the same release
   # cgo on: NVML's bindings are cgo (dlopen'ed at run time; nothing of it is needed to configure).
+  local m=github.com/NVIDIA/nvidia-container-toolkit/cmd
   CGO_ENABLED=1 GOBIN=$bin go install -trimpath -ldflags "-s -w" \
-    "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@v$NVIDIA_CTK_VERSION"
+    "$m/nvidia-ctk@v$NVIDIA_CTK_VERSION" "$m/nvidia-ctk-installer@v$NVIDIA_CTK_VERSION"
 }
 
 build_containerd() {  # CMD: containerd or containerd-shim-runc-v2
@@ -167,7 +168,7 @@ cluster)
   ;;
 kubelet) have_all kubelet || built "kubelet v$K8S_VERSION" build_kubernetes kubelet ;;
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
-nvidia-ctk) have_all nvidia-ctk || built "nvidia-ctk v$NVIDIA_CTK_VERSION" build_nvidia_ctk ;;
+nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer || built "nvidia-ctk and nvidia-ctk-installer v$NVIDIA_CTK_VERSION" build_nvidia_ctk ;;
 standin) have_all standin || built "the stand-in program" build_standin ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd containerd ;;
 shim) have_all containerd-shim-runc-v2 || built "containerd v$containerd_version's runc shim" build_containerd containerd-shim-runc-v2 ;;

@@ -8,7 +8,9 @@
 #   lab/simnode.sh start DIR CONTAINERD HOSTNAME [CLUSTER]   DIR holds etc/ (the node's
 #       /etc/containerd) and sshd_config; optional hooks run inside: DIR/before.sh before
 #       containerd starts, DIR/after.sh once its socket is there. Returns once sshd listens.
-#       The node is lab CLUSTER's (default gpuop-lab): that lab's down stops it.
+#       The node is lab CLUSTER's (default gpuop-lab): that lab's down stops it. With
+#       SIMNODE_RESTART=always its containerd is supervised as systemd's Restart=always does:
+#       started again whenever it ends.
 #   lab/simnode.sh stop DIR                        the namespace's first process, and so all of it
 #   lab/simnode.sh pid DIR                         that first process's pid, as the host sees it
 #   lab/simnode.sh stop-all CLUSTER                every simulated node of lab CLUSTER (lab-down)
@@ -46,7 +48,12 @@ inside() {  # runs as the namespace's pid 1
   mount -t overlay overlay -o "lowerdir=/var/lib,upperdir=$dir/varlib/upper,workdir=$dir/varlib/work" /var/lib
   hostname "$3"
   [[ ! -x $dir/before.sh ]] || "$dir/before.sh"
-  setsid "$containerd" </dev/null >"$dir/containerd.log" 2>&1 &
+  if [[ ${SIMNODE_RESTART:-no} == always ]]; then
+    # shellcheck disable=SC2016 # expanded by the supervisor's own shell
+    setsid bash -c 'while :; do "$0" </dev/null >>"$1" 2>&1; sleep 0.2; done' "$containerd" "$dir/containerd.log" &
+  else
+    setsid "$containerd" </dev/null >"$dir/containerd.log" 2>&1 &
+  fi
   wait_until 20 0.1 "containerd to open its socket" test -S /run/containerd/containerd.sock || exit 1
   [[ ! -x $dir/after.sh ]] || "$dir/after.sh"
   exec /usr/sbin/sshd -D -e -f "$dir/sshd_config"

@@ -40,6 +40,7 @@ class Node:
     kubelet_layout: str = "yaml"  # how its configuration is laid out: see kubelet()
     cdi_pod: bool = False  # a GPU Pod with no RuntimeClass bound to it too (the GPU Operator's CDI mode)
     api_handlers: tuple = ()  # what its Node's status says is loaded, as a kubelet on containerd 2.x reports it
+    supervised: bool = False  # its containerd started again whenever it ends (systemd's Restart=always)
     files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
     dir: str = ""
     port: int = 0
@@ -110,14 +111,42 @@ def rke2_containerd(version: str) -> list:
                               {"config-v3.toml.tmpl": RKE2_TEMPLATE})
 
 
-# The GPU Operator's toolkit, installed where k3s looks for it at start (gpuop.regen), inside the
-# node only: /usr/local is an overlay there whose writes land in the node's own /run.
-TOOLKIT_RUNTIME = ["mkdir -p /run/usrlocal/upper /run/usrlocal/work",
-                   "mount -t overlay overlay -o lowerdir=/usr/local,upperdir=/run/usrlocal/upper,"
-                   "workdir=/run/usrlocal/work /usr/local",
-                   "mkdir -p /usr/local/nvidia/toolkit",
+# The node's own /usr/local, where the GPU Operator installs the toolkit: an overlay whose
+# writes land in the node's own /run.
+_USR_LOCAL = ["mkdir -p /run/usrlocal/upper /run/usrlocal/work",
+              "mount -t overlay overlay -o lowerdir=/usr/local,upperdir=/run/usrlocal/upper,"
+              "workdir=/run/usrlocal/work /usr/local"]
+# The toolkit's runtime where k3s looks for it at start (gpuop.regen).
+TOOLKIT_RUNTIME = [*_USR_LOCAL, "mkdir -p /usr/local/nvidia/toolkit",
                    "printf '#!/bin/sh\\nexit 1\\n' >/usr/local/nvidia/toolkit/nvidia-container-runtime",
                    "chmod 755 /usr/local/nvidia/toolkit/nvidia-container-runtime"]
+# What the toolkit's image carries for its installer (--toolkit-source-root): the libraries and
+# executables it copies, stand-ins here (none of them runs while the installer configures).
+_ARTIFACTS = "/run/toolkit-artifacts"
+_ARTIFACT_LIBS = ("libnvidia-container.so.1", "libnvidia-container-go.so.1")
+_ARTIFACT_BINS = ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-cli", "nvidia-container-runtime-hook",
+                  "nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
+
+
+def nvidia_ctk_installer(restart_mode: str) -> list:
+    """The GPU Operator's toolkit installer (the real ``nvidia-ctk-installer`` of the toolkit's
+    release), run on the node as its toolkit Pod runs it, with its defaults for containerd (the
+    config, the conf.d drop-in, the socket) and ``restart_mode``: ``none`` writes and never
+    restarts; ``signal`` sends the daemon SIGHUP, which ends it. Once it is done, the node's CRI
+    is waited for where a supervisor brings containerd back (Restart=always)."""
+    lib, usr_bin = f"{_ARTIFACTS}/usr/lib/x86_64-linux-gnu", f"{_ARTIFACTS}/usr/bin"
+    return [*_USR_LOCAL, f"mkdir -p {lib} {usr_bin}",
+            *(f": >{lib}/{name}" for name in _ARTIFACT_LIBS),
+            *(f"printf '#!/bin/sh\\nexit 0\\n' >{usr_bin}/{name}; chmod 755 {usr_bin}/{name}"
+              for name in _ARTIFACT_BINS),
+            f"{nvidia_ctk('nvidia-ctk-installer')} --runtime=containerd --no-daemon --restart-mode={restart_mode} "
+            f"--toolkit-source-root={_ARTIFACTS} >/run/toolkit-installer.log 2>&1"]
+
+
+def cri_back() -> list:
+    """Wait (20 s at most) until the node's containerd answers CRI again."""
+    return [f"n=0; until {crictl()} --config /dev/null --runtime-endpoint unix:///run/containerd/containerd.sock "
+            "--timeout 2s info >/dev/null 2>&1; do n=$((n+1)); [ $n -lt 100 ]; sleep 0.2; done"]
 
 
 def k3s(version: str) -> list:
@@ -217,7 +246,9 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     with open(os.path.join(node.dir, "sshd_config"), "w") as f:
         f.write(sshd_config(node.port, f"{node.dir}/host_ed25519", f"{node.dir}/authorized_keys"))
     node.host_key = host_key
-    run([NODE_SH, "start", node.dir, binary(node.version), node.hostname or node.name, LAB], timeout_s=60, check=True)
+    env = {**os.environ, "SIMNODE_RESTART": "always" if node.supervised else "no"}
+    run([NODE_SH, "start", node.dir, binary(node.version), node.hostname or node.name, LAB], timeout_s=60,
+        check=True, env=env)
     return node
 
 

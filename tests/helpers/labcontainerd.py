@@ -36,8 +36,9 @@ def crictl() -> str:
     return built("crictl", "crictl")
 
 
-def nvidia_ctk() -> str:
-    return built("nvidia-ctk", "nvidia-ctk")
+def nvidia_ctk(name: str = "nvidia-ctk") -> str:
+    """The toolkit's CLI, or its installer (``nvidia-ctk-installer``) of the same release."""
+    return built("nvidia-ctk", name)
 
 
 def lab_daemons(root) -> list:

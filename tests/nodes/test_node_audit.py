@@ -56,6 +56,13 @@ def planted():
         # k3s: one multicall binary (its containerd's /proc/PID/exe is k3s), kubelet inside the k3s
         # process, the toolkit where k3s finds it at start: its next start keeps nvidia
         Node("gpu-k3s", "1.7.35", after=fleet.k3s("2.4.2")),
+        # the GPU Operator's installer, in its three outcomes: restart mode none (written, never
+        # loaded: gpu-operator 399); signal, which ends containerd (it does not handle SIGHUP), with
+        # nothing to start it again; and signal under a supervisor (Restart=always): loaded
+        Node("gpu-installer-none", "2.4.2", after=fleet.nvidia_ctk_installer("none")),
+        Node("gpu-installer-signal", "2.4.2", after=fleet.nvidia_ctk_installer("signal")),
+        Node("gpu-installer-supervised", "2.4.2", supervised=True,
+             after=fleet.nvidia_ctk_installer("signal") + fleet.cri_back()),
     ]
 
 
@@ -79,6 +86,11 @@ EXPECTED = {
                  ("handler-gone-after-restart", "gpuop-fleet/gpu-gpu-rke2")],
     "gpu-k3s": [("second-containerd", "pid")],
     "gpu-dropin-removed": [("handler-gone-after-restart", "gpuop-fleet/gpu-gpu-dropin-removed")],
+    "gpu-installer-none": [("handler-not-loaded", h) for h in ("nvidia", "nvidia-cdi", "nvidia-legacy")] + [
+        ("sandbox-fails", "gpuop-fleet/gpu-gpu-installer-none"), ("gpu-advertised-not-loaded", "gpu-installer-none"),
+        ("toolkit-ready-not-loaded", "toolkit")],
+    "gpu-installer-signal": [("no-containerd", "gpu-installer-signal")],
+    "gpu-installer-supervised": [],
     "gpu-cri-down": [("cri-down", "/run/containerd/containerd.sock"), ("restart-takes-cri-down", "exe"),
                      ("sandbox-fails", "gpuop-fleet/gpu-gpu-cri-down"), ("gpu-advertised-not-loaded", "gpu-cri-down"),
                      ("toolkit-ready-not-loaded", "toolkit")],
@@ -167,9 +179,10 @@ def test_each_node_is_read_where_it_runs(audited):
     assert {n: e["version"] for n, e in nodes.items()} == {
         "gpu-healthy": "2.4.2", "gpu-unrestarted": "1.7.35", "gpu-incident": "1.6.20", "gpu-v2-dropin": "2.0.14",
         "gpu-missed-import": "2.2.9", "gpu-cri-down": "1.7.35", "gpu-kubelet": "2.4.2",
-        "gpu-dropin-removed": "1.7.35", "gpu-eks": "2.4.2", "gpu-rke2": "2.4.2", "gpu-k3s": "2.4.2"}
+        "gpu-dropin-removed": "1.7.35", "gpu-eks": "2.4.2", "gpu-rke2": "2.4.2", "gpu-k3s": "2.4.2",
+        "gpu-installer-none": "2.4.2", "gpu-installer-signal": "none", "gpu-installer-supervised": "2.4.2"}
     for name, e in nodes.items():  # systemd's layout: default config and socket, no flags
-        if name not in ("gpu-kubelet", "gpu-eks", "gpu-rke2", "gpu-k3s"):
+        if name not in ("gpu-kubelet", "gpu-eks", "gpu-rke2", "gpu-k3s", "gpu-installer-signal"):
             assert e["daemon"]["config"] == "/etc/containerd/config.toml", name
             assert e["daemon"]["address"] == "/run/containerd/containerd.sock", name
     kubelet = nodes["gpu-kubelet"]  # the daemon kubelet talks to, not the one on the default socket
@@ -218,6 +231,16 @@ def test_each_node_is_read_where_it_runs(audited):
     assert nodes["gpu-unrestarted"]["cri_after_restart"] == "ok"
     assert nodes["gpu-incident"]["cri_after_restart"] == "fails"
     assert nodes["gpu-cri-down"]["loaded_from"] == "cri-down"
+    # the GPU Operator's installer: what it wrote (its conf.d drop-in, nvidia the default), and
+    # what each restart mode made of it
+    toolkit = ["nvidia", "nvidia-cdi", "nvidia-legacy", "runc"]
+    none, supervised = nodes["gpu-installer-none"], nodes["gpu-installer-supervised"]
+    assert sorted(none["written"]) == sorted(supervised["written"]) == toolkit
+    assert none["loaded"] == ["runc"] and sorted(none["after_restart"]) == toolkit
+    assert sorted(supervised["loaded"]) == sorted(supervised["after_restart"]) == toolkit
+    assert supervised["default_runtime"] == "nvidia" and supervised["cri_after_restart"] == "ok"
+    (gone,) = nodes["gpu-installer-signal"]["gaps"]
+    assert gone["detail"] == "no containerd runs: no Pod can start on this node", gone
     incident = next(g for g in nodes["gpu-incident"]["gaps"] if g["kind"] == "sandbox-fails")
     assert 'failed to get sandbox runtime: no runtime for "nvidia" is configured' in incident["detail"]
     assert incident["views"] == ["scheduled", "loaded"]
