@@ -164,6 +164,10 @@ def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
     fleet = _fleet(host.state)
     if host.name not in fleet.hosts:
         read = host.get_fact(NodeRuntime, crictl=crictl, _timeout=read_timeout_s)
+        if host in host.state.failed_hosts:  # pyinfra said why (its deadline, a lost link): judge nothing
+            yield _failed(f"the node's read did not complete within node_read_timeout_s={read_timeout_s}s "
+                          "or failed: it is not judged")
+            return
         try:
             objects = cluster_objects(host.state, kubeconfig, context)
         except DeployError as e:

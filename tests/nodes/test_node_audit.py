@@ -372,3 +372,33 @@ def test_two_hosts_on_one_node_name_are_refused_by_name(simulated):
     assert run.code != 0
     assert "hosts ssh-a and ssh-b both audit node gpu-healthy: set node_name for each" in run.log \
         or "hosts ssh-b and ssh-a both audit node gpu-healthy: set node_name for each" in run.log
+
+
+def test_a_node_whose_read_hangs_mid_command_is_named_within_its_deadline(simulated):
+    """A node whose SSH session hangs mid-command (its config a FIFO that no one writes, as a
+    file on a hung NFS mount reads) ends at the read's deadline (10 s here), is named in one sentence, and
+    the rest of the fleet is reported."""
+    nodes, _, root = simulated
+    key, pubkey = fleet.keypair(root)
+    hung = Node("gpu-hung", "2.4.2", after=[f"rm {fleet.CONFIG}", f"mkfifo {fleet.CONFIG}"])
+    try:
+        fleet.start(hung, root, pubkey)
+        healthy = next(n for n in nodes if n.name == "gpu-healthy")
+        os.makedirs(os.path.join(root, "hung"))
+        path = fleet.nodes_file([healthy, hung], key, os.path.join(root, "hung", "nodes.yaml"), {})
+        report = os.path.join(root, "hung", "fleet.json")
+        started = time.monotonic()
+        run = deploy(None, f"report={report}", "node_read_timeout_s=10", env={"GPUOP_NODES": path},
+                     inventory="nodes.py", script="audit.py", timeout_s=120)
+        took = time.monotonic() - started
+    finally:
+        fleet.stop(hung)
+    assert run.code != 0 and took < 40, (took, run.log[-3000:])
+    with open(report) as f:
+        got = json.load(f)
+    assert list(got["nodes"]) == ["gpu-healthy"] and got["nodes"]["gpu-healthy"]["gaps"] == []
+    assert got["unread"] == ["ssh-gpu-hung"]
+    assert "not read, so not judged: ssh-gpu-hung" in run.log
+    said = [line for line in run.log.splitlines() if "[ssh-gpu-hung]" in line and "within node_read_timeout_s=10s" in line]
+    assert said, run.log[-3000:]
+    assert "Traceback" not in run.log
