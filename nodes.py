@@ -4,21 +4,41 @@ Real GPU nodes, for the read-only audit: ``pyinfra nodes.py audit.py -y``.
 The nodes are listed in ``nodes.yaml`` beside this file, or in the file ``GPUOP_NODES`` names,
 with the lab hosts file's conventions (see nodes.example.yaml): SSH keys only, host keys always
 verified, sudo for a login that is not root. Each may set ``node_name`` (default: its hostname).
-A file that cannot be used is one sentence, never a traceback.
+A nodes file without ``hosts`` (or no ``nodes.yaml`` at all) audits the cluster's GPU nodes: each
+Node that advertises nvidia.com/gpu or has a GPU Pod bound, reached at its InternalIP, with the
+file's ``defaults`` and its own ``overrides`` entry; the cluster is the one ``kube_context`` and
+``kubeconfig`` name (``--data``, else the file's defaults, else the current context), and that
+read is the run's one read of it. A file or a cluster that cannot be used is one sentence,
+never a traceback.
 """
 
 import os
+import sys
 
-from pyinfra.api.exceptions import InventoryError
+from pyinfra.api.exceptions import DeployError, InventoryError
 
-from gpuop.hosts import HostsFileError, read_hosts
-from gpuop.knobs import NODE_PARSERS
+from gpuop.hosts import HostsFileError, cli_data, cluster_hosts, load_nodes, read_text
+from gpuop.knobs import NODE_PARSERS, KnobError
 
 _source = os.environ.get("GPUOP_NODES") or "nodes.yaml"
 try:
+    if os.environ.get("GPUOP_NODES") or os.path.exists(_source):
+        _nodes = load_nodes(read_text(_source, "the nodes to audit", "nodes.example.yaml", "GPUOP_NODES"),
+                            _source, NODE_PARSERS)
+    else:
+        _nodes = load_nodes("", "(no nodes file)", NODE_PARSERS)
+    _hosts = _nodes.hosts
+    if _hosts is None:  # only the fleet's listing loads the kubernetes client
+        from operations.fleet import cluster_for_inventory
+
+        _given = {**_nodes.defaults, **cli_data(sys.argv, ("kubeconfig", "kube_context"))}
+        _cluster = {k: NODE_PARSERS[k](k, _given.get(k)) for k in ("kubeconfig", "kube_context")}
+        _objects, _where = cluster_for_inventory(_cluster["kubeconfig"], _cluster["kube_context"])
+        _hosts = cluster_hosts(_objects, _nodes, NODE_PARSERS, _where)
     # gpuop_target tells audit.py these are real nodes, not lab hosts.
-    gpu_nodes = [(name, {**data, "gpuop_target": "node"})
-                 for name, data in read_hosts(_source, "the node", NODE_PARSERS, "the nodes to audit",
-                                              "nodes.example.yaml", "GPUOP_NODES")]
-except HostsFileError as _e:
-    raise InventoryError(str(_e)) from None
+    gpu_nodes = [(name, {**data, "gpuop_target": "node"}) for name, data in _hosts]
+except (HostsFileError, KnobError) as _e:
+    raise InventoryError(f"{_source}: {_e}" if isinstance(_e, KnobError) else str(_e)) from None
+except DeployError as _e:
+    raise InventoryError(f"{_e}; with no hosts in a nodes file, the GPU nodes are listed from the cluster "
+                         "(or list them: see nodes.example.yaml, GPUOP_NODES)") from None

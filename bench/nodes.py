@@ -1,9 +1,12 @@
-"""Benchmark: the audit of real nodes on a simulated fleet of 1, 3 and 10 nodes.
+"""Benchmark: the audit of real nodes on a simulated fleet of 1, 3, 10 and 30 nodes, layouts mixed.
 
     .venv/bin/python bench/nodes.py [ROUNDS]
 
-Each node is a simulated real node (lab/simnode.sh: its own namespaces, containerd 1.6.20 at the
-default paths, sshd on loopback) with a kwok Node and a GPU Pod bound to it. Per fleet size,
+Each node is a simulated real node (lab/simnode.sh: its own namespaces, sshd on loopback) with a
+kwok Node and a GPU Pod bound to it, laid out in turn as (LAYOUTS): systemd's containerd 1.6.20
+at the default paths; systemd's 2.4.2 configured by nvidia-ctk; k3s (its multicall containerd
+beside the node's own, kubelet inside the k3s process); RKE2 (its containerd, and a real kubelet
+with only a --config-dir). Per fleet size,
 ROUNDS audits (`pyinfra nodes.py audit.py -y`, timed; then again with --debug, counted), and
 prints medians of:
 - cluster reads per run, counted by the API server itself (its LIST requests of the kinds the
@@ -12,7 +15,7 @@ prints medians of:
 - the controller's CPU (pyinfra and its children, getrusage) and wall time, and the floor of the
   same fleet: an empty deploy (no operation) over the same SSH hosts, in the same round;
 - the controller's CPU per added node: the slope of CPU against fleet size (least squares over
-  the three sizes), audit and floor.
+  the four sizes), audit and floor.
 Target: 1 cluster read, 1 command per node, under 30 ms of controller CPU per added node.
 """
 
@@ -32,7 +35,14 @@ from tests.helpers import fleet  # noqa: E402
 from tests.helpers.kube import kubectl  # noqa: E402
 from tests.helpers.playbook import PYINFRA, target_commands  # noqa: E402
 
-SIZES = (1, 3, 10)
+SIZES = (1, 3, 10, 30)
+LAYOUTS = (
+    ("systemd 1.6.20", lambda name: fleet.Node(name, "1.6.20")),
+    ("systemd 2.4.2 + nvidia-ctk", lambda name: fleet.Node(name, "2.4.2", before=[fleet.nvidia_ctk_configure()])),
+    ("k3s", lambda name: fleet.Node(name, "1.7.35", after=fleet.k3s("2.4.2"))),
+    ("RKE2", lambda name: fleet.Node(name, "1.7.35", after=fleet.rke2_containerd("2.4.2"),
+                                     kubelet=f"unix://{fleet.K3S_SOCKET}", kubelet_layout="rke2")),
+)
 LISTED = ("nodes", "pods", "runtimeclasses", "daemonsets")
 _LIST = re.compile(r'^apiserver_request_total\{(.*)\} (\S+)$')
 
@@ -58,7 +68,7 @@ def timed(args, env) -> tuple:
 def main(rounds: int):
     root = tempfile.mkdtemp(prefix="gpuop-bench-nodes-")
     key, pubkey = fleet.keypair(root)
-    nodes = [fleet.Node(f"bench-{i}", "1.6.20") for i in range(max(SIZES))]
+    nodes = [LAYOUTS[i % len(LAYOUTS)][1](f"bench-{i}") for i in range(max(SIZES))]
     fleet.delete_cluster_objects(nodes)
     empty = os.path.join(root, "empty.py")
     with open(empty, "w") as f:
@@ -83,14 +93,16 @@ def main(rounds: int):
                 reads = counted.stderr.count("cluster read once for the fleet")
                 rows.append((served / len(LISTED), reads, commands / size, cpu, wall, floor_cpu, floor_wall))
             figures[size] = [statistics.median(col) for col in zip(*rows)]
-            print(f"{size:>2} node(s): cluster reads {figures[size][0]:.0f} (API server: "
+            mix = ", ".join(f"{sum(1 for i in range(size) if i % len(LAYOUTS) == k)} {name}"
+                            for k, (name, _) in enumerate(LAYOUTS) if k < size)
+            print(f"{size:>2} node(s) ({mix}): cluster reads {figures[size][0]:.0f} (API server: "
                   f"{figures[size][0] * len(LISTED):.0f} LIST requests), audit's own count {figures[size][1]:.0f}; "
                   f"commands per node {figures[size][2]:.0f}; controller CPU {figures[size][3]:.2f}s "
                   f"(floor {figures[size][5]:.2f}s), wall {figures[size][4]:.2f}s (floor {figures[size][6]:.2f}s)",
                   flush=True)
         added, floor_added = (statistics.linear_regression(SIZES, [figures[n][col] for n in SIZES]).slope * 1000
                               for col in (3, 5))
-        print(f"controller CPU per added node (least squares over 1, 3 and 10 nodes): audit {added:.0f} ms, "
+        print(f"controller CPU per added node (least squares over {', '.join(map(str, SIZES))} nodes): audit {added:.0f} ms, "
               f"floor {floor_added:.0f} ms")
     finally:
         for n in nodes:

@@ -6,7 +6,7 @@ the fleet audit's, naming the views it joins; everything else the audit reads
 """
 
 from .cluster import allocatable_count, gpus_asked, rollout_complete, rollout_settled, rollout_status, sandbox_failure
-from .fleet import sandbox_error, says_sandbox_error
+from .fleet import api_disagrees, api_handlers, sandbox_error, says_sandbox_error
 from .gaps import gap
 from .objects import of_kind, ref
 from .scheduling import pod_scheduled, reasons, unschedulable
@@ -144,9 +144,14 @@ def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "")
                             f"{status['DESIRED']} updated, blocker {status['BLOCKER']}"))
 
     sandboxes = _sandboxes(runtime, objects, real_node, gaps) if real_node else None
+    # A real kubelet reports its runtime's handlers on its Node: the API's view of "loaded".
+    node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == real_node), None)
+    if node is not None:
+        gaps += api_disagrees(node, loaded, runtime["loaded_from"], runtime["version"])
     return {
         **({"sandboxes": sandboxes} if real_node else {}),
         "handlers": {"written": runtime["written"], "loaded": loaded,
+                     **({"runtime_handlers": api_handlers(node) if node else None} if real_node else {}),
                      "loaded_source": {"cri": "live"}.get(runtime["loaded_from"], runtime["loaded_from"]),
                      "containerd_version": runtime["version"],
                      "after_restart": runtime["restart"]["runtimes"] if runtime.get("restart") else None,

@@ -137,6 +137,23 @@ def api_handlers(node: dict) -> list | None:
     return sorted(h.get("name") or "" for h in handlers) if handlers else None
 
 
+def api_disagrees(node: dict, loaded: list, loaded_from: str, version: str) -> list:
+    """The gap where a Node's ``status.runtimeHandlers`` (kubelet's copy of its runtime's CRI
+    status) and the daemon's own CRI answer name different handlers; none where the node reports
+    no handlers (containerd 1.x) or CRI did not answer.
+
+        api_disagrees(node, ["runc", "nvidia"], "cri", "2.4.2")
+        -> [{"kind": "loaded-disagrees-with-api", "subject": "gpu-a", ...}]   # the API says "", runc
+    """
+    reported, name = api_handlers(node), node["metadata"]["name"]
+    if reported is None or loaded_from != "cri" or set(reported) - {""} == set(loaded):
+        return []
+    return [gap("loaded-disagrees-with-api", name, ["loaded", "scheduled"],
+                f"node {name}'s kubelet reports {','.join(h or '(default)' for h in reported)} loaded "
+                f"(Node.status.runtimeHandlers), its containerd {version} answers "
+                f"{','.join(loaded) or 'none'} through CRI")]
+
+
 def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "nvidia") -> list:
     """The gaps of one node, each with the views it joins.
 
@@ -197,12 +214,7 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
                          f"a restart of containerd {version} takes CRI down: {runtime['restart_reason']}"))
     if node is None:
         return gaps
-    reported = api_handlers(node)
-    if reported is not None and runtime["loaded_from"] == "cri" and set(reported) - {""} != set(runtime["loaded"]):
-        gaps.append(gap("loaded-disagrees-with-api", name, ["loaded", "scheduled"],
-                        f"node {name}'s kubelet reports {','.join(h or '(default)' for h in reported)} loaded "
-                        f"(Node.status.runtimeHandlers), its containerd {version} answers "
-                        f"{','.join(runtime['loaded']) or 'none'} through CRI"))
+    gaps += api_disagrees(node, runtime["loaded"], runtime["loaded_from"], version)
 
     knows = runtime["loaded_from"] in ("cri", "cri-down")
     handlers = {rc["metadata"]["name"]: rc.get("handler") for rc in of_kind(objects, "RuntimeClass")}

@@ -93,20 +93,39 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float = CLUSTER_READ
                      "seconds": round(time.monotonic() - started, 3)}
 
 
+# The read the inventory made to list the GPU nodes (nodes.py), by (kubeconfig, context): the
+# run's one read of that cluster.
+_LISTED = {}
+
+
+def cluster_for_inventory(kubeconfig: str, context: str) -> tuple:
+    """The cluster's objects, read for the inventory to list its GPU nodes and kept as the run's
+    read; and where they were read from, in words.
+
+        cluster_for_inventory("", "prod")[1] -> "kubeconfig ~/.kube/config, context prod"
+    """
+    objects, how = read_cluster(kubeconfig, context)
+    _LISTED[(kubeconfig, context)] = (objects, how)
+    return objects, how["from"]
+
+
 def cluster_objects(state, kubeconfig: str, context: str) -> list:
-    """The cluster's objects for this run: read by the first host to ask, the others wait for it."""
+    """The cluster's objects for this run: the inventory's read of it, else read by the first
+    host to ask while the others wait for it."""
     fleet = _fleet(state)
     with fleet.lock:
         if fleet.unreadable is not None:
             raise fleet.unreadable
         if fleet.objects is None:
+            listed = _LISTED.get((kubeconfig, context))
             try:
-                fleet.objects, fleet.cluster = read_cluster(kubeconfig, context)
+                fleet.objects, fleet.cluster = listed or read_cluster(kubeconfig, context)
             except DeployError as e:
                 fleet.unreadable = e
                 raise
-            logger.info(f"--> cluster read once for the fleet: {len(fleet.objects)} objects, "
-                        f"{fleet.cluster['requests']} list requests, {fleet.cluster['seconds']}s ({fleet.cluster['from']})")
+            logger.info(f"--> cluster read once for the fleet{' (it listed the GPU nodes)' if listed else ''}: "
+                        f"{len(fleet.objects)} objects, {fleet.cluster['requests']} list requests, "
+                        f"{fleet.cluster['seconds']}s ({fleet.cluster['from']})")
     return fleet.objects
 
 

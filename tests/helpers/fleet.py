@@ -288,6 +288,19 @@ def node_containerd(node: Node) -> int:
     return found[0]
 
 
+def defaults_file(nodes, key: str, path: str) -> str:
+    """A nodes file with no hosts: the cluster lists the fleet's GPU nodes (by its label), each
+    reached at its InternalIP with the settings for all, and its own sshd's port as its override."""
+    known = os.path.join(os.path.dirname(path), "known_hosts")
+    with open(known, "w") as f:
+        f.write("".join(f"[127.0.0.1]:{n.port} {n.host_key}\n" for n in nodes))
+    doc = {"defaults": {"ssh_user": "root", "ssh_key": key, "ssh_known_hosts_file": known, "crictl_binary": crictl()},
+           "node_selector": f"{MARK}=true", "overrides": {n.name: {"ssh_port": n.port} for n in nodes}}
+    with open(path, "w") as f:
+        yaml.safe_dump(doc, f)
+    return path
+
+
 def nodes_file(nodes, key: str, path: str, node_names: dict) -> str:
     """The nodes file an operator would write for ``nodes`` (and their known_hosts beside it)."""
     known = os.path.join(os.path.dirname(path), "known_hosts")
@@ -335,9 +348,10 @@ def cluster_objects(nodes, gpus: int = 4) -> str:
 def create_cluster_objects(nodes, gpus: int = 4):
     kubectl("apply", "-f", "-", stdin=cluster_objects(nodes, gpus))
     have = {**labcluster.CAPACITY, "nvidia.com/gpu": str(gpus)}
-    capacity = json.dumps({"status": {"capacity": have, "allocatable": have}})
-    for n in nodes:
-        kubectl("patch", "node", n.name, "--subresource=status", "--type=merge", "-p", capacity)
+    for n in nodes:  # reached on loopback, as a node at its InternalIP (its own sshd's port)
+        status = {"capacity": have, "allocatable": have,
+                  "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": n.name}]}
+        kubectl("patch", "node", n.name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
         if n.api_handlers:
             handlers = [{"name": h, "features": {"recursiveReadOnlyMounts": True}} for h in n.api_handlers]
             kubectl("patch", "node", n.name, "--subresource=status", "--type=merge",

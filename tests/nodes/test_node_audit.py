@@ -278,6 +278,27 @@ def test_nothing_changed_on_any_node_or_in_the_cluster(audited):
     assert after["host"] == before["host"]
 
 
+def test_with_no_hosts_listed_the_cluster_lists_its_gpu_nodes_and_the_report_is_the_same(simulated, audited):
+    """A nodes file of defaults only: the cluster's GPU nodes (the fleet's label selects them
+    from the lab's own) are audited, each at its InternalIP, and the report is the one of the
+    nodes file that lists them, field for field; the cluster is still read once."""
+    nodes, _, root = simulated
+    _, listed, _, _, _ = audited
+    key, _ = fleet.keypair(root)
+    os.makedirs(os.path.join(root, "from-cluster"))
+    path = fleet.defaults_file(nodes, key, os.path.join(root, "from-cluster", "nodes.yaml"))
+    report = os.path.join(root, "from-cluster", "fleet.json")
+    run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py",
+                 debug=True)
+    with open(report) as f:
+        got = json.load(f)
+    assert run.code != 0  # the same gaps
+    assert sorted(got["nodes"]) == sorted(n.name for n in nodes) and got["unread"] == []
+    assert got["nodes"] == listed["nodes"] and got["gaps"] == listed["gaps"]
+    assert got["cluster"]["reads"] == 1 and "cluster read once for the fleet (it listed the GPU nodes)" in run.log
+    assert sorted({h for h, _ in target_commands(run.log)}) == sorted(n.name for n in nodes)
+
+
 def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated):
     nodes, path, root = simulated
     with open(path) as f:
@@ -328,6 +349,36 @@ def test_a_containerd_that_stops_answering_is_named_and_the_rest_is_reported(sim
     assert "Traceback" not in run.log
 
 
+def test_a_node_whose_read_hangs_mid_command_is_named_within_its_deadline(simulated):
+    """A node whose SSH session hangs mid-command (its config a FIFO that no one writes, as a
+    file on a hung NFS mount reads) ends at the read's deadline (10 s here), is named in one sentence, and
+    the rest of the fleet is reported."""
+    nodes, _, root = simulated
+    key, pubkey = fleet.keypair(root)
+    hung = Node("gpu-hung", "2.4.2", after=[f"rm {fleet.CONFIG}", f"mkfifo {fleet.CONFIG}"])
+    try:
+        fleet.start(hung, root, pubkey)
+        healthy = next(n for n in nodes if n.name == "gpu-healthy")
+        os.makedirs(os.path.join(root, "hung"))
+        path = fleet.nodes_file([healthy, hung], key, os.path.join(root, "hung", "nodes.yaml"), {})
+        report = os.path.join(root, "hung", "fleet.json")
+        started = time.monotonic()
+        run = deploy(None, f"report={report}", "node_read_timeout_s=10", env={"GPUOP_NODES": path},
+                     inventory="nodes.py", script="audit.py", timeout_s=120)
+        took = time.monotonic() - started
+    finally:
+        fleet.stop(hung)
+    assert run.code != 0 and took < 40, (took, run.log[-3000:])
+    with open(report) as f:
+        got = json.load(f)
+    assert list(got["nodes"]) == ["gpu-healthy"] and got["nodes"]["gpu-healthy"]["gaps"] == []
+    assert got["unread"] == ["ssh-gpu-hung"]
+    assert "not read, so not judged: ssh-gpu-hung" in run.log
+    said = [line for line in run.log.splitlines() if "[ssh-gpu-hung]" in line and "within node_read_timeout_s=10s" in line]
+    assert said, run.log[-3000:]
+    assert "Traceback" not in run.log
+
+
 def test_a_cluster_that_cannot_be_read_is_named(simulated):
     _, path, _ = simulated
     run = deploy(None, "kube_context=no-such-context", env={"GPUOP_NODES": path}, inventory="nodes.py",
@@ -338,7 +389,8 @@ def test_a_cluster_that_cannot_be_read_is_named(simulated):
 
 def test_an_api_server_that_stalls_ends_the_read_within_its_deadline_in_one_sentence(simulated):
     """A stalled API server (SIGSTOP: it accepts connections and never answers) ends the fleet's
-    cluster read at its deadline, said in one sentence: no traceback, no client retries."""
+    cluster read at its deadline, said in one sentence: no traceback, no client retries. (Among
+    the last: the lab's heal after it drops the fleet's Nodes, strays to the lab.)"""
     _, path, _ = simulated
     with open(component_pidfile("kube-apiserver")) as f:
         apiserver = int(f.read())
@@ -373,32 +425,3 @@ def test_two_hosts_on_one_node_name_are_refused_by_name(simulated):
     assert "hosts ssh-a and ssh-b both audit node gpu-healthy: set node_name for each" in run.log \
         or "hosts ssh-b and ssh-a both audit node gpu-healthy: set node_name for each" in run.log
 
-
-def test_a_node_whose_read_hangs_mid_command_is_named_within_its_deadline(simulated):
-    """A node whose SSH session hangs mid-command (its config a FIFO that no one writes, as a
-    file on a hung NFS mount reads) ends at the read's deadline (10 s here), is named in one sentence, and
-    the rest of the fleet is reported."""
-    nodes, _, root = simulated
-    key, pubkey = fleet.keypair(root)
-    hung = Node("gpu-hung", "2.4.2", after=[f"rm {fleet.CONFIG}", f"mkfifo {fleet.CONFIG}"])
-    try:
-        fleet.start(hung, root, pubkey)
-        healthy = next(n for n in nodes if n.name == "gpu-healthy")
-        os.makedirs(os.path.join(root, "hung"))
-        path = fleet.nodes_file([healthy, hung], key, os.path.join(root, "hung", "nodes.yaml"), {})
-        report = os.path.join(root, "hung", "fleet.json")
-        started = time.monotonic()
-        run = deploy(None, f"report={report}", "node_read_timeout_s=10", env={"GPUOP_NODES": path},
-                     inventory="nodes.py", script="audit.py", timeout_s=120)
-        took = time.monotonic() - started
-    finally:
-        fleet.stop(hung)
-    assert run.code != 0 and took < 40, (took, run.log[-3000:])
-    with open(report) as f:
-        got = json.load(f)
-    assert list(got["nodes"]) == ["gpu-healthy"] and got["nodes"]["gpu-healthy"]["gaps"] == []
-    assert got["unread"] == ["ssh-gpu-hung"]
-    assert "not read, so not judged: ssh-gpu-hung" in run.log
-    said = [line for line in run.log.splitlines() if "[ssh-gpu-hung]" in line and "within node_read_timeout_s=10s" in line]
-    assert said, run.log[-3000:]
-    assert "Traceback" not in run.log

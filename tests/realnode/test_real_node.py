@@ -29,6 +29,11 @@ SANDBOX_ERROR = {
     "2.4.2": 'unable to get OCI runtime for sandbox "[0-9a-f]{64}": no runtime for "nvidia" is configured',
 }
 
+# What kubelet copies to Node.status.runtimeHandlers from its runtime's CRI status: containerd
+# 2.x names its handlers ("" the default one), 1.x none.
+API_HANDLERS = {"1.6.20": {"incident": None, "fixed": None},
+                "2.4.2": {"incident": ["", "runc"], "fixed": ["", "nvidia", "runc"]}}
+
 
 @dataclass
 class RealLab:
@@ -135,8 +140,12 @@ def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(real_la
     audited = deploy(real_lab.root, *real_lab.data, script="audit.py")
     assert audited.code != 0  # the incident's gaps fail it
     with open(os.path.join(real_lab.root, "out", "audit.json")) as f:
-        sandboxes = json.load(f)["sandboxes"]
+        result = json.load(f)
+    sandboxes = result["sandboxes"]
     assert [(s["pod"], s["node"], s["agrees"]) for s in sandboxes] == [("gpu-lab/cuda-probe", NODE, True)]
+    # the API's view of loaded: kubelet's copy of its runtime's CRI status (2.x reports it, 1.x none)
+    assert result["handlers"]["runtime_handlers"] == API_HANDLERS[real_lab.version]["incident"]
+    assert "loaded-disagrees-with-api" not in [g["kind"] for g in result["gaps"]]
     assert sandboxes[0]["event"] in [e["message"] for e in sandbox_events(pod)]
 
 
@@ -174,7 +183,9 @@ def test_fix_runs_the_gpu_pod_through_the_nvidia_runtime(real_lab):
     assert re.search(rf" create --bundle \S+/{container} ", calls), calls  # runc, called by the stand-in
     assert node_ready()[1]["status"] == "True"
     with open(os.path.join(real_lab.root, "out", "audit.json")) as f:
-        assert json.load(f)["gaps"] == []
+        result = json.load(f)
+    assert result["gaps"] == []  # the API's view agrees with CRI's too
+    assert result["handlers"]["runtime_handlers"] == API_HANDLERS[real_lab.version]["fixed"]
 
 
 def test_kubelet_killed_comes_back(real_lab):

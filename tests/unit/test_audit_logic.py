@@ -149,3 +149,19 @@ def test_the_kubelet_s_words_match_each_version_s_sandbox_error():
     assert says_sandbox_error(prefix + two, "2.4.2", "nvidia")
     assert not says_sandbox_error(prefix + two, "1.6.20", "nvidia")
     assert not says_sandbox_error(prefix + two.replace("nvidia", "kata"), "2.4.2", "nvidia")
+
+
+def test_on_a_real_node_the_apis_view_of_loaded_is_read_and_held_against_cri():
+    reported = node("n0", 4)
+    reported["status"]["runtimeHandlers"] = [{"name": ""}, {"name": "runc"}]  # kubelet's copy, before the fix
+    objects = [reported, node("n1", 20), configmap(5)]
+    stale = audit(runtime(["runc", "nvidia"], ["runc", "nvidia"]), objects, TS, real_node="n0")
+    assert stale["handlers"]["runtime_handlers"] == ["", "runc"]
+    assert kinds(stale) == [("loaded-disagrees-with-api", "n0")]
+    assert "reports (default),runc loaded" in stale["gaps"][0]["detail"]
+    reported["status"]["runtimeHandlers"].append({"name": "nvidia"})
+    assert audit(runtime(["runc", "nvidia"], ["runc", "nvidia"]), objects, TS, real_node="n0")["gaps"] == []
+    # containerd 1.x reports no handlers: only CRI judges; the seed's lab (no real node) has no such key
+    del reported["status"]["runtimeHandlers"]
+    assert audit(runtime(["runc"], ["runc"]), objects, TS, real_node="n0")["handlers"]["runtime_handlers"] is None
+    assert "runtime_handlers" not in audit(runtime(["runc"], ["runc"]), objects, TS)["handlers"]

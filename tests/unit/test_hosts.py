@@ -97,3 +97,53 @@ def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
                    "the node", NODE_PARSERS)
     with pytest.raises(Exception, match="node_read_timeout_s"):
         parse_node_knobs({"gpu_handler": "nvidia", "crictl_binary": "crictl", "node_read_timeout_s": 1})
+
+
+def cluster():
+    def node(name, gpus=0, labels=None, addresses=None):
+        alloc = {"cpu": "8", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+        return {"kind": "Node", "metadata": {"name": name, "labels": labels or {}},
+                "status": {"allocatable": alloc, "capacity": alloc, "addresses": addresses or []}}
+    gpu_pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+               "spec": {"nodeName": "cpu-with-gpu-pod", "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    return [node("gpu-a", 8, {"pool": "gpu"}, [{"type": "Hostname", "address": "gpu-a"},
+                                             {"type": "InternalIP", "address": "10.0.0.7"}]),
+            node("gpu-b", 4, {"pool": "gpu", "spot": "true"}, [{"type": "ExternalIP", "address": "203.0.113.9"}]),
+            node("cpu-only"), node("cpu-with-gpu-pod", labels={"pool": "cpu"}), gpu_pod]
+
+
+def test_the_clusters_gpu_nodes_are_those_that_advertise_gpus_or_hold_a_gpu_pod():
+    from gpuop.hosts import gpu_nodes
+    assert gpu_nodes(cluster()) == [("cpu-with-gpu-pod", "cpu-with-gpu-pod"), ("gpu-a", "10.0.0.7"),
+                                    ("gpu-b", "203.0.113.9")]
+    assert [n for n, _ in gpu_nodes(cluster(), "pool=gpu,!spot")] == ["gpu-a"]
+    assert [n for n, _ in gpu_nodes(cluster(), "pool!=gpu")] == ["cpu-with-gpu-pod"]
+    assert [n for n, _ in gpu_nodes(cluster(), "spot")] == ["gpu-b"]
+
+
+def test_a_nodes_file_without_hosts_takes_the_clusters_nodes_with_defaults_and_overrides():
+    from gpuop.hosts import cluster_hosts, load_nodes
+    from gpuop.knobs import NODE_PARSERS
+    text = ("defaults: {ssh_user: ubuntu, ssh_key: ~/.ssh/k}\nnode_selector: pool=gpu\n"
+            "overrides:\n  gpu-b: {ssh_hostname: 10.9.9.9, crictl_binary: /opt/crictl}\n")
+    nodes = load_nodes(text, "nodes.yaml", NODE_PARSERS)
+    assert nodes.hosts is None
+    hosts = dict(cluster_hosts(cluster(), nodes, NODE_PARSERS, "context prod"))
+    assert sorted(hosts) == ["gpu-a", "gpu-b"]
+    assert (hosts["gpu-a"]["ssh_hostname"], hosts["gpu-a"]["node_name"], hosts["gpu-a"]["_sudo"]) == ("10.0.0.7", "gpu-a", True)
+    assert (hosts["gpu-b"]["ssh_hostname"], hosts["gpu-b"]["crictl_binary"]) == ("10.9.9.9", "/opt/crictl")
+    with pytest.raises(HostsFileError, match=r"overrides name gpu-c, not a GPU node the cluster lists \(gpu-a, gpu-b\)"):
+        cluster_hosts(cluster(), load_nodes("overrides: {gpu-c: {ssh_port: 2}}\nnode_selector: pool=gpu\n",
+                                            "nodes.yaml", NODE_PARSERS), NODE_PARSERS, "context prod")
+    with pytest.raises(HostsFileError, match=r"the cluster \(context prod\) has no GPU node whose labels match pool=tpu"):
+        cluster_hosts(cluster(), load_nodes("node_selector: pool=tpu\n", "nodes.yaml", NODE_PARSERS),
+                      NODE_PARSERS, "context prod")
+    with pytest.raises(HostsFileError, match="overrides and node_selector apply to the nodes the cluster lists"):
+        load_nodes("hosts: {a: {ssh_hostname: x}}\nnode_selector: pool=gpu\n", "nodes.yaml", NODE_PARSERS)
+
+
+def test_the_inventory_reads_the_cluster_settings_of_the_command_line():
+    from gpuop.hosts import cli_data
+    argv = ["pyinfra", "nodes.py", "audit.py", "--data", "kube_context=prod", "--data", "report=x.json",
+            "--data", "kubeconfig=/k=v"]
+    assert cli_data(argv, ("kubeconfig", "kube_context")) == {"kube_context": "prod", "kubeconfig": "/k=v"}
