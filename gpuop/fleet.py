@@ -154,6 +154,22 @@ def api_disagrees(node: dict, loaded: list, loaded_from: str, version: str) -> l
                 f"{','.join(loaded) or 'none'} through CRI")]
 
 
+def api_view(node: dict) -> dict | None:
+    """A node judged from the API alone, where the node itself was not read: "loaded" is what its
+    kubelet reports (``api_handlers``), the other views unknown; None where it reports none.
+
+        api_view({"metadata": {"name": "gpu-a"}, "status": {"runtimeHandlers": [{"name": ""}, {"name": "runc"}]}})
+        -> {"loaded": ["runc"], "loaded_from": "api", "daemon": None, ...}
+    """
+    handlers = api_handlers(node)
+    if handlers is None:
+        return None
+    return {"kubelet_endpoint": None, "others": [], "daemon": None, "version": "unknown", "written": [],
+            "dropins": [], "unreached": [], "config_errors": [], "imports": [], "regenerated": None,
+            "loaded": [h for h in handlers if h], "loaded_from": "api", "cri_error": "", "default_runtime": "",
+            "cdi": None, "after_restart": [], "cri_after_restart": "unknown", "restart_reason": ""}
+
+
 def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "nvidia") -> list:
     """The gaps of one node, each with the views it joins.
 
@@ -170,7 +186,8 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
     if node is None:
         gaps.append(gap("no-node-object", name, ["scheduled"],
                          f"no Node named {name} in the cluster: set node_name for this host"))
-    if runtime["daemon"] is None:
+    from_api = runtime["loaded_from"] == "api"
+    if runtime["daemon"] is None and not from_api:
         if runtime["kubelet_endpoint"]:
             where = f" on kubelet's endpoint {runtime['kubelet_endpoint']}"
         elif runtime["others"]:
@@ -216,7 +233,7 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
         return gaps
     gaps += api_disagrees(node, runtime["loaded"], runtime["loaded_from"], version)
 
-    knows = runtime["loaded_from"] in ("cri", "cri-down")
+    knows = runtime["loaded_from"] in ("cri", "cri-down", "api")
     handlers = {rc["metadata"]["name"]: rc.get("handler") for rc in of_kind(objects, "RuntimeClass")}
     restart_ok = runtime["cri_after_restart"] == "ok"
     for pod in of_kind(objects, "Pod"):
@@ -227,11 +244,14 @@ def node_findings(name: str, runtime: dict, objects: list, gpu_handler: str = "n
         if handler is None:
             continue
         if knows and handler not in runtime["loaded"]:
-            why = "its CRI is down" if down else f"containerd says: {sandbox_error(version, handler)}"
+            why = ("its CRI is down" if down else
+                   f"its kubelet reports only {','.join(runtime['loaded']) or 'none'} loaded "
+                   "(Node.status.runtimeHandlers; the node itself was not read)" if from_api else
+                   f"containerd says: {sandbox_error(version, handler)}")
             gaps.append(gap("sandbox-fails", ref(pod), ["scheduled", "loaded"],
                              f"Pod {ref(pod)} (RuntimeClass {rc}, handler {handler}) cannot start a "
                              f"sandbox: {why}"))
-        elif knows and (not restart_ok or handler not in runtime["after_restart"]):
+        elif knows and not from_api and (not restart_ok or handler not in runtime["after_restart"]):
             gaps.append(gap("handler-gone-after-restart", ref(pod), ["scheduled", "after-restart"],
                              f"Pod {ref(pod)} (handler {handler}) runs now, but after a restart "
                              + (f"CRI is {runtime['cri_after_restart']}" if not restart_ok
@@ -327,7 +347,7 @@ def fleet_table(report: dict) -> list:
     """
     head = ("NODE", "VERSION", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "PODS AT RISK", "GAPS")
     rows = [head] + [(name, n["version"], (",".join(n["loaded"]) or "-") if n["loaded_from"] == "cri"
-                      else n["loaded_from"], ",".join(n["after_restart"]) or "-", n["cri_after_restart"],
+                      else f"{','.join(n['loaded']) or '-'} (api)" if n["loaded_from"] == "api" else n["loaded_from"], ",".join(n["after_restart"]) or "-", n["cri_after_restart"],
                       str(n["pods_at_risk"]), str(len(n["gaps"])))
                      for name, n in sorted(report["nodes"].items())]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]

@@ -20,7 +20,7 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.fleet import NodeRuntime
-from gpuop.fleet import fleet_gaps, fleet_table, node_entry, node_findings, runtime_view
+from gpuop.fleet import api_view, fleet_gaps, fleet_table, node_entry, node_findings, runtime_view
 from gpuop.textfile import write_textfile
 
 _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
@@ -131,11 +131,19 @@ def cluster_objects(state, kubeconfig: str, context: str) -> list:
 
 def _whole(state, fleet: _Fleet) -> dict:
     """The run's report: every node's entry, the fleet's own gaps, how the cluster was read, and
-    the nodes that were not read (their error is pyinfra's, above)."""
-    unread = sorted(h.name for h in state.inventory if h.data.get("gpuop_target") == "node"
-                    and h.name not in fleet.hosts)
-    return {"nodes": dict(sorted(fleet.nodes.items())), "gaps": fleet_gaps(fleet.nodes, fleet.objects or []),
-            "cluster": fleet.cluster, "unread": unread}
+    the hosts that were not read (their error is pyinfra's, above). A node not read whose kubelet
+    reports its runtime's handlers is judged on them alone (``api_view``)."""
+    unread = [h for h in state.inventory if h.data.get("gpuop_target") == "node" and h.name not in fleet.hosts]
+    nodes, from_api = dict(fleet.nodes), {}
+    for h in unread:
+        name = h.data.get("node_name") or h.name
+        node = next((o for o in fleet.objects or [] if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
+        runtime = api_view(node) if node is not None and name not in nodes else None
+        if runtime is not None:
+            gaps = node_findings(name, runtime, fleet.objects, h.data.get("gpu_handler") or "nvidia")
+            nodes[name], from_api[h.name] = node_entry(name, runtime, gaps, node), name
+    return {"nodes": dict(sorted(nodes.items())), "gaps": fleet_gaps(nodes, fleet.objects or []),
+            "cluster": fleet.cluster, "unread": sorted(h.name for h in unread), "judged_from_api": from_api}
 
 
 def _report_once(state, report_path: str, textfile_path: str) -> dict:
@@ -151,8 +159,12 @@ def _report_once(state, report_path: str, textfile_path: str) -> dict:
             write_textfile(textfile_path, report)
         for line in fleet_table(report):
             logger.info(line)
-        if report["unread"]:
-            logger.error(f"not read, so not judged: {', '.join(report['unread'])}")
+        alone = report["judged_from_api"]
+        if set(report["unread"]) - set(alone):
+            logger.error(f"not read, so not judged: {', '.join(h for h in report['unread'] if h not in alone)}")
+        if alone:
+            logger.error("not read, judged on what its kubelet reports alone (Node.status.runtimeHandlers): "
+                         + ", ".join(f"{h} (node {n})" for h, n in sorted(alone.items())))
         for where, path in (("JSON", report_path), ("textfile", textfile_path)):
             if path:
                 logger.info(f"fleet {where}: {path}")

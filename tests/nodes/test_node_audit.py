@@ -304,7 +304,10 @@ def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated
     with open(path) as f:
         doc = yaml.safe_load(f)
     doc["hosts"] = {"ssh-gpu-healthy": doc["hosts"]["ssh-gpu-healthy"],
-                    "ssh-gone": {"ssh_hostname": "127.0.0.1", "ssh_port": free_port(), "node_name": "gpu-gone"}}
+                    "ssh-gone": {"ssh_hostname": "127.0.0.1", "ssh_port": free_port(), "node_name": "gpu-gone"},
+                    # unreachable too, but its Node's kubelet reports what its runtime loaded
+                    "ssh-gone-reporting": {"ssh_hostname": "127.0.0.1", "ssh_port": free_port(),
+                                           "node_name": "gpu-kubelet"}}
     partial = os.path.join(root, "nodes-partial.yaml")
     with open(partial, "w") as f:
         yaml.safe_dump(doc, f)
@@ -313,9 +316,18 @@ def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated
     assert run.code != 0
     with open(report) as f:
         got = json.load(f)
-    assert list(got["nodes"]) == ["gpu-healthy"] and got["nodes"]["gpu-healthy"]["gaps"] == []
-    assert got["unread"] == ["ssh-gone"]
-    assert "not read, so not judged: ssh-gone" in run.log
+    assert sorted(got["nodes"]) == ["gpu-healthy", "gpu-kubelet"] and got["nodes"]["gpu-healthy"]["gaps"] == []
+    assert got["unread"] == ["ssh-gone", "ssh-gone-reporting"]
+    assert "not read, so not judged: ssh-gone\n" in run.log
+    assert "not read, judged on what its kubelet reports alone (Node.status.runtimeHandlers): " \
+           "ssh-gone-reporting (node gpu-kubelet)" in run.log
+    assert got["judged_from_api"] == {"ssh-gone-reporting": "gpu-kubelet"}
+    # judged on the API's view alone: its Node says "" and runc, so its GPU Pod cannot start
+    reported = got["nodes"]["gpu-kubelet"]
+    assert (reported["loaded_from"], reported["loaded"], reported["runtime_handlers"]) == ("api", ["runc"], ["", "runc"])
+    assert sorted((g["kind"], _subject(g)) for g in reported["gaps"]) == [
+        ("gpu-advertised-not-loaded", "gpu-kubelet"), ("sandbox-fails", "gpuop-fleet/gpu-gpu-kubelet"),
+        ("toolkit-ready-not-loaded", "toolkit")]
 
 
 def test_a_containerd_that_stops_answering_is_named_and_the_rest_is_reported(simulated):

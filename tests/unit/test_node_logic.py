@@ -258,3 +258,19 @@ def test_the_api_s_view_of_loaded_handlers_is_held_against_the_node_s_own():
     entry = node_entry("gpu-a", loaded, [], reporting("", "nvidia", "runc"))
     assert entry["runtime_handlers"] == ["", "nvidia", "runc"] and entry["loaded"] == ["nvidia", "runc"]
     assert node_entry("gpu-a", loaded, [], node())["runtime_handlers"] is None
+
+
+def test_a_node_not_read_is_judged_on_what_its_kubelet_reports_alone():
+    from gpuop.fleet import api_view
+    reporting = {**node(), "status": {**node()["status"], "runtimeHandlers": [{"name": ""}, {"name": "runc"}]}}
+    view = api_view(reporting)
+    assert (view["loaded"], view["loaded_from"], view["after_restart"]) == (["runc"], "api", [])
+    gaps = node_findings("gpu-a", view, [reporting, RC, pod("gpu"), pod("tk", runtime_class=None, owner="gpu-container-toolkit")])
+    assert kinds(gaps) == [("gpu-advertised-not-loaded", "gpu-a"), ("sandbox-fails", "ns/gpu"),
+                           ("toolkit-ready-not-loaded", "ns/tk")]
+    assert "its kubelet reports only runc loaded (Node.status.runtimeHandlers; the node itself was not read)" in \
+        next(g for g in gaps if g["kind"] == "sandbox-fails")["detail"]
+    entry = node_entry("gpu-a", view, gaps, reporting)
+    assert entry["runtime_handlers"] == ["", "runc"] and entry["loaded_from"] == "api"
+    assert "runc (api)" in fleet_table({"nodes": {"gpu-a": entry}, "gaps": []})[1]
+    assert api_view(node()) is None  # a node that reports none (containerd 1.x): only its read judges it
