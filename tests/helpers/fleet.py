@@ -41,6 +41,8 @@ class Node:
     cdi_pod: bool = False  # a GPU Pod with no RuntimeClass bound to it too (the GPU Operator's CDI mode)
     api_handlers: tuple = ()  # what its Node's status says is loaded, as a kubelet on containerd 2.x reports it
     supervised: bool = False  # its containerd started again whenever it ends (systemd's Restart=always)
+    aks_pod: bool = False  # a GPU Pod of RuntimeClass fleet-aks (handler nvidia-container-runtime) bound to it too
+    knobs: dict = field(default_factory=dict)  # its own keys in the nodes file (gpu_handler...)
     files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
     dir: str = ""
     port: int = 0
@@ -57,6 +59,16 @@ def nvidia_ctk_configure() -> str:
     """The real toolkit CLI configuring the node's own containerd, as the GPU Operator does."""
     return (f"{nvidia_ctk()} runtime configure --runtime=containerd --config={CONFIG} "
             f"--drop-in-config={DROPIN} >/dev/null")
+
+
+def aks_config() -> str:
+    """An AKS GPU node's config.toml (Azure/AgentBaker, FLEETS.md): its GPU handler is named
+    nvidia-container-runtime and is the default, beside runc and untrusted; none is named nvidia."""
+    cfg = main_config("/etc/containerd/conf.d/*.toml", default_runtime="nvidia-container-runtime")
+    runtimes = cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    nvidia = nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]
+    runtimes.update({"nvidia-container-runtime": nvidia, "untrusted": {"runtime_type": "io.containerd.runc.v2"}})
+    return tomli_w.dumps(cfg)
 
 
 def write_file(path: str, text: str) -> str:
@@ -295,7 +307,7 @@ def defaults_file(nodes, key: str, path: str) -> str:
     with open(known, "w") as f:
         f.write("".join(f"[127.0.0.1]:{n.port} {n.host_key}\n" for n in nodes))
     doc = {"defaults": {"ssh_user": "root", "ssh_key": key, "ssh_known_hosts_file": known, "crictl_binary": crictl()},
-           "node_selector": f"{MARK}=true", "overrides": {n.name: {"ssh_port": n.port} for n in nodes}}
+           "node_selector": f"{MARK}=true", "overrides": {n.name: {"ssh_port": n.port, **n.knobs} for n in nodes}}
     with open(path, "w") as f:
         yaml.safe_dump(doc, f)
     return path
@@ -308,7 +320,7 @@ def nodes_file(nodes, key: str, path: str, node_names: dict) -> str:
         f.write("".join(f"[127.0.0.1]:{n.port} {n.host_key}\n" for n in nodes))
     hosts = {}
     for n in nodes:
-        hosts[f"ssh-{n.name}"] = {"ssh_hostname": "127.0.0.1", "ssh_port": n.port,
+        hosts[f"ssh-{n.name}"] = {"ssh_hostname": "127.0.0.1", "ssh_port": n.port, **n.knobs,
                                   **({"node_name": node_names[n.name]} if n.name in node_names else {})}
     doc = {"defaults": {"ssh_user": "root", "ssh_key": key, "ssh_known_hosts_file": known,
                         "crictl_binary": crictl()}, "hosts": hosts}
@@ -326,6 +338,8 @@ def cluster_objects(nodes, gpus: int = 4) -> str:
              "handler": "nvidia"},
             {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-kata"},
              "handler": "kata"},
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-aks"},
+             "handler": "nvidia-container-runtime"},
             {"apiVersion": "apps/v1", "kind": "DaemonSet",
              "metadata": {"name": "fleet-container-toolkit", "namespace": NAMESPACE},
              "spec": {"selector": {"matchLabels": {"app": "fleet-toolkit"}},
@@ -342,6 +356,10 @@ def cluster_objects(nodes, gpus: int = 4) -> str:
         if n.cdi_pod:
             docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"cdi-{n.name}", "namespace": NAMESPACE},
                          "spec": {"nodeName": n.name, "tolerations": toleration, "containers": [gpu]}})
+        if n.aks_pod:
+            docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"aks-{n.name}", "namespace": NAMESPACE},
+                         "spec": {"nodeName": n.name, "runtimeClassName": "fleet-aks", "tolerations": toleration,
+                                  "containers": [gpu]}})
     return "\n---\n".join(json.dumps(d) for d in docs)
 
 
@@ -360,7 +378,7 @@ def create_cluster_objects(nodes, gpus: int = 4):
 
 def delete_cluster_objects(nodes):
     kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s")
-    kubectl("delete", "runtimeclass", "fleet-nvidia", "fleet-kata", "--ignore-not-found")
+    kubectl("delete", "runtimeclass", "fleet-nvidia", "fleet-kata", "fleet-aks", "--ignore-not-found")
     if nodes:
         kubectl("delete", "node", *[n.name for n in nodes], "--ignore-not-found")
 

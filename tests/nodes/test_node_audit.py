@@ -63,6 +63,10 @@ def planted():
         Node("gpu-installer-signal", "2.4.2", after=fleet.nvidia_ctk_installer("signal")),
         Node("gpu-installer-supervised", "2.4.2", supervised=True,
              after=fleet.nvidia_ctk_installer("signal") + fleet.cri_back()),
+        # AKS's names: its GPU handler nvidia-container-runtime (the default), none named nvidia; a
+        # Pod of a RuntimeClass with that handler runs, one asking for nvidia cannot start
+        Node("gpu-aks", "2.4.2", files={fleet.CONFIG: fleet.aks_config()}, aks_pod=True,
+             knobs={"gpu_handler": "nvidia-container-runtime"}),
     ]
 
 
@@ -91,6 +95,7 @@ EXPECTED = {
         ("toolkit-ready-not-loaded", "toolkit")],
     "gpu-installer-signal": [("no-containerd", "gpu-installer-signal")],
     "gpu-installer-supervised": [],
+    "gpu-aks": [("sandbox-fails", "gpuop-fleet/gpu-gpu-aks")],
     "gpu-cri-down": [("cri-down", "/run/containerd/containerd.sock"), ("restart-takes-cri-down", "exe"),
                      ("sandbox-fails", "gpuop-fleet/gpu-gpu-cri-down"), ("gpu-advertised-not-loaded", "gpu-cri-down"),
                      ("toolkit-ready-not-loaded", "toolkit")],
@@ -180,7 +185,8 @@ def test_each_node_is_read_where_it_runs(audited):
         "gpu-healthy": "2.4.2", "gpu-unrestarted": "1.7.35", "gpu-incident": "1.6.20", "gpu-v2-dropin": "2.0.14",
         "gpu-missed-import": "2.2.9", "gpu-cri-down": "1.7.35", "gpu-kubelet": "2.4.2",
         "gpu-dropin-removed": "1.7.35", "gpu-eks": "2.4.2", "gpu-rke2": "2.4.2", "gpu-k3s": "2.4.2",
-        "gpu-installer-none": "2.4.2", "gpu-installer-signal": "none", "gpu-installer-supervised": "2.4.2"}
+        "gpu-installer-none": "2.4.2", "gpu-installer-signal": "none", "gpu-installer-supervised": "2.4.2",
+        "gpu-aks": "2.4.2"}
     for name, e in nodes.items():  # systemd's layout: default config and socket, no flags
         if name not in ("gpu-kubelet", "gpu-eks", "gpu-rke2", "gpu-k3s", "gpu-installer-signal"):
             assert e["daemon"]["config"] == "/etc/containerd/config.toml", name
@@ -241,6 +247,10 @@ def test_each_node_is_read_where_it_runs(audited):
     assert supervised["default_runtime"] == "nvidia" and supervised["cri_after_restart"] == "ok"
     (gone,) = nodes["gpu-installer-signal"]["gaps"]
     assert gone["detail"] == "no containerd runs: no Pod can start on this node", gone
+    # AKS: the handlers as the node names them, the default one its GPU handler
+    aks = nodes["gpu-aks"]
+    assert sorted(aks["loaded"]) == ["nvidia-container-runtime", "runc", "untrusted"]
+    assert aks["default_runtime"] == "nvidia-container-runtime" and aks["pods_at_risk"] == 1
     incident = next(g for g in nodes["gpu-incident"]["gaps"] if g["kind"] == "sandbox-fails")
     assert 'failed to get sandbox runtime: no runtime for "nvidia" is configured' in incident["detail"]
     assert incident["views"] == ["scheduled", "loaded"]
