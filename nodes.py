@@ -7,12 +7,14 @@ verified, sudo for a login that is not root. Each may set ``node_name`` (default
 A nodes file without ``hosts`` (or no ``nodes.yaml`` at all) audits the cluster's GPU nodes: each
 Node that advertises nvidia.com/gpu or has a GPU Pod bound, reached at its InternalIP, with the
 file's ``defaults`` and its own ``overrides`` entry; the cluster is the one ``kube_context`` and
-``kubeconfig`` name (``--data``, else the file's defaults, else the current context), and that
+``kubeconfig`` name (``--data``, else the file's defaults, else the current context; its
+deadline ``cluster_read_timeout_s``), and that
 read is the run's one read of it. A file or a cluster that cannot be used is one sentence,
 never a traceback.
 """
 
 import os
+import runpy
 import sys
 
 from pyinfra.api.exceptions import DeployError, InventoryError
@@ -31,9 +33,12 @@ try:
     if _hosts is None:  # only the fleet's listing loads the kubernetes client
         from operations.fleet import cluster_for_inventory
 
-        _given = {**_nodes.defaults, **cli_data(sys.argv, ("kubeconfig", "kube_context"))}
-        _cluster = {k: NODE_PARSERS[k](k, _given.get(k)) for k in ("kubeconfig", "kube_context")}
-        _objects, _where = cluster_for_inventory(_cluster["kubeconfig"], _cluster["kube_context"])
+        # what the hosts get, before pyinfra hands it to them: group_data's defaults, the file's, --data
+        _keys = ("kubeconfig", "kube_context", "cluster_read_timeout_s")
+        _group = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "group_data", "all.py"))
+        _given = {**{k: _group[k] for k in _keys}, **_nodes.defaults, **cli_data(sys.argv, _keys)}
+        _cluster = {k: NODE_PARSERS[k](k, _given.get(k)) for k in _keys}
+        _objects, _where = cluster_for_inventory(*(_cluster[k] for k in _keys))
         _hosts = cluster_hosts(_objects, _nodes, NODE_PARSERS, _where)
     # gpuop_target tells audit.py these are real nodes, not lab hosts.
     gpu_nodes = [(name, {**data, "gpuop_target": "node"}) for name, data in _hosts]

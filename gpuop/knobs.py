@@ -197,6 +197,7 @@ class NodeKnobs:
     report: str
     textfile: str
     node_read_timeout_s: int
+    cluster_read_timeout_s: int
 
 
 NODE_PARSERS = {
@@ -208,6 +209,7 @@ NODE_PARSERS = {
     "report": _controller_path,
     "textfile": _controller_path,
     "node_read_timeout_s": _int(10),
+    "cluster_read_timeout_s": _int(5),
 }
 
 

@@ -35,3 +35,4 @@ kubeconfig = ""  # the operator's kubeconfig on this machine; empty: $KUBECONFIG
 report = ""  # the fleet's JSON, written on this machine; empty: none
 textfile = ""  # the fleet in Prometheus' text format for node_exporter's textfile collector, written on this machine; empty: none
 node_read_timeout_s = 150  # the deadline of a node's one read (crictl and config dump have shorter ones of their own)
+cluster_read_timeout_s = 20  # the deadline of the fleet's one cluster read, every page of it (a cluster of many thousand Pods needs more)

@@ -24,8 +24,8 @@ from gpuop.fleet import api_view, fleet_gaps, fleet_table, node_entry, node_find
 from gpuop.textfile import write_textfile
 
 _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
-CLUSTER_READ_DEADLINE_S = 20  # the whole cluster read: a stalled API server ends the audit's read here
 CONNECT_TIMEOUT_S = 5
+PAGE = 500  # objects per list request
 
 
 class _Fleet:
@@ -64,13 +64,14 @@ def _in_words(e: Exception, deadline_s: float) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-def read_cluster(kubeconfig: str, context: str, deadline_s: float = CLUSTER_READ_DEADLINE_S) -> tuple:
+def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = PAGE) -> tuple:
     """Every Node, RuntimeClass, Pod and DaemonSet of the cluster, as plain JSON (the API's own
     field names, ``kind`` set), read from the operator's kubeconfig and context on this machine,
-    within ``deadline_s`` for the whole read (no retries: a stalled API server ends the read at
-    its deadline); and how the read went.
+    ``page`` objects per list request (the API's chunking, as kubectl's default: a large
+    cluster's Pods are never one answer), within ``deadline_s`` for the whole read (no retries:
+    a stalled API server ends the read at its deadline); and how the read went.
 
-        read_cluster("", "prod-east")[0][0]["kind"] -> "Node"
+        read_cluster("", "prod-east", 20)[0][0]["kind"] -> "Node"
     """
     where = f"kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}, " \
             f"context {context or '(current)'}"
@@ -80,16 +81,22 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float = CLUSTER_READ
         config.load_kube_config(config_file=kubeconfig or None, context=context or None,
                                 client_configuration=configuration)
         configuration.retries = False
-        objects = []
+        objects, requests = [], 0
         with client.ApiClient(configuration) as api:
             for kind, group, method in _LISTS:
-                left = max(0.1, deadline_s - (time.monotonic() - started))
-                items = getattr(getattr(client, group)(api), method)(
-                    _request_timeout=(min(CONNECT_TIMEOUT_S, left), left)).items
-                objects += [{**api.sanitize_for_serialization(item), "kind": kind} for item in items]
+                token = None
+                while True:
+                    left = max(0.1, deadline_s - (time.monotonic() - started))
+                    answer = getattr(getattr(client, group)(api), method)(
+                        limit=page, _continue=token, _request_timeout=(min(CONNECT_TIMEOUT_S, left), left))
+                    requests += 1
+                    objects += [{**api.sanitize_for_serialization(item), "kind": kind} for item in answer.items]
+                    token = answer.metadata._continue
+                    if not token:
+                        break
     except Exception as e:  # a missing file, a bad context, a refused or stalled API server
         raise DeployError(f"the cluster cannot be read ({where}): {_in_words(e, deadline_s)}") from None
-    return objects, {"from": where, "requests": len(_LISTS), "reads": 1,
+    return objects, {"from": where, "requests": requests, "reads": 1,
                      "seconds": round(time.monotonic() - started, 3)}
 
 
@@ -98,18 +105,18 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float = CLUSTER_READ
 _LISTED = {}
 
 
-def cluster_for_inventory(kubeconfig: str, context: str) -> tuple:
+def cluster_for_inventory(kubeconfig: str, context: str, deadline_s: float) -> tuple:
     """The cluster's objects, read for the inventory to list its GPU nodes and kept as the run's
     read; and where they were read from, in words.
 
-        cluster_for_inventory("", "prod")[1] -> "kubeconfig ~/.kube/config, context prod"
+        cluster_for_inventory("", "prod", 20)[1] -> "kubeconfig ~/.kube/config, context prod"
     """
-    objects, how = read_cluster(kubeconfig, context)
+    objects, how = read_cluster(kubeconfig, context, deadline_s)
     _LISTED[(kubeconfig, context)] = (objects, how)
     return objects, how["from"]
 
 
-def cluster_objects(state, kubeconfig: str, context: str) -> list:
+def cluster_objects(state, kubeconfig: str, context: str, deadline_s: float) -> list:
     """The cluster's objects for this run: the inventory's read of it, else read by the first
     host to ask while the others wait for it."""
     fleet = _fleet(state)
@@ -119,7 +126,7 @@ def cluster_objects(state, kubeconfig: str, context: str) -> list:
         if fleet.objects is None:
             listed = _LISTED.get((kubeconfig, context))
             try:
-                fleet.objects, fleet.cluster = listed or read_cluster(kubeconfig, context)
+                fleet.objects, fleet.cluster = listed or read_cluster(kubeconfig, context, deadline_s)
             except DeployError as e:
                 fleet.unreadable = e
                 raise
@@ -173,7 +180,7 @@ def _report_once(state, report_path: str, textfile_path: str) -> dict:
 
 @operation()
 def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, context: str,
-               read_timeout_s: int):
+               read_timeout_s: int, cluster_timeout_s: int):
     """
     Audit one real node, read-only: its containerd's three views, in one command on the node
     (``facts.fleet.NodeRuntime``), joined with the cluster read once for the run. The node's
@@ -186,11 +193,12 @@ def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
     + kubeconfig: the operator's kubeconfig on this machine; empty: the default
     + context: its context; empty: the current one
     + read_timeout_s: the deadline of the node's read
+    + cluster_timeout_s: the deadline of the cluster's read, every page of it
 
     .. code:: python
 
         node_audit(node_name="", gpu_handler="nvidia", crictl="crictl", kubeconfig="",
-                   context="prod", read_timeout_s=150)
+                   context="prod", read_timeout_s=150, cluster_timeout_s=20)
     """
     fleet = _fleet(host.state)
     if host.name not in fleet.hosts:
@@ -200,7 +208,7 @@ def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
                           "or failed: it is not judged")
             return
         try:
-            objects = cluster_objects(host.state, kubeconfig, context)
+            objects = cluster_objects(host.state, kubeconfig, context, cluster_timeout_s)
         except DeployError as e:
             yield _failed(str(e))
             return

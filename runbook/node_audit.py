@@ -14,5 +14,6 @@ from operations import fleet
 def node_audit(node):
     fleet.node_audit(name="Read the node and the cluster", node_name=node.node_name,
                      gpu_handler=node.gpu_handler, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
-                     context=node.kube_context, read_timeout_s=node.node_read_timeout_s)
+                     context=node.kube_context, read_timeout_s=node.node_read_timeout_s,
+                     cluster_timeout_s=node.cluster_read_timeout_s)
     fleet.fleet_report(name="Findings", report=node.report, textfile=node.textfile)

@@ -309,6 +309,20 @@ def test_with_no_hosts_listed_the_cluster_lists_its_gpu_nodes_and_the_report_is_
     assert sorted({h for h, _ in target_commands(run.log)}) == sorted(n.name for n in nodes)
 
 
+def test_the_cluster_read_pages_and_reads_the_same(simulated):
+    """The fleet's cluster read asks the API in pages (its chunking): small pages, more requests,
+    the same objects, each once."""
+    from operations.fleet import read_cluster
+    whole, how = read_cluster(os.environ.get("KUBECONFIG", ""), "", 20)
+    paged, paged_how = read_cluster(os.environ.get("KUBECONFIG", ""), "", 20, page=3)
+    key = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in whole]
+    assert [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in paged] == key
+    assert len(set(key)) == len(key) and how["requests"] == 4
+    counts = [sum(1 for o in whole if o["kind"] == k) for k in ("Node", "RuntimeClass", "Pod", "DaemonSet")]
+    # a full last page may still carry a continue token: one more request, answering none
+    assert sum(max(1, -(-n // 3)) for n in counts) <= paged_how["requests"] <= sum(n // 3 + 1 for n in counts)
+
+
 def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated):
     nodes, path, root = simulated
     with open(path) as f:

@@ -85,7 +85,8 @@ def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
     hosts = load_hosts(node, "nodes.yaml", "the node", NODE_PARSERS)
     (name, data), = hosts
     assert data["_sudo"] is True and data["ssh_strict_host_key_checking"] == "yes"
-    knobs = parse_node_knobs({"gpu_handler": "nvidia", "crictl_binary": "crictl", "node_read_timeout_s": 150, **data})
+    knobs = parse_node_knobs({"gpu_handler": "nvidia", "crictl_binary": "crictl", "node_read_timeout_s": 150,
+                              "cluster_read_timeout_s": 20, **data})
     assert knobs.node_name == "ip-10-0-0-1" and knobs.report == ""
     with pytest.raises(HostsFileError, match="ssh_hostname missing; expected the address of the node"):
         load_hosts("hosts:\n  a:\n    node_name: x\n", "nodes.yaml", "the node", NODE_PARSERS)
