@@ -17,7 +17,7 @@ planning.install()  # pyinfra's planning, made cheaper (operations/planning.py)
 if target.is_node(host):  # a real GPU node (nodes.py): only this audit loads the kubernetes client
     from runbook.node_audit import node_audit
 
-    node_audit(target.node_checked(host))
+    node_audit(target.node_checked(host), reporter=host.data.get("gpuop_target") == "fleet")
 else:  # a lab host
     from runbook.lab_audit import audit
     from runbook.preflight import reachable

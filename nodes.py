@@ -40,8 +40,10 @@ try:
         _cluster = {k: NODE_PARSERS[k](k, _given.get(k)) for k in _keys}
         _objects, _where = cluster_for_inventory(*(_cluster[k] for k in _keys))
         _hosts = cluster_hosts(_objects, _nodes, NODE_PARSERS, _where)
-    # gpuop_target tells audit.py these are real nodes, not lab hosts.
+    # gpuop_target tells audit.py these are real nodes, not lab hosts; the fleet's reporter runs
+    # here, beside them, so that the fleet is reported even when no node answers.
     gpu_nodes = [(name, {**data, "gpuop_target": "node"}) for name, data in _hosts]
+    gpu_nodes.append(("@local", {"gpuop_target": "fleet"}))
 except (HostsFileError, KnobError) as _e:
     raise InventoryError(f"{_source}: {_e}" if isinstance(_e, KnobError) else str(_e)) from None
 except DeployError as _e:

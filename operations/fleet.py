@@ -233,33 +233,45 @@ def _failed(words: str) -> FunctionCommand:
 
 
 @operation(is_idempotent=False)
-def fleet_report(report: str, textfile: str):
+def fleet_report(report: str, textfile: str, kubeconfig: str, context: str, cluster_timeout_s: int):
     """
     Report the fleet, once all its nodes are read: the first host to get here writes the JSON
-    and the textfile on this machine and logs the fleet's table; each host then fails on its
-    node's gaps (and the first one by name on the fleet's own), so the run's exit status gates
-    a maintenance window.
+    and the textfile on this machine and logs the fleet's table; each node then fails on its
+    gaps, and the reporter (the fleet's host on this machine, which runs whether or not any node
+    answers, and reads the cluster if no node did) on the fleet's own and on the gaps of the
+    nodes judged from the API alone, so the run's exit status gates a maintenance window.
 
     + report: the fleet's JSON on this machine; empty: none
     + textfile: the fleet in Prometheus' text format on this machine; empty: none
+    + kubeconfig, context, cluster_timeout_s: the cluster, for the reporter's read
 
     .. code:: python
 
-        fleet_report(report="fleet.json", textfile="/var/lib/node_exporter/textfile/gpuop.prom")
+        fleet_report(report="fleet.json", textfile="/var/lib/node_exporter/textfile/gpuop.prom",
+                     kubeconfig="", context="prod", cluster_timeout_s=20)
     """
 
     def judge(state, host):
         fleet = _fleet(state)
+        if host.name not in fleet.hosts:  # the reporter
+            try:
+                cluster_objects(state, kubeconfig, context, cluster_timeout_s)
+            except DeployError as e:
+                logger.error(f"{host.print_prefix}{e}")
+                return False
+            report_now = _report_once(state, report, textfile)
+            alone = sum(len(report_now["nodes"][n]["gaps"]) for n in report_now["judged_from_api"].values())
+            for words, count in (("of the fleet as a whole", len(report_now["gaps"])),
+                                 ("on the nodes judged from the API alone", alone)):
+                if count:
+                    logger.error(f"{host.print_prefix}fleet: {count} gap(s) {words}")
+            return not (report_now["gaps"] or alone)
         report_now = _report_once(state, report, textfile)
-        name, failed = fleet.hosts[host.name], False
-        if report_now["gaps"] and host.name == min(fleet.hosts):
-            logger.error(f"{host.print_prefix}fleet: {len(report_now['gaps'])} gap(s) of the fleet as a whole")
-            failed = True
+        name = fleet.hosts[host.name]
         gaps = report_now["nodes"][name]["gaps"]
         if gaps:
             logger.error(f"{host.print_prefix}node {name}: {len(gaps)} gap(s) between written, loaded, "
                          "after restart and scheduled")
-            failed = True
-        return not failed
+        return not gaps
 
     yield FunctionCommand(judge, (), {})

@@ -10,6 +10,7 @@ from pyinfra.api import StringCommand, operation
 from facts.kube import KUBECTL_DEADLINE_S, KubeObjects, ServerAnswer, kubectl
 from gpuop.cluster import (GPU, advertised, describe_rollout, node_ready, ready_condition, reported_since,
                            rollout_complete, rollout_settled, sandbox_failure)
+from gpuop.fleet import api_handlers
 from gpuop.objects import differences, of_kind
 from gpuop.scheduling import pod_scheduled
 
@@ -239,6 +240,25 @@ def node_takes_pods(node: str, context: str = "", timeout_s: int = 120):
     yield from awaited(f"node {node} Ready and taking Pods", live_object(f"node/{node}", context=context),
                        lambda: live_object(f"node/{node}", context=context, in_wait=True),
                        node_ready, timeout_s)
+
+
+@operation()
+def node_reports_handler(node: str, handler: str, context: str = "", timeout_s: int = 120):
+    """
+    Wait until a real node's kubelet reports ``handler`` among its runtime's handlers
+    (``Node.status.runtimeHandlers``, which it copies from CRI at its next status update); a
+    node that reports none (containerd 1.x) has nothing to wait for.
+
+    .. code:: python
+
+        node_reports_handler(node="lab-node-0", handler="nvidia")
+    """
+    def reported(seen):
+        handlers = api_handlers(seen) if seen else []
+        return handlers is None or handler in handlers, f"it reports {handlers}"
+
+    yield from awaited(f"node {node}'s kubelet to report handler {handler}", live_object(f"node/{node}", context=context),
+                       lambda: live_object(f"node/{node}", context=context, in_wait=True), reported, timeout_s)
 
 
 def moment_of(path: str):

@@ -11,9 +11,13 @@ from operations import fleet
 
 
 @deploy("Audit a real node: written against loaded against after restart against scheduled")
-def node_audit(node):
-    fleet.node_audit(name="Read the node and the cluster", node_name=node.node_name,
-                     gpu_handler=node.gpu_handler, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
-                     context=node.kube_context, read_timeout_s=node.node_read_timeout_s,
-                     cluster_timeout_s=node.cluster_read_timeout_s)
-    fleet.fleet_report(name="Findings", report=node.report, textfile=node.textfile)
+def node_audit(node, reporter: bool = False):
+    """Each node reads itself and the cluster; the reporter (``reporter``: the fleet's own host on
+    this machine, nodes.py) only reports, after every node."""
+    if not reporter:
+        fleet.node_audit(name="Read the node and the cluster", node_name=node.node_name,
+                         gpu_handler=node.gpu_handler, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
+                         context=node.kube_context, read_timeout_s=node.node_read_timeout_s,
+                         cluster_timeout_s=node.cluster_read_timeout_s)
+    fleet.fleet_report(name="Findings", report=node.report, textfile=node.textfile, kubeconfig=node.kubeconfig,
+                       context=node.kube_context, cluster_timeout_s=node.cluster_read_timeout_s)

@@ -61,8 +61,9 @@ def checked(host):
 
 
 def is_node(host) -> bool:
-    """Whether the host is a real node (nodes.py), not a lab host."""
-    return host.data.get("gpuop_target") == "node"
+    """Whether the host is a real node (nodes.py), or the fleet's reporter beside them (this
+    machine: it reports the fleet whether or not any node answers), not a lab host."""
+    return host.data.get("gpuop_target") in ("node", "fleet")
 
 
 def node_checked(host):

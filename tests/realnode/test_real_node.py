@@ -18,6 +18,7 @@ from tests.helpers.kube import LAB, eventually, get, lab_up, reset_lab
 from tests.helpers.labcontainerd import binary, crictl_info, lab_daemons, nvidia_ctk
 from tests.helpers.playbook import deploy, stop_daemons_under
 from tests.helpers.proc import run
+from tests.helpers.ssh import free_port
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 
@@ -146,6 +147,24 @@ def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(real_la
     # the API's view of loaded: kubelet's copy of its runtime's CRI status (2.x reports it, 1.x none)
     assert result["handlers"]["runtime_handlers"] == API_HANDLERS[real_lab.version]["incident"]
     assert "loaded-disagrees-with-api" not in [g["kind"] for g in result["gaps"]]
+    # the fleet audit of this node, unreachable: judged on its kubelet's report alone where 2.x
+    # makes one (the GPU Pod cannot start), not judged at all on 1.x
+    nodes = os.path.join(real_lab.root, "nodes.yaml")
+    with open(nodes, "w") as f:
+        f.write(f"hosts:\n  unreachable:\n    ssh_hostname: 127.0.0.1\n    ssh_port: {free_port()}\n"
+                f"    node_name: {NODE}\n")
+    report = os.path.join(real_lab.root, "fleet.json")
+    fleet_run = deploy(None, f"report={report}", env={"GPUOP_NODES": nodes}, inventory="nodes.py", script="audit.py")
+    assert fleet_run.code != 0
+    with open(report) as f:
+        fleet_report = json.load(f)
+    assert fleet_report["unread"] == ["unreachable"]
+    if API_HANDLERS[real_lab.version]["incident"] is None:
+        assert fleet_report["nodes"] == {} and fleet_report["judged_from_api"] == {}
+    else:
+        entry = fleet_report["nodes"][NODE]
+        assert (entry["loaded_from"], entry["loaded"]) == ("api", ["runc"])
+        assert ("sandbox-fails", "gpu-lab/cuda-probe") in [(g["kind"], g["subject"]) for g in entry["gaps"]]
     assert sandboxes[0]["event"] in [e["message"] for e in sandbox_events(pod)]
 
 
@@ -213,7 +232,9 @@ def test_namespace_gone_comes_back_with_the_incident(real_lab):
         e for e in sandbox_events(pod)
         if e["message"].endswith('no runtime for "nvidia" is configured') and e["lastTimestamp"] >= gone_at],
         timeout=60)
-    assert not get("pod/cuda-probe", "gpu-lab")["status"]["containerStatuses"][0]["ready"]
+    # kubelet reports the container's end at its next status sync: wait for it, within a deadline
+    eventually("the GPU Pod's container not ready", lambda: not get(
+        "pod/cuda-probe", "gpu-lab")["status"]["containerStatuses"][0]["ready"], timeout=60)
 
 
 def test_stand_in_image_removed_comes_back(real_lab):
