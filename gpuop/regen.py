@@ -105,9 +105,8 @@ def regenerated(config: str, files: dict, version: str, nvidia_found: list) -> d
     detected = [name for name, binary in NVIDIA_RUNTIMES.items()
                 if any(posixpath.basename(f) == binary for f in nvidia_found)]
     built_in = ["runc"] + detected
-    source = f"{path}" if path else "its built-in template"
     if path is None:
-        runtimes, default = built_in, "runc"
+        extends, runtimes, default = True, built_in, "runc"
     else:
         text = files[path]["text"]
         doc, error = parsed_toml(path, _static(text))
@@ -115,17 +114,17 @@ def regenerated(config: str, files: dict, version: str, nvidia_found: list) -> d
             return {"by": by, "template": path, "runtimes": [], "default_runtime": "", "known": False,
                     "reason": f"{by} renders {config} from {path}, whose literal TOML cannot be read ({error})"}
         # Extending the built-in one keeps its runtimes; a template's own imports still reach drop-ins.
-        own = runtime_names(doc) + [n for p in sorted(files) if any(fnmatch.fnmatchcase(p, g) for g in
-                                                                  import_globs(doc, config))
-                                    for n in runtime_names(parsed_toml(p, files[p]["text"])[0] or {})]
-        runtimes = list(dict.fromkeys((built_in if _BASE.search(text) else []) + own))
+        extends = bool(_BASE.search(text))
+        reached = [p for p in sorted(files) if any(fnmatch.fnmatchcase(p, g) for g in import_globs(doc, config))]
+        own = runtime_names(doc) + [n for p in reached for n in runtime_names(parsed_toml(p, files[p]["text"])[0] or {})]
+        runtimes = list(dict.fromkeys((built_in if extends else []) + own))
         default = _default_runtime(doc)
-    found = ""
-    if path is None or _BASE.search(files[path]["text"]):
-        found = (f" (with the NVIDIA runtimes it finds: {', '.join(detected)})" if detected else
-                 f" (no NVIDIA runtime binary is where it looks: {', '.join(NVIDIA_DIRS)})")
+    source = path or "its built-in template"
+    if extends:  # what the built-in part registers depends on the binaries found at that start
+        source += (f" (with the NVIDIA runtimes it finds: {', '.join(detected)})" if detected else
+                   f" (no NVIDIA runtime binary is where it looks: {', '.join(NVIDIA_DIRS)})")
     return {"by": by, "template": path, "runtimes": runtimes, "default_runtime": default, "known": True,
-            "source": source + found, "reason": f"{by} writes {config} anew at its next start from {source}{found}"}
+            "source": source, "reason": f"{by} writes {config} anew at its next start from {source}"}
 
 
 def template_to_edit(config: str, version: str, regen: dict) -> str:
