@@ -41,9 +41,10 @@ try:
         _objects, _where = cluster_for_inventory(*(_cluster[k] for k in _keys))
         _hosts = cluster_hosts(_objects, _nodes, NODE_PARSERS, _where)
     # gpuop_target tells audit.py these are real nodes, not lab hosts; the fleet's reporter runs
-    # here, beside them, so that the fleet is reported even when no node answers.
+    # here, beside them, so that the fleet is reported even when no node answers (with the
+    # file's settings for all: its cluster, its report).
     gpu_nodes = [(name, {**data, "gpuop_target": "node"}) for name, data in _hosts]
-    gpu_nodes.append(("@local", {"gpuop_target": "fleet"}))
+    gpu_nodes.append(("@local", {**_nodes.settings(NODE_PARSERS), "gpuop_target": "fleet"}))
 except (HostsFileError, KnobError) as _e:
     raise InventoryError(f"{_source}: {_e}" if isinstance(_e, KnobError) else str(_e)) from None
 except DeployError as _e:

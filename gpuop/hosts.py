@@ -136,6 +136,14 @@ class NodesFile:
     overrides: dict
     node_selector: str
 
+    def settings(self, knobs) -> dict:
+        """The knobs its defaults set for every node (the cluster, the report), SSH settings aside.
+
+            load_nodes("defaults: {ssh_user: u, kube_context: prod}", "nodes.yaml", NODE_PARSERS).settings(NODE_PARSERS)
+            -> {"kube_context": "prod"}
+        """
+        return {k: v for k, v in self.defaults.items() if k in knobs}
+
 
 def load_nodes(text: str, source: str, knobs) -> NodesFile:
     """A nodes file's text, read: with ``hosts``, exactly those; without, the cluster's GPU nodes

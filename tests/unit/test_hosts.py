@@ -148,3 +148,11 @@ def test_the_inventory_reads_the_cluster_settings_of_the_command_line():
     argv = ["pyinfra", "nodes.py", "audit.py", "--data", "kube_context=prod", "--data", "report=x.json",
             "--data", "kubeconfig=/k=v"]
     assert cli_data(argv, ("kubeconfig", "kube_context")) == {"kube_context": "prod", "kubeconfig": "/k=v"}
+
+
+def test_the_fleets_reporter_takes_the_files_settings_for_all_nodes():
+    from gpuop.hosts import load_nodes
+    from gpuop.knobs import NODE_PARSERS
+    text = "defaults: {ssh_user: u, ssh_key: k, kube_context: prod, report: fleet.json}\nhosts: {a: {ssh_hostname: x}}\n"
+    assert load_nodes(text, "nodes.yaml", NODE_PARSERS).settings(NODE_PARSERS) == {"kube_context": "prod",
+                                                                                    "report": "fleet.json"}
