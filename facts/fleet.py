@@ -99,8 +99,9 @@ class NodeRuntime(FactBase):
     that ``serves``, the node's runtime (kubelet's; with no kubelet, the only one, or the one on
     the default socket): the files written (its config, the files its imports reach, its
     conf.d, and the k3s/RKE2 templates beside it), the NVIDIA runtime binaries where k3s looks
-    at start (``nvidia_runtimes``: what its next start registers, ``gpuop.regen``), what it holds (``crictl info`` on its socket) and what its binary's next start
-    would load (``config dump``, see ``facts.containerd.restart_merge``).
+    at start (``nvidia_runtimes``: what its next start registers, ``gpuop.regen``), what it
+    holds (``crictl info`` on its socket) and what its binary's next start would load
+    (``config dump``, see ``facts.containerd.restart_merge``).
 
     .. code:: python
 

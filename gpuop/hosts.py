@@ -162,7 +162,11 @@ def load_nodes(text: str, source: str, knobs) -> NodesFile:
         hosts = [(name, host_data(name, {**defaults, **(spec or {})}, source, "the node", knobs))
                  for name, spec in doc["hosts"].items()]
         return NodesFile(source, defaults, hosts, {}, "")
-    return NodesFile(source, defaults, None, doc.get("overrides") or {}, str(doc.get("node_selector") or ""))
+    overrides = doc.get("overrides") or {}
+    for name, spec in overrides.items():
+        if not isinstance(spec, dict):
+            raise HostsFileError(f"{source}: overrides: {name} must be a mapping of that node's own keys")
+    return NodesFile(source, defaults, None, overrides, str(doc.get("node_selector") or ""))
 
 
 def selects(labels: dict, selector: str) -> bool:

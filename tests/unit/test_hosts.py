@@ -139,6 +139,8 @@ def test_a_nodes_file_without_hosts_takes_the_clusters_nodes_with_defaults_and_o
     with pytest.raises(HostsFileError, match=r"the cluster \(context prod\) has no GPU node whose labels match pool=tpu"):
         cluster_hosts(cluster(), load_nodes("node_selector: pool=tpu\n", "nodes.yaml", NODE_PARSERS),
                       NODE_PARSERS, "context prod")
+    with pytest.raises(HostsFileError, match="overrides: gpu-a must be a mapping of that node's own keys"):
+        load_nodes("overrides: {gpu-a: 2222}\n", "nodes.yaml", NODE_PARSERS)
     with pytest.raises(HostsFileError, match="overrides and node_selector apply to the nodes the cluster lists"):
         load_nodes("hosts: {a: {ssh_hostname: x}}\nnode_selector: pool=gpu\n", "nodes.yaml", NODE_PARSERS)
 
