@@ -346,8 +346,11 @@ def fleet_table(report: dict) -> list:
         -> ["NODE   VERSION  LOADED  AFTER RESTART  CRI AFTER RESTART  PODS AT RISK  GAPS", ...]
     """
     head = ("NODE", "VERSION", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "PODS AT RISK", "GAPS")
-    rows = [head] + [(name, n["version"], (",".join(n["loaded"]) or "-") if n["loaded_from"] == "cri"
-                      else f"{','.join(n['loaded']) or '-'} (api)" if n["loaded_from"] == "api" else n["loaded_from"], ",".join(n["after_restart"]) or "-", n["cri_after_restart"],
+    def loaded(n):  # what CRI answered; what the kubelet reports where the node was not read; else why not
+        handlers = ",".join(n["loaded"]) or "-"
+        return {"cri": handlers, "api": f"{handlers} (api)"}.get(n["loaded_from"], n["loaded_from"])
+
+    rows = [head] + [(name, n["version"], loaded(n), ",".join(n["after_restart"]) or "-", n["cri_after_restart"],
                       str(n["pods_at_risk"]), str(len(n["gaps"])))
                      for name, n in sorted(report["nodes"].items())]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
