@@ -56,6 +56,10 @@ all)
 esac
 bin=$cache/bin
 mkdir -p "$bin"
+# One build per cache at a time: the two lanes of `make test` may ask for the same binary at
+# once; the second waits for the first, then finds it built.
+exec 9>"$cache/.lock"
+flock -w 1800 9 || { echo "lab/build: $cache: another build held it for 30 minutes" >&2; exit 1; }
 build_log=$cache/build.log
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 

@@ -5,7 +5,9 @@
 #   lab/lab.sh down [NAME]    stop it, every lab containerd daemon, and remove its state
 #   lab/lab.sh status [NAME]  say what runs, from the processes (exit 3 when a component is not running)
 # Environment: LAB_NODES (default "lab-node-0 lab-node-1 lab-node-2"), LAB_BIN_LINK (directory that
-# gets kubectl and crictl symlinks, default /usr/local/bin; empty to skip).
+# gets kubectl and crictl symlinks, default /usr/local/bin; empty to skip), LAB_DISTURBED_AT (seconds
+# since the epoch when a component was disturbed from outside, an etcd restarted say: `up` then waits
+# until the controllers renewed their leases after it, starting any that gave its lease up).
 # A real node (make run NODE=real): LAB_REAL_NODE names the lab node a real kubelet runs instead of
 # kwok (lab/realnode.sh), on the lab containerd of root LAB_ROOT (default /root/gpuop) whose binary
 # is LAB_CONTAINERD (default /usr/bin/containerd). Without it, `up` stops any real node: the lab's
@@ -107,7 +109,7 @@ create_cluster() {
 # Once a component was down or stopped, the controllers' leases count only when renewed after
 # that moment: a controller that lost touch with the API server meanwhile still looks fresh for
 # a few seconds before it gives its lease up and exits (disturbed_at, in seconds since the epoch).
-disturbed_at=""
+disturbed_at=${LAB_DISTURBED_AT:-}
 heal_components() {
   local c pid down=()
   for c in $COMPONENTS; do

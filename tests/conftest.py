@@ -12,6 +12,12 @@ import pytest  # noqa: E402
 pytest_plugins = ["pytester"]  # tests/harness: a suite run inside the suite
 
 
+def pytest_collection_modifyitems(items):
+    """The tests that need every containerd built (marker every_containerd) run after the rest,
+    in the order they had: on a new machine the lane beside the lab's builds them meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("every_containerd") is not None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def lab_daemons_stop_at_the_end(tmp_path_factory):
     """Every run's lab containerd lives under pytest's temporary roots; none outlives the tests."""

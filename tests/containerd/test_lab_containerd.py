@@ -15,7 +15,7 @@ from tests.helpers.labcontainerd import (binary, check_loaded, crictl_info, kill
                                          write_dropin_keeping_runc)
 from tests.helpers.playbook import deploy, lab_daemon_pid, tree
 
-pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
+pytestmark = [pytest.mark.lab, pytest.mark.every_containerd]  # see pytest.ini
 
 # What a restart of each version's daemon loads, with the incident's files on disk.
 ONE_X_FAILS = ("RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails",

@@ -156,7 +156,10 @@ def exited(pid: int) -> bool:
 def restart_etcd():
     """Stop the lab's etcd and start it again as it was (same command line, data directory and
     log), as an operator restarting it would; its new pid goes where kwokctl looks for it.
-    Returns once the API server is ready again."""
+    Returns once the cluster works again: a controller that could not renew its lease meanwhile
+    exits (a loaded machine makes that likely), and would leave namespaces undeleted for the
+    tests after this one, so `make lab-up` starts it again."""
+    stopped_at = int(time.time())
     with open(component_pidfile("etcd")) as f:
         pid = int(f.read())
     argv = open(f"/proc/{pid}/cmdline", "rb").read().rstrip(b"\0").split(b"\0")
@@ -168,9 +171,13 @@ def restart_etcd():
     with open(component_pidfile("etcd"), "w") as f:
         f.write(str(started.pid))
     eventually("the API server ready after the etcd restart", api_ready, timeout=60)
+    lab_up(disturbed_at=stopped_at)
 
 
-def lab_up():
-    """`make lab-up`: the lab cluster running again, whatever of it stopped."""
-    result = run(["lab/lab.sh", "up", LAB], timeout_s=300)
+def lab_up(disturbed_at=None):
+    """`make lab-up`: the lab cluster running again, whatever of it stopped; ``disturbed_at``
+    (seconds since the epoch): when a component was disturbed from outside, so that the
+    controllers count as working only once they renewed their leases after it."""
+    env = {**os.environ, "LAB_DISTURBED_AT": str(disturbed_at)} if disturbed_at else None
+    result = run(["lab/lab.sh", "up", LAB], timeout_s=300, env=env)
     assert result.returncode == 0, result.stderr

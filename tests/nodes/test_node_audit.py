@@ -431,13 +431,14 @@ def test_an_api_server_that_stalls_ends_the_read_within_its_deadline_in_one_sent
     with open(component_pidfile("kube-apiserver")) as f:
         apiserver = int(f.read())
     os.kill(apiserver, signal.SIGSTOP)
+    stopped_at = int(time.time())
     try:
         started = time.monotonic()
         run = deploy(None, env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py", timeout_s=120)
         took = time.monotonic() - started
     finally:
         os.kill(apiserver, signal.SIGCONT)
-        lab_up()  # a controller that lost its lease meanwhile is started again
+        lab_up(disturbed_at=stopped_at)  # a controller that lost its lease meanwhile is started again
     assert run.code != 0
     assert took < 30, took
     said = [line for line in run.log.splitlines() if "the cluster cannot be read (kubeconfig " in line]
