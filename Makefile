@@ -33,9 +33,11 @@ REBOOT ?= false
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt
+# The project itself goes in editable (pyproject.toml): its connector's entry point, for pyinfra.
+$(VENV)/.installed: requirements.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 
 deps:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import yaml
 
 from .cluster import allocatable_count, gpus_asked
-from .knobs import PARSERS
+from .knobs import PARSERS, REACHES
 
 # _sudo: a login that is not root gets sudo, unless it is a uid-0 account that says false.
 SSH_KEYS = {"ssh_hostname", "ssh_port", "ssh_user", "ssh_key", "ssh_known_hosts_file",
@@ -53,7 +53,7 @@ def host_data(name: str, spec: dict, source: str, what: str = "the lab VM", knob
         if key not in SSH_KEYS and key not in knobs:
             raise HostsFileError(f"{where}: unknown key {key}; expected one of "
                                  f"{', '.join(sorted(SSH_KEYS | set(knobs)))}")
-    if "ssh_hostname" not in spec:
+    if "ssh_hostname" not in spec and spec.get("reach") != "cluster":
         raise HostsFileError(f"{where}: ssh_hostname missing; expected the address of {what}")
     if spec.get("ssh_strict_host_key_checking", STRICT) != STRICT:
         raise HostsFileError(f"{where}: ssh_strict_host_key_checking="
@@ -135,6 +135,7 @@ class NodesFile:
     hosts: list | None
     overrides: dict
     node_selector: str
+    given: dict  # the command line's knobs, above the file's
 
     def settings(self, knobs) -> dict:
         """The knobs its defaults set for every node (the cluster, the report), SSH settings aside.
@@ -145,9 +146,10 @@ class NodesFile:
         return {k: v for k, v in self.defaults.items() if k in knobs}
 
 
-def load_nodes(text: str, source: str, knobs) -> NodesFile:
+def load_nodes(text: str, source: str, knobs, given: dict | None = None) -> NodesFile:
     """A nodes file's text, read: with ``hosts``, exactly those; without, the cluster's GPU nodes
-    are audited (``cluster_hosts``), each with ``defaults`` and its ``overrides`` entry.
+    are audited (``cluster_hosts``), each with ``defaults`` and its ``overrides`` entry; ``given``
+    (the command line's ``--data``) above them all.
 
         load_nodes("defaults: {ssh_user: ubuntu}\nnode_selector: pool=gpu\n", "nodes.yaml", NODE_PARSERS).hosts -> None
     """
@@ -159,14 +161,14 @@ def load_nodes(text: str, source: str, knobs) -> NodesFile:
         if doc.get("overrides") or doc.get("node_selector"):
             raise HostsFileError(f"{source}: overrides and node_selector apply to the nodes the cluster lists; "
                                  "with hosts listed, set each host's own keys")
-        hosts = [(name, host_data(name, {**defaults, **(spec or {})}, source, "the node", knobs))
+        hosts = [(name, host_data(name, {**defaults, **(spec or {}), **(given or {})}, source, "the node", knobs))
                  for name, spec in doc["hosts"].items()]
-        return NodesFile(source, defaults, hosts, {}, "")
+        return NodesFile(source, defaults, hosts, {}, "", given or {})
     overrides = doc.get("overrides") or {}
     for name, spec in overrides.items():
         if not isinstance(spec, dict):
             raise HostsFileError(f"{source}: overrides: {name} must be a mapping of that node's own keys")
-    return NodesFile(source, defaults, None, overrides, str(doc.get("node_selector") or ""))
+    return NodesFile(source, defaults, None, overrides, str(doc.get("node_selector") or ""), given or {})
 
 
 def selects(labels: dict, selector: str) -> bool:
@@ -225,8 +227,33 @@ def cluster_hosts(objects: list, nodes: NodesFile, knobs, where: str) -> list:
         raise HostsFileError(f"{nodes.source}: overrides name {', '.join(stray)}, not a GPU node the cluster lists "
                              f"({', '.join(sorted(names))})")
     return [(name, host_data(name, {"ssh_hostname": address, **nodes.defaults, "node_name": name,
-                                    **(nodes.overrides.get(name) or {})}, nodes.source, "the node", knobs))
+                                    **(nodes.overrides.get(name) or {}), **nodes.given}, nodes.source, "the node", knobs))
             for name, address in found]
+
+
+def inventory_names(hosts: list, source: str) -> list:
+    """The hosts as pyinfra's inventory names them: a node read over SSH by its own name, one
+    read through the cluster (``reach: cluster``) as ``@kubenode/NODE`` (connectors.kubenode),
+    NODE its ``node_name``, else the host's name. Two hosts on one node that way are refused.
+
+        inventory_names([("gpu-a", {"reach": "cluster", "node_name": "ip-10-0-0-7"})], "nodes.yaml")
+        -> [("@kubenode/ip-10-0-0-7", {"reach": "cluster", "node_name": "ip-10-0-0-7"})]
+    """
+    named, seen = [], {}
+    for name, data in hosts:
+        if data.get("reach", "ssh") not in REACHES:
+            raise HostsFileError(f"{source}: host {name}: reach={data['reach']!r}: expected one of {', '.join(REACHES)} "
+                                 "(its SSH login, or a short-lived Pod on it through the cluster)")
+        if data.get("reach") == "cluster":
+            node = data.get("node_name") or name
+            if node in seen:
+                raise HostsFileError(f"{source}: hosts {seen[node]} and {name} both read node {node} "
+                                     "through the cluster: one host per node")
+            seen[node] = name
+            named.append((f"@kubenode/{node}", {**data, "node_name": node}))
+        else:
+            named.append((name, data))
+    return named
 
 
 def cli_data(argv: list, keys: tuple) -> dict:

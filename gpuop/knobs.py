@@ -14,6 +14,7 @@ from .quantity import parse_quantity
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE = re.compile(r"^[a-z0-9]([a-z0-9._/:-]*[a-z0-9])?$")
+REACHES = ("ssh", "cluster")  # how a real node is read (knob reach)
 
 
 class KnobError(ValueError):
@@ -122,6 +123,18 @@ def _controller_path(key, value):
     return value
 
 
+def _reach(key, value):
+    if value not in REACHES:
+        raise KnobError(key, value, f"one of {', '.join(REACHES)} (how a node is read: its SSH, or a short-lived Pod on it)")
+    return value
+
+
+def _image_ref(key, value):
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise KnobError(key, value, "an image reference with a shell and nsenter, such as busybox:1.37")
+    return value
+
+
 def _bool(key, value):
     text = str(value).strip().lower()
     if text in ("1", "true", "yes", "on"):
@@ -198,6 +211,9 @@ class NodeKnobs:
     textfile: str
     node_read_timeout_s: int
     cluster_read_timeout_s: int
+    reach: str
+    node_pod_image: str
+    node_pod_namespace: str
 
 
 NODE_PARSERS = {
@@ -210,6 +226,9 @@ NODE_PARSERS = {
     "textfile": _controller_path,
     "node_read_timeout_s": _int(10),
     "cluster_read_timeout_s": _int(5),
+    "reach": _reach,
+    "node_pod_image": _image_ref,
+    "node_pod_namespace": _name,
 }
 
 

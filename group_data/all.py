@@ -36,3 +36,6 @@ report = ""  # the fleet's JSON, written on this machine; empty: none
 textfile = ""  # the fleet in Prometheus' text format for node_exporter's textfile collector, written on this machine; empty: none
 node_read_timeout_s = 150  # the deadline of a node's one read (crictl and config dump have shorter ones of their own)
 cluster_read_timeout_s = 20  # the deadline of the fleet's one cluster read, every page of it (a cluster of many thousand Pods needs more)
+reach = "ssh"  # how a node is read: ssh (its SSH login), or cluster (a short-lived privileged Pod on it, its log read through the API server: no SSH needed)
+node_pod_image = "busybox:1.37"  # the cluster reach's Pod image: any with a shell and nsenter (the lab imports one built from Debian's busybox-static)
+node_pod_namespace = "default"  # where the cluster reach's Pods are made (its Pod Security level must allow a privileged host-PID Pod)

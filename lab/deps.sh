@@ -5,6 +5,8 @@
 # - containernetworking-plugins: the loopback plugin, which containerd's CRI runs for every Pod of
 #   the real lab node (NODE=real), beside the node's own plugin (lab/standin/cni);
 # - libc6-dev's static libc: the real node's stand-in program is linked statically (lab/standin);
+# - busybox-static: the node audit's cluster reach runs its read Pod from an image of it (its sh and
+#   nsenter; lab/standin/images.py), since nothing can be pulled here;
 # - an OpenSSH server for the SSH tests (started by the tests themselves on loopback, never as a
 #   system service), and sudo for the test of a non-root SSH user.
 set -euo pipefail
@@ -13,6 +15,7 @@ missing=()
 [ -x /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
 command -v gcc >/dev/null || missing+=(gcc)
 [ -f "$(gcc -print-file-name=libc.a 2>/dev/null)" ] || missing+=(libc6-dev)
+[ -x /bin/busybox ] || missing+=(busybox-static)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
 command -v sudo >/dev/null || missing+=(sudo)

@@ -84,11 +84,19 @@ release_node_leases() {
 # kwok manages only the nodes it was given (annotated), never a real kubelet's.
 KWOK_SELECTOR=kwok.x-k8s.io/node=fake
 
-# A cluster made before kwok was told so (its controller manages every node) is made again.
-kwok_selective() {
-  grep -q -- "--manage-nodes-with-annotation-selector=$KWOK_SELECTOR" "$cluster_dir/kwok.yaml" 2>/dev/null
+# The API server reaches a real kubelet (a Pod's logs: the node audit's cluster reach) at its
+# InternalIP, as a client of the cluster's CA: no lab node's name resolves.
+APISERVER_TO_KUBELET="kubelet-preferred-address-types=InternalIP"  # one: kwokctl splits its --extra-args at commas
+
+# A cluster made before kwok was told so (its controller manages every node), or before its API
+# server could reach a kubelet, is made again.
+made_current() {
+  grep -q -- "--manage-nodes-with-annotation-selector=$KWOK_SELECTOR" "$cluster_dir/kwok.yaml" 2>/dev/null &&
+    grep -q -- "$APISERVER_TO_KUBELET" "$cluster_dir/kwok.yaml" 2>/dev/null
 }
 
+# Each component's first --extra-args come first, in this order: kwokctl 0.8 files a component's
+# later ones under the position of its first among all the flags (it panics otherwise).
 create_cluster() {
   log "creating cluster: Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, kwok v$KWOK_VERSION"
   KWOK_KUBE_VERSION=v$K8S_VERSION KWOK_KUBECTL_BINARY=$bin/kubectl \
@@ -100,7 +108,10 @@ create_cluster() {
     --kube-scheduler-binary "$bin/kube-scheduler" \
     --kwok-controller-binary "$bin/kwok" \
     --extra-args kwok-controller=manage-all-nodes=false \
+    --extra-args "kube-apiserver=$APISERVER_TO_KUBELET" \
     --extra-args "kwok-controller=manage-nodes-with-annotation-selector=$KWOK_SELECTOR" \
+    --extra-args "kube-apiserver=kubelet-client-certificate=$cluster_dir/pki/admin.crt" \
+    --extra-args "kube-apiserver=kubelet-client-key=$cluster_dir/pki/admin.key" \
     --timeout 3m --wait 3m >"$log_file" 2>&1 || { cat "$log_file" >&2; return 1; }
 }
 
@@ -165,8 +176,8 @@ wait_working() {
 
 start_cluster() {
   log_file=$(mktemp)
-  if exists && ! kwok_selective; then
-    log "made before kwok left real nodes alone; recreating it (the lab's state is disposable)"
+  if exists && ! made_current; then
+    log "made before kwok left real nodes alone or its API server could reach a kubelet; recreating it (the lab's state is disposable)"
     kwokctl delete cluster --name "$name" --kubeconfig "$kubeconfig" >>"$log_file" 2>&1 || true
   fi
   if ! exists; then

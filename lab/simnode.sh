@@ -48,6 +48,8 @@ inside() {  # runs as the namespace's pid 1
   mount -t overlay overlay -o "lowerdir=/var/lib,upperdir=$dir/varlib/upper,workdir=$dir/varlib/work" /var/lib
   hostname "$3"
   [[ ! -x $dir/before.sh ]] || "$dir/before.sh"
+  # Its Pods' runc shim is its own release's, found beside it first (a package installs them together).
+  export PATH=${containerd%/*}:$PATH
   if [[ ${SIMNODE_RESTART:-no} == always ]]; then
     # shellcheck disable=SC2016 # expanded by the supervisor's own shell
     setsid bash -c 'while :; do "$0" </dev/null >>"$1" 2>&1; sleep 0.2; done' "$containerd" "$dir/containerd.log" &
@@ -78,9 +80,21 @@ case ${1:-} in
     for dir in $(python3 "$(dirname "$0")/labproc.py" sim-nodes "$2"); do "$0" stop "$dir"; done ;;
   stop)
     dir=$(realpath "$2")
+    # The cgroups of its containers (a registered kubelet's Pods), named for the containers and
+    # sandboxes its containerd keeps (CRI's, and the tasks it runs): the kernel keeps them after
+    # their processes, so they are removed too.
+    init=$(ns_init "$dir" | awk '{print $1; exit}')
+    cgroups=()
+    if [[ -n $init ]]; then
+      for t in "/proc/$init/root"{/var/lib/containerd/io.containerd.grpc.v1.cri/*,/run/containerd/io.containerd.runtime.v2.task/k8s.io}/*/; do
+        [[ -d $t ]] && cgroups+=(/sys/fs/cgroup/*/k8s.io/"$(basename "$t")")
+      done
+    fi
     # The namespace's first process: once it ends, the kernel ends every process inside.
     # shellcheck disable=SC2046
     python3 "$(dirname "$0")/labproc.py" stop --grace=5 "node $dir" $(ns_init "$dir")
-    wait_until 10 0.1 "node $dir to stop" gone "$dir" || die "node $dir did not stop" ;;
+    wait_until 10 0.1 "node $dir to stop" gone "$dir" || die "node $dir did not stop"
+    for c in "${cgroups[@]}"; do [[ ! -d $c ]] || wait_until 10 0.1 "cgroup $c to empty" rmdir "$c" 2>/dev/null || true; done
+    rmdir /sys/fs/cgroup/*/k8s.io 2>/dev/null || true ;;  # only where no other containerd's Pods are
   *) die "usage: start DIR CONTAINERD HOSTNAME [CLUSTER] | stop DIR | pid DIR | stop-all CLUSTER" ;;
 esac

@@ -11,20 +11,18 @@ import os
 import time
 import weakref
 
-import urllib3
 from gevent.lock import Semaphore
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.fleet import NodeRuntime
 from gpuop.fleet import api_view, fleet_gaps, fleet_table, node_entry, node_findings, runtime_view
+from gpuop.kubeapi import CONNECT_TIMEOUT_S, api_client, in_words, where
 from gpuop.textfile import write_textfile
 
 _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
-CONNECT_TIMEOUT_S = 5
 PAGE = 500  # objects per list request
 
 
@@ -49,21 +47,6 @@ _LISTS = (("Node", "CoreV1Api", "list_node"), ("RuntimeClass", "NodeV1Api", "lis
           ("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"))
 
 
-def _in_words(e: Exception, deadline_s: float) -> str:
-    """Why a read of the cluster failed, in one sentence (no client's retry chatter)."""
-    if isinstance(e, ApiException):
-        return f"the API server refused: {e.status} {e.reason}"
-    if isinstance(e, urllib3.exceptions.MaxRetryError) and e.reason is not None:
-        e = e.reason
-    if isinstance(e, urllib3.exceptions.ConnectTimeoutError):
-        return f"the API server did not complete a connection within {CONNECT_TIMEOUT_S}s (it accepts, then stalls)"
-    if isinstance(e, (urllib3.exceptions.TimeoutError, TimeoutError)):
-        return f"the API server gave no answer within the read's {deadline_s}s"
-    if isinstance(e, urllib3.exceptions.NewConnectionError):
-        return f"the API server cannot be reached: {str(e).rsplit(': ', 1)[-1]}"
-    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-
-
 def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = PAGE) -> tuple:
     """Every Node, RuntimeClass, Pod and DaemonSet of the cluster, as plain JSON (the API's own
     field names, ``kind`` set), read from the operator's kubeconfig and context on this machine,
@@ -73,16 +56,10 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
 
         read_cluster("", "prod-east", 20)[0][0]["kind"] -> "Node"
     """
-    where = f"kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}, " \
-            f"context {context or '(current)'}"
     started = time.monotonic()
     try:
-        configuration = client.Configuration()
-        config.load_kube_config(config_file=kubeconfig or None, context=context or None,
-                                client_configuration=configuration)
-        configuration.retries = False
         objects, requests = [], 0
-        with client.ApiClient(configuration) as api:
+        with api_client(kubeconfig, context) as api:
             for kind, group, method in _LISTS:
                 token = None
                 while True:
@@ -95,8 +72,8 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
                     if not token:
                         break
     except Exception as e:  # a missing file, a bad context, a refused or stalled API server
-        raise DeployError(f"the cluster cannot be read ({where}): {_in_words(e, deadline_s)}") from None
-    return objects, {"from": where, "requests": requests, "reads": 1,
+        raise DeployError(f"the cluster cannot be read ({where(kubeconfig, context)}): {in_words(e, deadline_s)}") from None
+    return objects, {"from": where(kubeconfig, context), "requests": requests, "reads": 1,
                      "seconds": round(time.monotonic() - started, 3)}
 
 

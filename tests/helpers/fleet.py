@@ -2,6 +2,7 @@
 UTS namespaces (lab/simnode.sh), with its own containerd of a chosen version at the default paths,
 its own sshd on a loopback port, and a kwok Node of the same name with Pods bound to it."""
 
+import contextlib
 import glob
 import hashlib
 import json
@@ -43,6 +44,7 @@ class Node:
     supervised: bool = False  # its containerd started again whenever it ends (systemd's Restart=always)
     aks_pod: bool = False  # a GPU Pod of RuntimeClass fleet-aks (handler nvidia-container-runtime) bound to it too
     knobs: dict = field(default_factory=dict)  # its own keys in the nodes file (gpu_handler...)
+    registered: bool = False  # its kubelet (on its own containerd) registers it in the lab cluster: Pods run on it
     files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
     dir: str = ""
     port: int = 0
@@ -191,15 +193,34 @@ def k3s(version: str) -> list:
             f"{crictl()} --config /dev/null --runtime-endpoint unix://{K3S_SOCKET} --timeout 3s info >/dev/null 2>&1 || true"]
 
 
-def kubelet(dir_: str, endpoint: str, layout: str = "yaml") -> list:
-    """A real kubelet, standalone (no API server: it only talks to its runtime), on ``endpoint``,
-    its configuration laid out as ``layout`` says: ``yaml``, one --config file that names the
-    endpoint; ``eks``, as EKS AL2023's nodeadm writes it, a JSON --config without it and the
+CLUSTER_DIR = os.path.expanduser(f"~/.kwok/clusters/{LAB}")  # the lab's CA and admin kubeconfig
+READ_IMAGE = "docker.io/library/busybox:1.37"  # the cluster reach's default image (node_pod_image), as the lab imports it
+
+
+def host_ip() -> str:
+    """This machine's own address, where a registered kubelet is reached (kubelet refuses a
+    loopback node IP); a UDP socket's connect sends nothing."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))
+        return s.getsockname()[0]
+
+
+def kubelet(dir_: str, endpoint: str, layout: str = "yaml", register: str = "") -> list:
+    """A real kubelet on ``endpoint``, standalone (no API server: it only talks to its runtime),
+    or, with ``register``, registering node ``register`` in the lab cluster at this machine's
+    address (its own port: the API server reaches it there for a Pod's log), labelled and tainted as the
+    fleet's; its configuration laid out as ``layout`` says: ``yaml``, one --config file that
+    names the endpoint; ``eks``, as EKS AL2023's nodeadm writes it, a JSON --config without it and the
     endpoint in a JSON drop-in of --config-dir; ``rke2``, as RKE2 starts it, only a --config-dir
     whose YAML drop-in holds everything. What it writes outside its root is the node's own: the
     sysctls it sets (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops are not namespaced)
     land in files bound over them, and /var/log is an overlay like /var/lib."""
-    config = labcluster.kubelet_config(endpoint, free_port())
+    if register:
+        config = labcluster.kubelet_config(endpoint, free_port(), f"{CLUSTER_DIR}/pki/ca.crt", **labcluster.REAL_NODE)
+    else:
+        config = labcluster.kubelet_config(endpoint, free_port())
     head = {k: config[k] for k in ("apiVersion", "kind")}
     if layout == "yaml":
         files, flags = {"kubelet.yaml": yaml.safe_dump(config)}, f"--config {dir_}/kubelet.yaml"
@@ -221,11 +242,50 @@ def kubelet(dir_: str, endpoint: str, layout: str = "yaml") -> list:
              for f in ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")]
     writes = [line for name, text in files.items()
               for line in (f"mkdir -p {os.path.dirname(f'{dir_}/{name}')}", write_file(f"{dir_}/{name}", text + "\n"))]
+    if register:
+        flags += (f" --kubeconfig {CLUSTER_DIR}/kubeconfig.yaml --hostname-override {register} --node-ip {host_ip()}"
+                  f" --node-labels {MARK}=true --register-with-taints {MARK}=true:NoSchedule")
     return [*masks, *writes,
             f"mkdir -p {dir_}/varlog/upper {dir_}/varlog/work",
             f"mount -t overlay overlay -o lowerdir=/var/log,upperdir={dir_}/varlog/upper,workdir={dir_}/varlog/work /var/log",
             f"setsid {built('kubelet', 'kubelet')} {flags} --root-dir /var/lib/kubelet "
             f"</dev/null >{dir_}/kubelet.log 2>&1 &"]
+
+
+def pod_ready(node: Node) -> tuple:
+    """What a registered node's containerd needs to run Pods (its config's CRI part, and hook
+    lines run inside before it starts and once it answers): the stand-in Pod network in the
+    node's directory, its root on a plain directory (overlayfs snapshots cannot sit on the
+    node's /var/lib overlay), its runc shim beside a built binary, and the images nothing can
+    pull here, imported into its store: its sandbox image (the stand-in program) and the
+    cluster reach's (Debian's static busybox, lab/standin/images.py)."""
+    from gpuop.containerd import kubelet_node_cri
+
+    cni = os.path.join(node.dir, "cni")
+    os.makedirs(os.path.join(cni, "bin"), exist_ok=True)
+    os.makedirs(os.path.join(cni, "net.d"), exist_ok=True)
+    with open(os.path.join(HERE, "lab/standin/cni"), "rb") as f, open(os.path.join(cni, "bin/gpuop-lab"), "wb") as out:
+        out.write(f.read())
+    os.chmod(os.path.join(cni, "bin/gpuop-lab"), 0o755)
+    if not os.path.lexists(os.path.join(cni, "bin/loopback")):
+        os.symlink("/usr/lib/cni/loopback", os.path.join(cni, "bin/loopback"))
+    with open(os.path.join(cni, "net.d/10-gpuop-lab.conflist"), "w") as f:
+        json.dump({"cniVersion": "1.0.0", "name": "gpuop-lab", "plugins": [{"type": "gpuop-lab", "subnet": "10.89.0"}]}, f)
+    containerd = binary(node.version)
+    if not os.path.exists(os.path.join(os.path.dirname(containerd), "containerd-shim-runc-v2")):
+        run([os.path.join(HERE, "lab/build.sh"), "shim", node.version], timeout_s=1800, check=True)
+    default = run([containerd, "config", "default"], timeout_s=30, check=True).stdout
+    sandbox = next(line.split("=", 1)[1].strip().strip("'\"") for line in default.splitlines()
+                   if line.strip().startswith(("sandbox_image", "sandbox ")) and "=" in line)
+    images = os.path.join(HERE, "lab/standin/images.py")
+    pause, reader = os.path.join(node.dir, "pause.tar"), os.path.join(node.dir, "read.tar")
+    run(["python3", images, pause, built("standin", "standin"), f"{sandbox}=pause"], timeout_s=60, check=True)
+    run(["python3", images, "--busybox", reader, "/bin/busybox", READ_IMAGE], timeout_s=60, check=True)
+    ctr = "ctr --address /run/containerd/containerd.sock --namespace k8s.io --timeout 20s"
+    store = os.path.join(node.dir, "containerd-root")
+    return (kubelet_node_cri(f"{cni}/bin", f"{cni}/net.d"),
+            [f"mkdir -p {store} /var/lib/containerd", f"mount --bind {store} /var/lib/containerd"],
+            [f"{ctr} images import --all-platforms {pause} >/dev/null", f"{ctr} images import --all-platforms {reader} >/dev/null"])
 
 
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what kubelet sets
@@ -247,9 +307,11 @@ def host_files() -> dict:
 def start(node: Node, root: str, pubkey: str) -> Node:
     """Start ``node`` under ``root`` (its files, its sshd trusting ``pubkey``)."""
     node.dir, node.port = os.path.join(root, node.name), free_port()
-    after = node.after + (kubelet(node.dir, node.kubelet, node.kubelet_layout) if node.kubelet else [])
     os.makedirs(os.path.join(node.dir, "etc", "conf.d"), exist_ok=True)
-    files = {CONFIG: tomli_w.dumps(main_config(node.imports)), **node.files}
+    node_cri, store, imports = pod_ready(node) if node.registered else (None, [], [])
+    after = node.after + imports + (kubelet(node.dir, node.kubelet, node.kubelet_layout, node.name if node.registered else "")
+                                    if node.kubelet else [])
+    files = {CONFIG: tomli_w.dumps(main_config(node.imports, node_cri=node_cri)), **node.files}
     for path, text in files.items():
         with open(os.path.join(node.dir, "etc", os.path.relpath(path, "/etc/containerd")), "w") as f:
             f.write(text)
@@ -257,7 +319,7 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     # then writes its introspection uuid once, for good: a real node has it before any audit.
     first_status = (f"{crictl()} --config /dev/null --runtime-endpoint unix:///run/containerd/containerd.sock "
                     "--timeout 3s info >/dev/null 2>&1 || true")
-    for hook, lines in (("before.sh", node.before), ("after.sh", after + [first_status])):
+    for hook, lines in (("before.sh", store + node.before), ("after.sh", after + [first_status])):
         if lines:
             path = os.path.join(node.dir, hook)
             with open(path, "w") as f:
@@ -273,6 +335,27 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     run([NODE_SH, "start", node.dir, binary(node.version), node.hostname or node.name, LAB], timeout_s=60,
         check=True, env=env)
     return node
+
+
+@contextlib.contextmanager
+def running(nodes, root: str):
+    """``nodes`` started under ``root``, their sshd trusting a key made there (its path is
+    yielded), stopped and their cluster objects deleted at the end, whatever happened; and,
+    when all went well, nothing of theirs left on the host (``host_files``)."""
+    host_before = host_files()
+    key, pubkey = keypair(root)
+    delete_cluster_objects(nodes)
+    started = []
+    try:
+        for n in nodes:
+            started.append(n)  # before it starts: one whose start fails half-way is stopped too
+            start(n, root, pubkey)
+        yield key
+    finally:
+        for n in started:
+            stop(n)
+        delete_cluster_objects(nodes)
+    assert host_files() == host_before
 
 
 def stop(node: Node):
@@ -316,8 +399,11 @@ def _write_nodes_file(nodes, key: str, path: str, **rest) -> str:
 def defaults_file(nodes, key: str, path: str) -> str:
     """A nodes file with no hosts: the cluster lists the fleet's GPU nodes (by its label), each
     reached at its InternalIP with the settings for all, and its own sshd's port as its override."""
+    # a registered node's InternalIP is this machine's (kubelet refuses loopback); its sshd, loopback's
     return _write_nodes_file(nodes, key, path, node_selector=f"{MARK}=true",
-                             overrides={n.name: {"ssh_port": n.port, **n.knobs} for n in nodes})
+                             overrides={n.name: {"ssh_port": n.port, **n.knobs,
+                                                 **({"ssh_hostname": "127.0.0.1"} if n.registered else {})}
+                                        for n in nodes})
 
 
 def nodes_file(nodes, key: str, path: str, node_names: dict) -> str:
@@ -346,8 +432,9 @@ def cluster_objects(nodes, gpus: int = 4) -> str:
                                    "spec": {"nodeSelector": {MARK: "true"}, "tolerations": toleration,
                                             "containers": [{"name": "toolkit", "image": "toolkit:v1.17.0"}]}}}}]
     for n in nodes:
-        node = labcluster.kwok_node(n.name, labels={MARK: "true"}, capacity={"nvidia.com/gpu": str(gpus)})
-        docs.append({**node, "spec": {"taints": [{"key": MARK, "value": "true", "effect": "NoSchedule"}]}})
+        if not n.registered:  # a registered node's Node is its kubelet's
+            node = labcluster.kwok_node(n.name, labels={MARK: "true"}, capacity={"nvidia.com/gpu": str(gpus)})
+            docs.append({**node, "spec": {"taints": [{"key": MARK, "value": "true", "effect": "NoSchedule"}]}})
         gpu = {"name": "cuda", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
         docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"gpu-{n.name}", "namespace": NAMESPACE},
                      "spec": {"nodeName": n.name, "runtimeClassName": "fleet-nvidia", "tolerations": toleration,
@@ -368,6 +455,8 @@ def create_cluster_objects(nodes, gpus: int = 4):
     for n in nodes:  # reached on loopback, as a node at its InternalIP (its own sshd's port)
         status = {"capacity": have, "allocatable": have,
                   "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": n.name}]}
+        if n.registered:  # its kubelet says the rest: GPUs advertised as a device plugin would
+            status = {k: {"nvidia.com/gpu": str(gpus)} for k in ("capacity", "allocatable")}
         kubectl("patch", "node", n.name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
         if n.api_handlers:
             handlers = [{"name": h, "features": {"recursiveReadOnlyMounts": True}} for h in n.api_handlers]
@@ -376,6 +465,8 @@ def create_cluster_objects(nodes, gpus: int = 4):
 
 
 def delete_cluster_objects(nodes):
+    # Pods at once, without grace: a registered node's kubelet may be gone, and would never confirm.
+    kubectl("delete", "daemonset,pod", "--all", "-n", NAMESPACE, "--grace-period=0", "--force", "--ignore-not-found")
     kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s")
     kubectl("delete", "runtimeclass", "fleet-nvidia", "fleet-kata", "fleet-aks", "--ignore-not-found")
     if nodes:

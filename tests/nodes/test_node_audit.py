@@ -128,27 +128,14 @@ def _cluster_state():
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
-    host_before = fleet.host_files()
+    """The fleet, its kubelets included, leaves nothing on the host: the sysctls kubelet sets too."""
     root = str(tmp_path_factory.mktemp("fleet"))
-    key, pubkey = fleet.keypair(root)
     nodes = planted()
-    fleet.delete_cluster_objects(nodes)
-    started = []
-    try:
-        for n in nodes:
-            started.append(n)  # before it starts: one whose start fails half-way is stopped too
-            fleet.start(n, root, pubkey)
+    with fleet.running(nodes, root) as key:
         fleet.create_cluster_objects(nodes)
         kubectl("rollout", "status", "-n", fleet.NAMESPACE, "daemonset/fleet-container-toolkit", "--timeout=120s")
         kubectl("wait", "-n", fleet.NAMESPACE, "--for=condition=Ready", "pod", "--all", "--timeout=120s")
-        path = fleet.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {"gpu-incident": "gpu-incident"})
-        yield nodes, path, root
-    finally:
-        for n in started:
-            fleet.stop(n)
-        fleet.delete_cluster_objects(nodes)
-    # the fleet, its kubelet included, left nothing on the host: the sysctls kubelet sets too
-    assert fleet.host_files() == host_before
+        yield nodes, fleet.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {"gpu-incident": "gpu-incident"}), root
 
 
 @pytest.fixture(scope="module")

@@ -86,7 +86,8 @@ def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
     (name, data), = hosts
     assert data["_sudo"] is True and data["ssh_strict_host_key_checking"] == "yes"
     knobs = parse_node_knobs({"gpu_handler": "nvidia", "crictl_binary": "crictl", "node_read_timeout_s": 150,
-                              "cluster_read_timeout_s": 20, **data})
+                              "cluster_read_timeout_s": 20, "reach": "ssh", "node_pod_image": "busybox:1.37",
+                              "node_pod_namespace": "default", **data})
     assert knobs.node_name == "ip-10-0-0-1" and knobs.report == ""
     with pytest.raises(HostsFileError, match="ssh_hostname missing; expected the address of the node"):
         load_hosts("hosts:\n  a:\n    node_name: x\n", "nodes.yaml", "the node", NODE_PARSERS)
@@ -158,3 +159,22 @@ def test_the_fleets_reporter_takes_the_files_settings_for_all_nodes():
     text = "defaults: {ssh_user: u, ssh_key: k, kube_context: prod, report: fleet.json}\nhosts: {a: {ssh_hostname: x}}\n"
     assert load_nodes(text, "nodes.yaml", NODE_PARSERS).settings(NODE_PARSERS) == {"kube_context": "prod",
                                                                                     "report": "fleet.json"}
+
+
+def test_a_node_read_through_the_cluster_needs_no_address_and_is_named_by_its_node():
+    import pytest
+
+    from gpuop.hosts import HostsFileError, inventory_names, load_nodes
+    from gpuop.knobs import NODE_PARSERS
+    text = "hosts:\n  a:\n    reach: cluster\n    node_name: ip-10-0-0-1\n  b:\n    ssh_hostname: 10.0.0.2\n"
+    hosts = load_nodes(text, "nodes.yaml", NODE_PARSERS).hosts
+    assert [n for n, _ in inventory_names(hosts, "nodes.yaml")] == ["@kubenode/ip-10-0-0-1", "b"]
+    # --data reach=cluster (given) is above every host's own: b's node is its host name
+    hosts = load_nodes(text, "nodes.yaml", NODE_PARSERS, {"reach": "cluster"}).hosts
+    assert [n for n, _ in inventory_names(hosts, "nodes.yaml")] == ["@kubenode/ip-10-0-0-1", "@kubenode/b"]
+    twice = "hosts:\n  a:\n    reach: cluster\n    node_name: x\n  b:\n    reach: cluster\n    node_name: x\n"
+    with pytest.raises(HostsFileError, match="hosts a and b both read node x through the cluster"):
+        inventory_names(load_nodes(twice, "nodes.yaml", NODE_PARSERS).hosts, "nodes.yaml")
+    with pytest.raises(HostsFileError, match="host a: reach='kubectl': expected one of ssh, cluster"):
+        inventory_names(load_nodes("hosts:\n  a:\n    reach: kubectl\n    ssh_hostname: h\n", "nodes.yaml",
+                                   NODE_PARSERS).hosts, "nodes.yaml")

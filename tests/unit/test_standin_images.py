@@ -28,3 +28,16 @@ def test_each_name_is_an_image_running_the_program_as_its_role():
         assert config["rootfs"]["diff_ids"] == [manifest["layers"][0]["digest"]]
         found[entry["annotations"]["io.containerd.image.name"]] = config["config"]["Entrypoint"]
     assert found == {name: ["/standin", role] for name, role in wanted.items()}
+
+
+def test_the_read_image_is_busybox_with_sh_and_nsenter_on_path():
+    data = images.busybox_archive(b"\x7fELF busybox", "docker.io/library/busybox:1.37")
+    tar = tarfile.open(fileobj=io.BytesIO(data))
+    blob = lambda digest: tar.extractfile(f"blobs/sha256/{digest.split(':')[1]}").read()  # noqa: E731
+    [entry] = json.loads(tar.extractfile("index.json").read())["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == "docker.io/library/busybox:1.37"
+    manifest = json.loads(blob(entry["digest"]))
+    assert json.loads(blob(manifest["config"]["digest"]))["config"]["Env"] == ["PATH=/bin"]
+    layer = tarfile.open(fileobj=io.BytesIO(blob(manifest["layers"][0]["digest"])))
+    assert layer.extractfile("bin/busybox").read() == b"\x7fELF busybox"
+    assert {m.name: m.linkname for m in layer.getmembers() if m.issym()} == {"bin/sh": "busybox", "bin/nsenter": "busybox"}

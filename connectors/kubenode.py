@@ -1,0 +1,185 @@
+"""
+Read a Kubernetes node through its cluster, with no SSH: ``@kubenode/NODE``.
+
+Each command runs in one short-lived Pod bound to the node (``gpuop.nodepod``: host PID,
+privileged, in the node's own namespaces, as ``kubectl debug node/NODE --profile=sysadmin``),
+and comes back through the Pod's log, which the API server reads from the node's kubelet. The
+Pod is deleted once read, ends by itself at its deadline (``activeDeadlineSeconds``) if this
+run dies first, and a later run removes any left on the node. The cluster is the one of the
+host's ``kubeconfig`` and ``kube_context``; the image is ``node_pod_image`` (any image with a
+shell and ``nsenter``), in namespace ``node_pod_namespace``.
+
+.. code:: shell
+
+    pyinfra @kubenode/gpu-a audit.py   # nodes.py names each node so with reach=cluster
+
+Read-only: files cannot be put or got this way.
+"""
+
+import json
+import secrets
+import time
+
+from pyinfra import logger
+from pyinfra.api.exceptions import ConnectError, InventoryError
+from pyinfra.connectors.base import BaseConnector
+from pyinfra.connectors.util import (CommandOutput, OutputLine, extract_control_arguments,
+                                     make_unix_command_for_host)
+
+from gpuop import nodepod
+from gpuop.knobs import KnobError, parse_node_knobs
+
+POLL_S = 0.5  # between two looks at the read Pod
+PROGRESS_S = 10  # how often a read Pod still running is said
+
+
+class KubeNodeConnector(BaseConnector):
+    handles_execution = True
+
+    @staticmethod
+    def make_names_data(name=None):
+        if not name:
+            raise InventoryError("@kubenode needs the node's name: @kubenode/NODE")
+        yield f"@kubenode/{name}", {"node_name": name}, ["@kubenode"]
+
+    def connect(self) -> None:
+        """The cluster's client (the kubernetes library is loaded here, by a fleet audit only), and
+        the read Pods an earlier run left on this node, removed."""
+        from kubernetes import client
+
+        from gpuop import kubeapi
+
+        self.kubeapi = kubeapi
+        try:
+            self.knobs = parse_node_knobs(self.host.data)
+        except KnobError as bad:
+            raise ConnectError(f"{bad} (nothing was read)") from None
+        self.node = self.knobs.node_name or self.host.name.split("/", 1)[-1]
+        self.namespace = self.knobs.node_pod_namespace
+        self.where = kubeapi.where(self.knobs.kubeconfig, self.knobs.kube_context)
+        try:
+            self.api = kubeapi.api_client(self.knobs.kubeconfig, self.knobs.kube_context)
+            self.core = client.CoreV1Api(self.api)
+            self._remove_leftovers()
+        except Exception as e:  # a missing file, a bad context, a refused or stalled API server
+            raise ConnectError(f"node {self.node} cannot be read through the cluster ({self.where}): "
+                               f"{self._words(e, self.knobs.cluster_read_timeout_s)}") from None
+
+    def disconnect(self) -> None:
+        api = getattr(self, "api", None)
+        if api is not None:
+            api.close()
+
+    def _words(self, e: Exception, deadline_s: float) -> str:
+        """A failed request in one sentence, with the API server's own words (an admission's refusal)."""
+        try:
+            message = json.loads(getattr(e, "body", None))["message"]
+        except (TypeError, ValueError, KeyError):
+            message = ""
+        return self.kubeapi.in_words(e, deadline_s) + (f": {message}" if message else "")
+
+    def _timeout(self, left_s: float) -> tuple:
+        left_s = max(0.1, left_s)
+        return (min(self.kubeapi.CONNECT_TIMEOUT_S, left_s), left_s)
+
+    def _remove_leftovers(self) -> None:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"{nodepod.NODE_LABEL}={self.node}",
+                                             _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s))
+        plain = [self.api.sanitize_for_serialization(p) for p in pods.items]
+        for name in nodepod.leftovers(plain, time.time()):
+            logger.info(f"{self.host.print_prefix}removing read Pod {self.namespace}/{name}, "
+                        "left by an earlier run")
+            self._delete(name)
+
+    def _delete(self, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0,
+                                            _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s))
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def run_shell_command(self, command, print_output=False, print_input=False, **arguments):
+        """Run ``command`` in a read Pod on the node, within ``_timeout`` (else the node's
+        ``node_read_timeout_s``): (success, its output). A Pod that does not complete in time
+        is named with its state and its newest event."""
+        control = extract_control_arguments(arguments)
+        deadline_s = int(control.get("_timeout") or self.knobs.node_read_timeout_s)
+        arguments.update(_sudo=False, _su_user=None)  # the Pod runs as the node's root
+        unix = make_unix_command_for_host(self.state, self.host, command, **arguments).get_raw_value()
+        logger.debug(f"--> Running command on {self.host.name}: (a read Pod in {self.namespace}) {unix}")
+        if print_input:
+            logger.info(f"{self.host.print_prefix}>>> {unix}")
+        token = f"gpuop-{secrets.token_hex(8)}"
+        manifest = nodepod.pod_manifest(self.node, unix, token, self.knobs.node_pod_image,
+                                        self.namespace, deadline_s)
+        started, name = time.monotonic(), None
+        try:
+            name = self.core.create_namespaced_pod(self.namespace, manifest,
+                                                   _request_timeout=self._timeout(deadline_s)).metadata.name
+            pod = self._wait(name, started, deadline_s)
+            if not nodepod.finished(pod):
+                return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} did not "
+                                    f"complete within {deadline_s}s: {self._state(name, pod)}")
+            log = self.core.read_namespaced_pod_log(name, self.namespace, container="read",
+                                                    _preload_content=False,
+                                                    _request_timeout=self._timeout(deadline_s - (time.monotonic() - started)))
+            status, out, err = nodepod.parsed_log(log.data.decode(errors="replace"), token)
+        except Exception as e:
+            return False, _said(f"read Pod on node {self.node} ({self.where}): "
+                                f"{self._words(e, deadline_s)}")
+        finally:
+            if name is not None:
+                try:
+                    self._delete(name)
+                except Exception as e:  # its deadline ends it; the next run removes it
+                    logger.warning(f"{self.host.print_prefix}read Pod {name} not deleted: {self._words(e, 5)}")
+        if status is None:  # the container ended before the command did (nsenter missing, killed)
+            return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} ended "
+                                f"without the command's end: {nodepod.pod_state(pod, [])}", *out, *err)
+        lines = [OutputLine("stdout", line) for line in out] + [OutputLine("stderr", line) for line in err]
+        if print_output:
+            for line in lines:
+                logger.info(f"{self.host.print_prefix}{line.line}")
+        ok = status in (control.get("_success_exit_codes") or (0,))
+        return ok, CommandOutput(lines)
+
+    def _wait(self, name: str, started: float, deadline_s: int) -> dict:
+        """The read Pod once it has ended, else as last seen at the deadline; progress said."""
+        said = started
+        while True:
+            left = deadline_s - (time.monotonic() - started)
+            pod = self.api.sanitize_for_serialization(self.core.read_namespaced_pod(
+                name, self.namespace, _request_timeout=self._timeout(left)))
+            if nodepod.finished(pod) or left <= POLL_S:
+                return pod
+            if time.monotonic() - said >= PROGRESS_S:
+                said = time.monotonic()
+                logger.info(f"{self.host.print_prefix}waiting for read Pod {name} on node {self.node} "
+                            f"({int(said - started)}s of {deadline_s}s): {nodepod.pod_state(pod, [])}")
+            time.sleep(POLL_S)
+
+    def _state(self, name: str, pod: dict) -> str:
+        """The read Pod's state, with its newest event."""
+        try:
+            events = self.core.list_namespaced_event(self.namespace,
+                                                     field_selector=f"involvedObject.name={name}",
+                                                     _request_timeout=self._timeout(5))
+            events = [self.api.sanitize_for_serialization(e) for e in events.items]
+        except Exception:  # the state alone is still worth saying
+            events = []
+        return nodepod.pod_state(pod, events)
+
+    def put_file(self, *args, **kwargs) -> bool:
+        logger.error(f"{self.host.print_prefix}the cluster reach only reads: no file is put on node {self.node}")
+        return False
+
+    def get_file(self, *args, **kwargs) -> bool:
+        logger.error(f"{self.host.print_prefix}the cluster reach runs one read command: no file is got from node {self.node}")
+        return False
+
+
+def _said(*lines: str) -> CommandOutput:
+    return CommandOutput([OutputLine("stderr", line) for line in lines])

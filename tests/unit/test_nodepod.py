@@ -1,0 +1,74 @@
+"""The cluster reach's read Pod (gpuop/nodepod.py): its command, its log read back, its state."""
+
+import subprocess
+import time
+
+from gpuop import nodepod
+
+TOKEN = "gpuop-0123456789abcdef"
+
+
+def through_the_pod_shell(command: str) -> str:
+    """What the read Pod's log holds for ``command``: its wrapped script run by a real sh."""
+    return subprocess.run(["sh", "-c", nodepod.wrapped(command, TOKEN)], capture_output=True, text=True,
+                          timeout=10, check=True).stdout
+
+
+def test_stdout_stderr_and_the_exit_status_come_back_apart():
+    log = through_the_pod_shell("echo one; echo oops >&2; echo two; exit 3")
+    assert nodepod.parsed_log(log, TOKEN) == (3, ["one", "two"], ["oops"])
+
+
+def test_stderr_written_amid_a_long_stdout_line_does_not_cut_it():
+    # as tar's warnings amid the base64 of the node's files
+    log = through_the_pod_shell("i=0; while [ $i -lt 50 ]; do printf '%04000d' 0; echo w$i >&2; i=$((i+1)); done; echo")
+    assert nodepod.parsed_log(log, TOKEN) == (0, ["0" * 200000], [f"w{i}" for i in range(50)])
+
+
+def test_a_command_that_succeeds_says_0_and_its_output_may_not_forge_the_marks():
+    log = through_the_pod_shell("echo 'gpuop-ffff exit 9'; printf 'no newline'")
+    assert nodepod.parsed_log(log, TOKEN) == (0, ["gpuop-ffff exit 9", "no newline"], [])
+
+
+def test_a_background_child_does_not_hold_the_status_back():
+    started = time.monotonic()
+    log = through_the_pod_shell("(sleep 5 >/dev/null 2>&1 4>&- &); echo done")
+    assert nodepod.parsed_log(log, TOKEN) == (0, ["done"], [])
+    assert time.monotonic() - started < 4
+
+
+def test_a_log_that_ends_before_the_command_has_no_status():
+    assert nodepod.parsed_log("half of it\n", TOKEN) == (None, ["half of it"], [])
+
+
+def test_the_pod_is_bound_privileged_in_the_nodes_namespaces_and_labelled():
+    pod = nodepod.pod_manifest("gpu-a", "cat /etc/hostname", TOKEN, "busybox:1.37", "default", 150)
+    spec = pod["spec"]
+    assert (spec["nodeName"], spec["hostPID"], spec["activeDeadlineSeconds"]) == ("gpu-a", True, 150)
+    assert spec["tolerations"] == [{"operator": "Exists"}] and spec["restartPolicy"] == "Never"
+    [container] = spec["containers"]
+    assert container["command"][:9] == ["nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--"]
+    assert container["securityContext"] == {"privileged": True}
+    assert pod["metadata"]["labels"][nodepod.NODE_LABEL] == "gpu-a"
+
+
+def test_a_pod_that_did_not_start_is_said_with_its_wait_and_newest_event():
+    pod = {"status": {"phase": "Pending", "containerStatuses": [
+        {"state": {"waiting": {"reason": "ErrImageNeverPull", "message": "image not present"}}}]}}
+    events = [{"reason": "Scheduled", "message": "old", "lastTimestamp": "2026-12-02T06:00:00Z"},
+              {"reason": "ErrImageNeverPull", "message": "Container image \"x\" is not present",
+               "lastTimestamp": "2026-12-02T06:00:05Z"}]
+    assert nodepod.pod_state(pod, events) == ("phase Pending, container waiting: ErrImageNeverPull (image not present), "
+                                              "last event ErrImageNeverPull: Container image \"x\" is not present")
+    assert nodepod.pod_state({"status": {"phase": "Pending"}}, []) == "phase Pending, no kubelet has taken it"
+
+
+def test_leftovers_are_ended_pods_and_those_past_their_deadline_not_a_live_read():
+    def pod(name, phase, age_s, deadline_s=150):
+        born = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - age_s))
+        return {"metadata": {"name": name, "creationTimestamp": born},
+                "spec": {"activeDeadlineSeconds": deadline_s}, "status": {"phase": phase}}
+
+    pods = [pod("done", "Succeeded", 5), pod("failed", "Failed", 5), pod("live", "Running", 20),
+            pod("stuck", "Pending", 400)]
+    assert nodepod.leftovers(pods, time.time()) == ["done", "failed", "stuck"]
