@@ -57,6 +57,7 @@ class KubeNodeConnector(BaseConnector):
         self.node = self.knobs.node_name or self.host.name.split("/", 1)[-1]
         self.namespace = self.knobs.node_pod_namespace
         self.where = kubeapi.where(self.knobs.kubeconfig, self.knobs.kube_context)
+        self.requests = 0
         try:
             self.api = kubeapi.api_client(self.knobs.kubeconfig, self.knobs.kube_context)
             self.core = client.CoreV1Api(self.api)
@@ -78,13 +79,18 @@ class KubeNodeConnector(BaseConnector):
             message = ""
         return self.kubeapi.in_words(e, deadline_s) + (f": {message}" if message else "")
 
+    def _ask(self, call, *args, **kwargs):
+        """One request to the API server, counted (the run's debug log says how many a read took)."""
+        self.requests += 1
+        return call(*args, **kwargs)
+
     def _timeout(self, left_s: float) -> tuple:
         left_s = max(0.1, left_s)
         return (min(self.kubeapi.CONNECT_TIMEOUT_S, left_s), left_s)
 
     def _remove_leftovers(self) -> None:
-        pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"{nodepod.NODE_LABEL}={self.node}",
-                                             _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s))
+        pods = self._ask(self.core.list_namespaced_pod, self.namespace, label_selector=f"{nodepod.NODE_LABEL}={self.node}",
+                         _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s))
         plain = [self.api.sanitize_for_serialization(p) for p in pods.items]
         for name in nodepod.leftovers(plain, time.time()):
             logger.info(f"{self.host.print_prefix}removing read Pod {self.namespace}/{name}, "
@@ -95,8 +101,8 @@ class KubeNodeConnector(BaseConnector):
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0,
-                                            _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s))
+            self._ask(self.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0,
+                      _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s))
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -117,15 +123,15 @@ class KubeNodeConnector(BaseConnector):
                                         self.namespace, deadline_s)
         started, name = time.monotonic(), None
         try:
-            name = self.core.create_namespaced_pod(self.namespace, manifest,
-                                                   _request_timeout=self._timeout(deadline_s)).metadata.name
+            name = self._ask(self.core.create_namespaced_pod, self.namespace, manifest,
+                             _request_timeout=self._timeout(deadline_s)).metadata.name
             pod = self._wait(name, started, deadline_s)
             if not nodepod.finished(pod):
                 return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} did not "
                                     f"complete within {deadline_s}s: {self._state(name, pod)}")
-            log = self.core.read_namespaced_pod_log(name, self.namespace, container="read",
-                                                    _preload_content=False,
-                                                    _request_timeout=self._timeout(deadline_s - (time.monotonic() - started)))
+            left = deadline_s - (time.monotonic() - started)
+            log = self._ask(self.core.read_namespaced_pod_log, name, self.namespace, container="read",
+                            _preload_content=False, _request_timeout=self._timeout(left))
             status, out, err = nodepod.parsed_log(log.data.decode(errors="replace"), token)
         except Exception as e:
             return False, _said(f"read Pod on node {self.node} ({self.where}): "
@@ -139,6 +145,8 @@ class KubeNodeConnector(BaseConnector):
         if status is None:  # the container ended before the command did (nsenter missing, killed)
             return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} ended "
                                 f"without the command's end: {nodepod.pod_state(pod, [])}", *out, *err)
+        logger.debug(f"--> read Pod {self.namespace}/{name} on node {self.node}: {self.requests} API requests "
+                     f"so far, {time.monotonic() - started:.2f}s")
         lines = [OutputLine("stdout", line) for line in out] + [OutputLine("stderr", line) for line in err]
         if print_output:
             for line in lines:
@@ -151,8 +159,8 @@ class KubeNodeConnector(BaseConnector):
         said = started
         while True:
             left = deadline_s - (time.monotonic() - started)
-            pod = self.api.sanitize_for_serialization(self.core.read_namespaced_pod(
-                name, self.namespace, _request_timeout=self._timeout(left)))
+            pod = self.api.sanitize_for_serialization(self._ask(
+                self.core.read_namespaced_pod, name, self.namespace, _request_timeout=self._timeout(left)))
             if nodepod.finished(pod) or left <= POLL_S:
                 return pod
             if time.monotonic() - said >= PROGRESS_S:
@@ -164,9 +172,8 @@ class KubeNodeConnector(BaseConnector):
     def _state(self, name: str, pod: dict) -> str:
         """The read Pod's state, with its newest event."""
         try:
-            events = self.core.list_namespaced_event(self.namespace,
-                                                     field_selector=f"involvedObject.name={name}",
-                                                     _request_timeout=self._timeout(5))
+            events = self._ask(self.core.list_namespaced_event, self.namespace,
+                               field_selector=f"involvedObject.name={name}", _request_timeout=self._timeout(5))
             events = [self.api.sanitize_for_serialization(e) for e in events.items]
         except Exception:  # the state alone is still worth saying
             events = []
