@@ -29,8 +29,7 @@ from pyinfra.connectors.util import (CommandOutput, OutputLine, extract_control_
 from gpuop import nodepod
 from gpuop.knobs import KnobError, parse_node_knobs
 
-POLL_S = 0.5  # between two looks at the read Pod
-PROGRESS_S = 10  # how often a read Pod still running is said
+PROGRESS_S = 10  # how often a read Pod still running is said (one watch request each)
 
 
 class KubeNodeConnector(BaseConnector):
@@ -123,9 +122,10 @@ class KubeNodeConnector(BaseConnector):
                                         self.namespace, deadline_s)
         started, name = time.monotonic(), None
         try:
-            name = self._ask(self.core.create_namespaced_pod, self.namespace, manifest,
-                             _request_timeout=self._timeout(deadline_s)).metadata.name
-            pod = self._wait(name, started, deadline_s)
+            created = self._ask(self.core.create_namespaced_pod, self.namespace, manifest,
+                                _request_timeout=self._timeout(deadline_s))
+            name = created.metadata.name
+            pod = self._wait(created, started, deadline_s)
             if not nodepod.finished(pod):
                 return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} did not "
                                     f"complete within {deadline_s}s: {self._state(name, pod)}")
@@ -154,20 +154,39 @@ class KubeNodeConnector(BaseConnector):
         ok = status in (control.get("_success_exit_codes") or (0,))
         return ok, CommandOutput(lines)
 
-    def _wait(self, name: str, started: float, deadline_s: int) -> dict:
-        """The read Pod once it has ended, else as last seen at the deadline; progress said."""
-        said = started
-        while True:
+    def _wait(self, created, started: float, deadline_s: int) -> dict:
+        """The read Pod once it has ended, else as last seen at its deadline: watched (one
+        request per ``PROGRESS_S`` window, each window's end saying where it is), from the
+        version its creation returned, so that no change is missed."""
+        from kubernetes import watch
+
+        pod = self.api.sanitize_for_serialization(created)
+        name = pod["metadata"]["name"]
+        while not nodepod.finished(pod):
             left = deadline_s - (time.monotonic() - started)
-            pod = self.api.sanitize_for_serialization(self._ask(
-                self.core.read_namespaced_pod, name, self.namespace, _request_timeout=self._timeout(left)))
-            if nodepod.finished(pod) or left <= POLL_S:
-                return pod
-            if time.monotonic() - said >= PROGRESS_S:
-                said = time.monotonic()
+            if left <= 0:
+                break
+            if time.monotonic() - started >= PROGRESS_S:
                 logger.info(f"{self.host.print_prefix}waiting for read Pod {name} on node {self.node} "
-                            f"({int(said - started)}s of {deadline_s}s): {nodepod.pod_state(pod, [])}")
-            time.sleep(POLL_S)
+                            f"({int(time.monotonic() - started)}s of {deadline_s}s): {nodepod.pod_state(pod, [])}")
+            watching = watch.Watch()
+            self.requests += 1
+            try:
+                for event in watching.stream(self.core.list_namespaced_pod, self.namespace,
+                                             field_selector=f"metadata.name={name}",
+                                             resource_version=pod["metadata"]["resourceVersion"],
+                                             timeout_seconds=max(1, int(min(PROGRESS_S, left))),
+                                             _request_timeout=self._timeout(left + 5)):
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        pod = self.api.sanitize_for_serialization(event["object"])
+                        if nodepod.finished(pod):
+                            watching.stop()
+            except Exception as e:  # a watch the API server ends early (410 Gone): look once
+                if getattr(e, "status", None) != 410:
+                    raise
+                pod = self.api.sanitize_for_serialization(self._ask(
+                    self.core.read_namespaced_pod, name, self.namespace, _request_timeout=self._timeout(left)))
+        return pod
 
     def _state(self, name: str, pod: dict) -> str:
         """The read Pod's state, with its newest event."""
