@@ -73,21 +73,24 @@ def read_pods() -> list:
     return (get("pods", "default", labelSelector=READS) or {}).get("items", [])
 
 
+def in_node(n: Node) -> list:
+    """(pid, argv) of every process in the node's pid namespace."""
+    pid_ns, found = os.readlink(f"/proc/{fleet.ns_pid(n)}/ns/pid"), []
+    for pid, args in fleet.labproc.processes():
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") == pid_ns:
+                found.append((pid, args))
+        except OSError:  # gone meanwhile
+            pass
+    return found
+
+
 def node_state(n: Node) -> dict:
     """What a read must leave as it was on the node: its containerd's files, its processes (by
     command line), and the Pods its kubelet keeps."""
-    pid_ns = os.readlink(f"/proc/{fleet.ns_pid(n)}/ns/pid")
-    processes = []
-    for p in os.listdir("/proc"):
-        try:
-            if p.isdigit() and os.readlink(f"/proc/{p}/ns/pid") == pid_ns:
-                with open(f"/proc/{p}/cmdline", "rb") as f:
-                    processes.append(f.read())
-        except OSError:  # gone meanwhile
-            pass
     pods = sorted(os.listdir(os.path.join(n.dir, "varlib/upper/kubelet/pods")))
-    return {"etc": fleet.tree(f"/proc/{fleet.ns_pid(n)}/root/etc/containerd"), "processes": sorted(processes),
-            "pods": pods}
+    return {"etc": fleet.tree(f"/proc/{fleet.ns_pid(n)}/root/etc/containerd"),
+            "processes": sorted(args for _, args in in_node(n)), "pods": pods}
 
 
 def _found(doc):
@@ -167,4 +170,22 @@ def test_a_node_whose_read_pod_cannot_start_is_named_with_its_event(reach, tmp_p
     assert any(reason in said for reason in ("ErrImagePull", "ImagePullBackOff")), said
     assert doc["unread"] == ["@kubenode/reach-incident"] and list(doc["nodes"]) == ["reach-healthy"]
     assert took < 20 + 60, took
+    assert read_pods() == []
+
+
+def test_a_node_whose_kubelet_is_gone_is_named_and_the_rest_is_reported(reach, tmp_path):
+    """Last: the node's kubelet stopped, as on a node gone NotReady: no kubelet takes its read
+    Pod, which is said at the node's deadline; the other node is reported."""
+    nodes, _, root = reach
+    incident = next(n for n in nodes if n.name == "reach-incident")
+    kubelets = [pid for pid, args in in_node(incident) if args[0].endswith("/kubelet")]
+    assert len(kubelets) == 1, kubelets
+    os.kill(kubelets[0], signal.SIGKILL)
+    path = fleet._write_nodes_file(nodes, os.path.join(root, "id_ed25519"), str(tmp_path / "nodes.yaml"),
+                                   node_selector=f"{fleet.MARK}=true",
+                                   overrides={"reach-incident": {"node_read_timeout_s": 15}})
+    run, doc = audit(path, str(tmp_path), "reach=cluster")
+    said = next(line for line in run.log.splitlines() if "did not complete within 15s" in line)
+    assert "on node reach-incident" in said and "phase Pending, no kubelet has taken it" in said, said
+    assert doc["unread"] == ["@kubenode/reach-incident"] and list(doc["nodes"]) == ["reach-healthy"]
     assert read_pods() == []
