@@ -9,8 +9,10 @@ Node that advertises nvidia.com/gpu or has a GPU Pod bound, reached at its Inter
 file's ``defaults`` and its own ``overrides`` entry; the cluster is the one ``kube_context`` and
 ``kubeconfig`` name (``--data``, else the file's defaults, else the current context; its
 deadline ``cluster_read_timeout_s``), and that
-read is the run's one read of it. A file or a cluster that cannot be used is one sentence,
-never a traceback.
+read is the run's one read of it. A node with ``reach: cluster`` (or all, ``--data
+reach=cluster``) is read through the cluster instead of SSH: it is ``@kubenode/NODE``
+(connectors/kubenode.py), and needs no address. A file or a cluster that cannot be used is one
+sentence, never a traceback.
 """
 
 import os
