@@ -129,6 +129,9 @@ class KubeNodeConnector(BaseConnector):
             if not nodepod.finished(pod):
                 return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} did not "
                                     f"complete within {deadline_s}s: {self._state(name, pod)}")
+            if not nodepod.ran(pod):  # ended before its container ran (evicted, deleted, its deadline)
+                return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} ended before "
+                                    f"its command ran: {self._state(name, pod)}")
             left = deadline_s - (time.monotonic() - started)
             log = self._ask(self.core.read_namespaced_pod_log, name, self.namespace, container="read",
                             _preload_content=False, _request_timeout=self._timeout(left))

@@ -16,6 +16,9 @@ NODE_LABEL = "gpuop.io/read-node"  # the node a read Pod reads: the next run rem
 NAME_PREFIX = "gpuop-read-"
 # The node's commands are found as a login finds them, whatever PATH the image sets.
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The kubelet ends a read Pod this long after the read's own deadline: the read gives up first
+# and says where its Pod is (the two racing, the Pod's end would hide why it never ran).
+KUBELET_MARGIN_S = 30
 
 
 def wrapped(command: str, token: str) -> str:
@@ -53,8 +56,9 @@ def parsed_log(text: str, token: str) -> tuple:
 
 def pod_manifest(node: str, command: str, token: str, image: str, namespace: str, deadline_s: int) -> dict:
     """The read Pod for ``node``: host PID, network and IPC, privileged, bound by ``nodeName``,
-    every taint tolerated, never restarted, ended by the kubelet after ``deadline_s``
-    (``activeDeadlineSeconds``), no service account token, labelled for its cleanup.
+    every taint tolerated, never restarted, ended by the kubelet ``KUBELET_MARGIN_S`` after the
+    read's ``deadline_s`` (``activeDeadlineSeconds``), no service account token, labelled for
+    its cleanup.
 
         pod_manifest("gpu-a", "cat /etc/os-release", "gpuop-1f", "busybox:1.37", "default", 150)["spec"]["nodeName"]
         -> "gpu-a"
@@ -64,7 +68,7 @@ def pod_manifest(node: str, command: str, token: str, image: str, namespace: str
             "metadata": {"generateName": NAME_PREFIX, "namespace": namespace,
                          "labels": {**MANAGED_BY, NODE_LABEL: node}},
             "spec": {"nodeName": node, "hostPID": True, "hostNetwork": True, "hostIPC": True,
-                     "restartPolicy": "Never", "activeDeadlineSeconds": deadline_s,
+                     "restartPolicy": "Never", "activeDeadlineSeconds": deadline_s + KUBELET_MARGIN_S,
                      "terminationGracePeriodSeconds": 0, "automountServiceAccountToken": False,
                      "enableServiceLinks": False, "tolerations": [{"operator": "Exists"}],
                      "containers": [{"name": "read", "image": image, "imagePullPolicy": "IfNotPresent",
@@ -77,6 +81,11 @@ def pod_manifest(node: str, command: str, token: str, image: str, namespace: str
 def finished(pod: dict) -> bool:
     """Whether the read Pod has ended (its container ran to an end, or it was ended)."""
     return ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed")
+
+
+def ran(pod: dict) -> bool:
+    """Whether the read Pod's container ran to an end (it has a log to read)."""
+    return any((cs.get("state") or {}).get("terminated") for cs in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
 def pod_state(pod: dict, events: list) -> str:

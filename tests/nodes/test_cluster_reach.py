@@ -173,6 +173,19 @@ def test_a_node_whose_read_pod_cannot_start_is_named_with_its_event(reach, tmp_p
     assert read_pods() == []
 
 
+def test_a_tainted_node_is_read_all_the_same(reach):
+    """A NoExecute taint (the one a kubelet admits no Pod past) keeps no read Pod out: it
+    tolerates every taint, as kubectl debug's does."""
+    nodes, path, root = reach
+    kubectl("taint", "node", "reach-healthy", "gpuop.test/drain=now:NoExecute")
+    try:
+        run, doc = audit(path, root, "reach=cluster", name="tainted.json")
+    finally:
+        kubectl("taint", "node", "reach-healthy", "gpuop.test/drain=now:NoExecute-")
+    assert doc["unread"] == [] and sorted(doc["nodes"]) == ["reach-healthy", "reach-incident"], run.log[-3000:]
+    assert sorted(doc["nodes"]["reach-healthy"]["loaded"]) == ["nvidia", "runc"]
+
+
 def test_a_node_whose_kubelet_is_gone_is_named_and_the_rest_is_reported(reach, tmp_path):
     """Last: the node's kubelet stopped, as on a node gone NotReady: no kubelet takes its read
     Pod, which is said at the node's deadline; the other node is reported."""

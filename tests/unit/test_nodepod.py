@@ -44,7 +44,8 @@ def test_a_log_that_ends_before_the_command_has_no_status():
 def test_the_pod_is_bound_privileged_in_the_nodes_namespaces_and_labelled():
     pod = nodepod.pod_manifest("gpu-a", "cat /etc/hostname", TOKEN, "busybox:1.37", "default", 150)
     spec = pod["spec"]
-    assert (spec["nodeName"], spec["hostPID"], spec["activeDeadlineSeconds"]) == ("gpu-a", True, 150)
+    # the read gives up first: the kubelet ends the Pod a margin after the read's deadline
+    assert (spec["nodeName"], spec["hostPID"], spec["activeDeadlineSeconds"]) == ("gpu-a", True, 150 + nodepod.KUBELET_MARGIN_S)
     assert spec["tolerations"] == [{"operator": "Exists"}] and spec["restartPolicy"] == "Never"
     [container] = spec["containers"]
     assert container["command"][:9] == ["nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--"]
@@ -61,6 +62,13 @@ def test_a_pod_that_did_not_start_is_said_with_its_wait_and_newest_event():
     assert nodepod.pod_state(pod, events) == ("phase Pending, container waiting: ErrImageNeverPull (image not present), "
                                               "last event ErrImageNeverPull: Container image \"x\" is not present")
     assert nodepod.pod_state({"status": {"phase": "Pending"}}, []) == "phase Pending, no kubelet has taken it"
+
+
+def test_a_pod_ran_only_once_its_container_ended():
+    ended = {"status": {"phase": "Failed", "reason": "DeadlineExceeded", "containerStatuses": [
+        {"state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}
+    assert nodepod.finished(ended) and not nodepod.ran(ended)
+    assert nodepod.ran({"status": {"phase": "Succeeded", "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}]}})
 
 
 def test_leftovers_are_ended_pods_and_those_past_their_deadline_not_a_live_read():
