@@ -396,13 +396,15 @@ def _write_nodes_file(nodes, key: str, path: str, **rest) -> str:
     return path
 
 
-def defaults_file(nodes, key: str, path: str) -> str:
+def defaults_file(nodes, key: str, path: str, knobs: dict | None = None) -> str:
     """A nodes file with no hosts: the cluster lists the fleet's GPU nodes (by its label), each
-    reached at its InternalIP with the settings for all, and its own sshd's port as its override."""
+    reached at its InternalIP with the settings for all, and its own sshd's port as its override,
+    with ``knobs`` (node name -> knobs) on top."""
     # a registered node's InternalIP is this machine's (kubelet refuses loopback); its sshd, loopback's
     return _write_nodes_file(nodes, key, path, node_selector=f"{MARK}=true",
                              overrides={n.name: {"ssh_port": n.port, **n.knobs,
-                                                 **({"ssh_hostname": "127.0.0.1"} if n.registered else {})}
+                                                 **({"ssh_hostname": "127.0.0.1"} if n.registered else {}),
+                                                 **(knobs or {}).get(n.name, {})}
                                         for n in nodes})
 
 

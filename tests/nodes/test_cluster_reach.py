@@ -22,7 +22,7 @@ from tests.helpers.playbook import PYINFRA, deploy, target_commands
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 
 ENDPOINT = "unix:///run/containerd/containerd.sock"
-READS = f"{nodepod.NODE_LABEL}"  # every read Pod carries it
+READS = nodepod.NODE_LABEL  # every read Pod carries it
 
 
 def planted():
@@ -158,9 +158,9 @@ def test_a_node_whose_read_pod_cannot_start_is_named_with_its_event(reach, tmp_p
     and event; the other node is reported."""
     nodes, _, root = reach
     key = os.path.join(root, "id_ed25519")
-    path = fleet._write_nodes_file(nodes, key, str(tmp_path / "nodes.yaml"), node_selector=f"{fleet.MARK}=true",
-                                   overrides={"reach-incident": {"node_pod_image": "gpuop.invalid/none:1",
-                                                                 "node_read_timeout_s": 20}})
+    path = fleet.defaults_file(nodes, key, str(tmp_path / "nodes.yaml"),
+                               knobs={"reach-incident": {"node_pod_image": "gpuop.invalid/none:1",
+                                                         "node_read_timeout_s": 20}})
     started = time.monotonic()
     run, doc = audit(path, str(tmp_path), "reach=cluster")
     took = time.monotonic() - started
@@ -194,9 +194,8 @@ def test_a_node_whose_kubelet_is_gone_is_named_and_the_rest_is_reported(reach, t
     kubelets = [pid for pid, args in in_node(incident) if args[0].endswith("/kubelet")]
     assert len(kubelets) == 1, kubelets
     os.kill(kubelets[0], signal.SIGKILL)
-    path = fleet._write_nodes_file(nodes, os.path.join(root, "id_ed25519"), str(tmp_path / "nodes.yaml"),
-                                   node_selector=f"{fleet.MARK}=true",
-                                   overrides={"reach-incident": {"node_read_timeout_s": 15}})
+    path = fleet.defaults_file(nodes, os.path.join(root, "id_ed25519"), str(tmp_path / "nodes.yaml"),
+                               knobs={"reach-incident": {"node_read_timeout_s": 15}})
     run, doc = audit(path, str(tmp_path), "reach=cluster")
     said = next(line for line in run.log.splitlines() if "did not complete within 15s" in line)
     assert "on node reach-incident" in said and "phase Pending, no kubelet has taken it" in said, said
