@@ -31,10 +31,10 @@ REBOOT ?= false
 
 .PHONY: setup deps binaries containerds nvidia-ctk kubelet lab-up lab-down lab-status test unit run fix audit bench
 
-# Compiled once here (changed modules only), since Python may be told not to write bytecode
-# (PYTHONDONTWRITEBYTECODE): else every run compiles the project's modules again (~0.1 s a run).
+# Every module of the project compiled once here (changed ones only), since Python may be told
+# not to write bytecode (PYTHONDONTWRITEBYTECODE): else every run compiles them again (~0.1 s a run).
 setup: $(VENV)/.installed
-	@$(VENV)/bin/python -m compileall -q connectors facts gpuop operations runbook
+	@$(VENV)/bin/python -m compileall -q -x '/\.venv/' .
 
 # The project itself goes in editable (pyproject.toml): its connector's entry point, for pyinfra.
 $(VENV)/.installed: requirements.txt pyproject.toml
