@@ -65,8 +65,13 @@ reachable() {
   kubectl --context "$context" --request-timeout=3s get --raw /readyz >/dev/null 2>&1
 }
 
+# The list is read whole before it is searched: `kwokctl get clusters | grep -q` under pipefail
+# failed now and then (grep left at the first match, and kwokctl died writing the next name on
+# the closed pipe: the lab seemed absent and was made again, 8 times in 200 with four clusters).
 exists() {
-  kwokctl get clusters 2>/dev/null | grep -qx "$name"
+  local all
+  all=$(kwokctl get clusters 2>/dev/null) || return 1
+  grep -qx -- "$name" <<<"$all"
 }
 
 # The stopped kwok controller's node leases outlive it; the new one manages a node only once it
