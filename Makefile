@@ -74,15 +74,16 @@ unit: setup
 
 # The lab's tests (marker lab: they share one cluster) run in one pytest, and every other test
 # (unit, the containerd version matrix, files of any size, and those that drive a lab of their
-# own: marker beside) in a second one beside it, on a second lab cluster ($(LAB)-beside, with a
-# kubeconfig of its own, so that neither lab's context switches the other's): the lab's spends
-# most of its time waiting on the cluster. Each prints its 30 slowest durations; the second one's
-# output follows the lab's. (Exit 5, no test selected by PYTEST_ARGS, fails neither.)
+# own: marker beside, the repair's and the lab containerd's among them) in a second one beside it,
+# on a second lab cluster ($(LAB)-beside, with a kubeconfig of its own, so that neither lab's
+# context switches the other's): each spends most of its time waiting on a cluster or a daemon.
+# Each prints its 30 slowest durations; the second one's output follows the lab's. (Exit 5, no
+# test selected by PYTEST_ARGS, fails neither.)
 # Each its own short temporary root: a lab root's socket path has at most 108 bytes, and pytest's
 # own numbered roots grow longer with every run on the machine (pytest-99, pytest-127...).
 # On a new machine the lab's tests start once its cluster is built; the lane beside builds every
-# other binary first (niced: the lab's waits on the cluster stay on time), while the lab's tests
-# that need every containerd run last (marker every_containerd; lab/build.sh builds one binary once).
+# other binary first (niced: the lab's waits on the cluster stay on time), then runs its tests,
+# those that need every containerd last (marker every_containerd; lab/build.sh builds one binary once).
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=30
 BESIDE := GPUOP_LAB=$(LAB)-beside KUBECONFIG=$(HOME)/.kwok/$(LAB)-beside.kubeconfig
 

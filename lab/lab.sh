@@ -253,7 +253,8 @@ up)
   link_tools
   ;;
 down)
-  # Every lab containerd daemon on the host but another lab's real node's, and this lab's nodes.
+  # Every lab containerd daemon on the host but those started for another lab or inside its real
+  # node (lab/labproc.py daemons), and this lab's nodes.
   # shellcheck disable=SC2046
   labproc stop "lab containerd daemons" $(labproc daemons "$name")
   "$here/simnode.sh" stop-all "$name"  # simulated real nodes a test left behind, with their namespaces

@@ -3,7 +3,7 @@
 One source for which process is a lab containerd daemon, which real or simulated node belongs to
 which lab cluster, and how a process is stopped: lab/lab.sh, lab/realnode.sh and lab/simnode.sh
 call it, and the tests import it. Two labs run side by side on one host (`make test` runs two), so
-what one lab's `down` stops spares the other's nodes and the daemons inside them.
+what one lab's `down` stops spares the other's nodes and the daemons started for it or inside them.
 
     python3 lab/labproc.py daemons gpuop-lab      # the lab daemons `lab.sh down gpuop-lab` stops
     python3 lab/labproc.py real-nodes gpuop-lab [KEEP_ROOT]
@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from gpuop.layout import STOP_GRACE_S, Layout, holds_root  # noqa: E402 (the product's own rules, stdlib only)
 
 OWNER = "lab"  # the file in a node's directory naming the lab cluster it belongs to
+LAB_ENV = b"GPUOP_LAB="  # the variable naming the lab a process was started for
 
 
 def processes():
@@ -97,13 +98,27 @@ def _namespace(node_dir: str) -> str:
         return ""
 
 
+def started_for(pid: int) -> str:
+    """The lab a process was started for: ``GPUOP_LAB`` in the environment it was started with
+    (`make test` runs its second lane under it, and every daemon that lane starts inherits it);
+    "" when it names none: every lab's, as a node that records none."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return ""
+    named = [v[len(LAB_ENV):] for v in env if v.startswith(LAB_ENV)]
+    return named[0].decode(errors="replace") if named else ""
+
+
 def daemons(lab: str) -> list:
     """The lab containerd daemons that ``lab.sh down LAB`` stops: every one on the host, but
-    those inside another lab's real node (its mount namespace)."""
+    those started for another lab (``started_for``) or inside another lab's real node (its mount
+    namespace)."""
     others = {_namespace(d) for d in real_nodes() if d not in mine([d], lab)} - {""}
     found = []
     for pid, args in processes():
-        if Layout.of_daemon(args):
+        if Layout.of_daemon(args) and started_for(pid) in ("", lab):
             try:
                 ns = os.readlink(f"/proc/{pid}/ns/mnt")
             except OSError:

@@ -10,12 +10,12 @@ test starts with a rerun of deploy.py that brings it to the incident on the vers
 import pytest
 
 from tests.helpers.expected import MERGE
-from tests.helpers.kube import reset_lab
+from tests.helpers.kube import lab_up, reset_lab
 from tests.helpers.labcontainerd import (binary, check_loaded, crictl_info, kill, loaded, restart,
                                          write_dropin_keeping_runc)
 from tests.helpers.playbook import deploy, lab_daemon_pid, tree
 
-pytestmark = [pytest.mark.lab, pytest.mark.every_containerd]  # see pytest.ini
+pytestmark = [pytest.mark.beside, pytest.mark.every_containerd]  # see pytest.ini
 
 # What a restart of each version's daemon loads, with the incident's files on disk.
 ONE_X_FAILS = ("RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails",
@@ -39,6 +39,7 @@ EACH_MERGE = ("1.6.20", "2.4.2")
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     """The module's lab root, on a lab cluster as `make lab-up` leaves it."""
+    lab_up()  # in its lane, a real node's or the fleet's tests ran before: kwok's nodes again
     reset_lab()
     return tmp_path_factory.mktemp("containerd") / "gpuop"
 

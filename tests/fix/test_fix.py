@@ -12,13 +12,13 @@ import signal
 import pytest
 
 from tests.helpers.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
-from tests.helpers.kube import get, reset_lab
+from tests.helpers.kube import get, lab_up, reset_lab
 from tests.containerd.matrix import VERSIONS as VERSIONS_OF_THE_LAB
 from tests.helpers.labcontainerd import binary, crictl_info, loaded, nvidia_ctk
 from tests.helpers.playbook import PYINFRA, RUN_DEADLINE_S, deploy, lab_daemon_pid, target_commands, tree
 from tests.helpers.proc import Started
 
-pytestmark = [pytest.mark.lab, pytest.mark.every_containerd]  # see pytest.ini
+pytestmark = [pytest.mark.beside, pytest.mark.every_containerd]  # see pytest.ini
 
 VERSIONS = VERSIONS_OF_THE_LAB  # every containerd the lab offers
 REPORTS = {"merge.txt": MERGE, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS, "rollout.txt": ROLLOUT}
@@ -38,6 +38,7 @@ def audit(root, *data):
 def lab(tmp_path_factory):
     """The module's lab root, on a lab cluster as `make lab-up` leaves it: the first test's run
     into it is a fresh incident."""
+    lab_up()  # in its lane, a real node's or the fleet's tests ran before: kwok's nodes again
     reset_lab()
     return tmp_path_factory.mktemp("fix") / "gpuop"
 

@@ -1,6 +1,7 @@
 """The lab's processes (lab/labproc.py): which is a lab daemon, which node is whose, and a stop
 that ends (TERM, then KILL), on real processes."""
 
+import os
 import subprocess
 import sys
 import time
@@ -32,6 +33,36 @@ def test_a_node_is_its_labs_and_one_that_says_none_is_every_labs(tmp_path):
     dirs = [str(a), str(b), str(old)]
     assert labproc.mine(dirs, "gpuop-lab") == [str(a), str(old)]
     assert labproc.mine(dirs, "gpuop-lab-beside") == [str(b), str(old)]
+
+
+def _lab_daemon(root, env) -> subprocess.Popen:
+    """A process with a lab daemon's command line on ``root`` (a sleep: no containerd needed),
+    started with ``env``; returned once its command line reads as one, within 10 s."""
+    layout = ["--root", f"{root}/var/lib/containerd", "--state", f"{root}/run/containerd",
+              "--address", f"{root}/run/containerd/containerd.sock"]
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *layout], env=env)
+    deadline = time.monotonic() + 10
+    while not Layout.of_daemon(open(f"/proc/{proc.pid}/cmdline", "rb").read().decode().split("\0")):
+        assert time.monotonic() < deadline, "the stand-in daemon did not start within 10s"
+        time.sleep(0.01)
+    return proc
+
+
+def test_a_labs_down_spares_the_daemons_started_for_another_lab(tmp_path):
+    """make test's second lane starts its daemons under GPUOP_LAB: the lab lane's `down` leaves
+    them be (it stopped them mid-test before), and stops those started for no lab or for it."""
+    env = {k: v for k, v in os.environ.items() if k != "GPUOP_LAB"}
+    mine, beside, unnamed = (_lab_daemon(tmp_path / name, {**env, **extra}) for name, extra in (
+        ("mine", {"GPUOP_LAB": "gpuop-lab"}), ("beside", {"GPUOP_LAB": "gpuop-lab-beside"}), ("unnamed", {})))
+    try:
+        assert labproc.started_for(beside.pid) == "gpuop-lab-beside" and labproc.started_for(unnamed.pid) == ""
+        ours = {mine.pid, beside.pid, unnamed.pid}
+        assert ours & set(labproc.daemons("gpuop-lab")) == {mine.pid, unnamed.pid}
+        assert ours & set(labproc.daemons("gpuop-lab-beside")) == {beside.pid, unnamed.pid}
+    finally:
+        for proc in (mine, beside, unnamed):
+            proc.kill()
+            proc.wait(5)
 
 
 def _sleeper(ignore_term: bool) -> subprocess.Popen:
