@@ -15,7 +15,9 @@ class Batch(FactBase):
     in its own subshell, and each one's output goes to its own ``process``. The
     result has one entry per part: the fact's value, its default when the part printed nothing,
     or, when the part's command failed or its ``process`` raised, that exception (``PartFailed``
-    with the exit status and output, or the fact's own), for the caller to judge.
+    with the exit status and output, or the fact's own), for the caller to judge. With
+    ``first_alone`` the first part runs to its end before the others start: what it does (the
+    run lock taken) holds for what they read.
 
     .. code:: python
 
@@ -29,12 +31,13 @@ class Batch(FactBase):
     def default():
         return []
 
-    def command(self, parts):
+    def command(self, parts, first_alone=False):
         # pyinfra calls command() and process() on one instance: the parts' facts wait here.
         self.facts = [cls() for cls, _ in parts]
         # The parts run at once (each into its own file), then their outputs are printed in order.
-        started = " ".join(f'( ( {fact.command(**kwargs)} ) >"$d/{i}"; echo "$?" >"$d/{i}.rc" ) &'
-                           for i, (fact, (_, kwargs)) in enumerate(zip(self.facts, parts)))
+        runs = [f'( ( {fact.command(**kwargs)} ) >"$d/{i}"; echo "$?" >"$d/{i}.rc" )'
+                for i, (fact, (_, kwargs)) in enumerate(zip(self.facts, parts))]
+        started = " ".join(f"{run}{';' if first_alone and i == 0 else ' &'}" for i, run in enumerate(runs))
         return (f'd=$(mktemp -d) && {{ {started} wait; for i in {" ".join(map(str, range(len(parts))))}; '
                 f'do cat "$d/$i"; echo "{_PART_END} $(cat "$d/$i.rc")"; done; rm -rf "$d"; }}')
 

@@ -8,6 +8,9 @@ from pyinfra.api import FactBase
 
 REQUEST_TIMEOUT_S = 10  # each request kubectl makes to the API server
 KUBECTL_DEADLINE_S = 30  # a whole kubectl call (discovery and retries included), unless it waits
+# Go's collector off until the heap nears 256 MiB: a kubectl call lives a fraction of a second,
+# and collecting during its start-up cost a fifth of it (the batched read's get: 0.14 s -> 0.115 s).
+KUBECTL_GO_ENV = ("GOGC=off", "GOMEMLIMIT=256MiB")
 
 
 def kubectl(context: str, *args, deadline_s: int = KUBECTL_DEADLINE_S) -> str:
@@ -16,10 +19,10 @@ def kubectl(context: str, *args, deadline_s: int = KUBECTL_DEADLINE_S) -> str:
     ``deadline_s`` (it exits 124 then).
 
         kubectl("kwok-gpuop-lab", "get", "nodes")
-        -> "timeout -k 2 30 kubectl --context kwok-gpuop-lab --request-timeout=10s get nodes"
+        -> "GOGC=off GOMEMLIMIT=256MiB timeout -k 2 30 kubectl --context kwok-gpuop-lab --request-timeout=10s get nodes"
     """
     pinned = ("--context", context) if context else ()
-    return shlex.join(("timeout", "-k", "2", str(deadline_s), "kubectl", *pinned,
+    return shlex.join((*KUBECTL_GO_ENV, "timeout", "-k", "2", str(deadline_s), "kubectl", *pinned,
                        f"--request-timeout={REQUEST_TIMEOUT_S}s", *args))
 
 

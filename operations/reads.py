@@ -20,6 +20,8 @@ import weakref
 from dataclasses import dataclass
 
 from pyinfra import host, logger
+from pyinfra.context import ctx_host
+from pyinfra.facts.server import Command
 
 from facts.batch import Batch, PartFailed
 from facts.containerd import ContainerdRestart, LabContainerd
@@ -83,6 +85,14 @@ def _reads() -> _Reads:
 def _fill(want: str):
     """Read what ``want`` needs (and, on the first ask, everything else) in one round trip."""
     reads, scope = _reads(), _scopes(host)[host.name]
+    parts = _parts(reads, scope, want)
+    if parts:
+        _keep(reads, dict(zip(parts, _batch(tuple(parts.values())))))
+
+
+def _parts(reads: _Reads, scope: _Scope, want: str) -> dict:
+    """The batched read's parts for what ``want`` needs ("" for nothing of its own), and, on
+    the stage's first ask, for everything the scope names."""
     parts = {}
     if want == "files" or (reads.first and reads.files is None):
         parts["files"] = (Files, {"paths": scope.files})
@@ -94,12 +104,18 @@ def _fill(want: str):
         parts["loaded"] = (LabContainerd, d.loaded_fact_args())
         parts["restart"] = (ContainerdRestart, {"binary": d.binary, "config": d.config})
     reads.first = False
-    if not parts:
-        return
-    answers = host.get_fact(Batch, parts=tuple(parts.values()))
+    return parts
+
+
+def _batch(parts: tuple, first_alone: bool = False) -> list:
+    answers = host.get_fact(Batch, parts=parts, first_alone=first_alone)
     if len(answers) != len(parts):
         raise PartFailed(f"{host.name}: the batched read answered {len(answers)} of its {len(parts)} parts")
-    found = dict(zip(parts, answers))
+    return answers
+
+
+def _keep(reads: _Reads, found: dict):
+    """Keep the batched read's answers (by part name); a part that failed raises here."""
     if "files" in found:
         reads.files = _answer(found["files"])
     if "cluster" in found:  # a cluster that does not answer is kept as such, for the caller to say
@@ -107,6 +123,36 @@ def _fill(want: str):
         reads.cluster = cluster if isinstance(cluster, ClusterUnanswered) else _answer(cluster)
     if "loaded" in found:
         reads.containerd = {"loaded": _answer(found["loaded"]), "restart": _answer(found["restart"])}
+
+
+def after(h, command: str) -> str:
+    """
+    Run ``command`` on host ``h`` and, once it has ended, in the same round trip, the host's
+    whole first read (where ``declare`` named what it reads): a run's first act (its lock taken)
+    and its first read cost one round trip. Returns the command's output. The read is kept for
+    the operations' asks, unless ``forget`` drops it or a part of it failed (the operation that
+    asks for it reads it again, and says why).
+
+    .. code:: python
+
+        said = after(host, "mkdir /tmp/gpuop-kwok-gpuop-lab.lock && echo taken || cat ...")
+    """
+    with ctx_host.use(h):
+        scope = _scopes(h).get(h.name)
+        reads = _reads()
+        parts = _parts(reads, scope, "") if scope and reads.first else {}
+        said, *answers = _batch(((Command, {"command": command}), *parts.values()), first_alone=True)
+        found = dict(zip(parts, answers))
+        if any(isinstance(a, Exception) and not isinstance(a, ClusterUnanswered) for a in found.values()):
+            forget(h)
+        else:
+            _keep(reads, found)
+    return "" if isinstance(said, Exception) else said.strip()
+
+
+def forget(h):
+    """Drop all that host ``h``'s run has read in this stage: the next ask reads again."""
+    _all_reads(h).pop(h.name, None)
 
 
 def _answer(value):

@@ -5,7 +5,8 @@ at zero changes): it hooks pyinfra's operation callbacks. The lock is a director
 ``mkdir`` (atomic), named after the kube context so two runs never drive one cluster at once;
 its ``owner`` file says which controller process holds it. A second run waits, printing
 progress, up to ``wait_timeout_s``, then fails naming the holder. A lock whose holder process
-is gone (a run killed on this controller) is taken over.
+is gone (a run killed on this controller) is taken over. The first try to take it and the
+host's first batched read are one round trip (``reads.after``).
 
     hold_during_run(host, context="kwok-gpuop-lab", timeout_s=180)   # in deploy.py
 """
@@ -20,6 +21,7 @@ import gevent
 from pyinfra import logger
 from pyinfra.api.state import BaseStateCallback
 
+from . import reads
 from .poll import poll
 
 
@@ -63,13 +65,16 @@ def _acquire(host, path, timeout_s) -> bool:
     q = shlex.quote(path)
     take = f"mkdir {q} 2>/dev/null && printf '%s\\n' {shlex.quote(_owner())} > {q}/owner && echo taken || cat {q}/owner 2>/dev/null"
     ours = f"{socket.gethostname()} pid {os.getpid()} "
+    # The first try travels with the host's first read, in one round trip.
+    first, tries = [reads.after(host, take)], []
 
     def try_take():
-        said = _run(host, take)[1] or "an unknown holder"
+        said = (first.pop() if first else _run(host, take)[1]) or "an unknown holder"
         if _holder_gone(said):
             logger.warning(f"{host.print_prefix}taking over {path} from a run that is gone ({said})")
             _run(host, f"rm -rf {q}")
             said = _run(host, take)[1] or "an unknown holder"
+        tries.append(said)
         return said
 
     # A lock held by this very run ends the wait at once: waiting on ourselves would never end.
@@ -77,6 +82,11 @@ def _acquire(host, path, timeout_s) -> bool:
                       lambda said: (said == "taken" or said.startswith(ours),
                                     said if said == "taken" else f"held by {said}"),
                       timeout_s)
+    # The first read stands if the first try ended with the lock ours (taken, or taken over from
+    # a run that is gone, which kept every other run out until then); else another run may have
+    # been changing the lab while it was read.
+    if tries[0] != "taken":
+        reads.forget(host)
     if said == "taken":
         return True
     if held:

@@ -2,6 +2,8 @@
 
 import os
 import re
+import socket
+import subprocess
 import tomllib
 
 import pytest
@@ -10,7 +12,8 @@ import yaml
 from tests.helpers.kube import GPU, get, kubectl, reset_lab
 from tests.helpers.expected import LOADED_NVIDIA, MERGE, NODE_GPU, ROLLOUT, SLOTS
 from tests.helpers.proc import run as run_process
-from tests.helpers.playbook import deploy, fake_containerd, fresh_incident, reads_repeated, target_commands, tree
+from operations.runlock import lock_path
+from tests.helpers.playbook import LAB_DATA, deploy, fake_containerd, fresh_incident, reads_repeated, target_commands, tree
 from gpuop.scheduling import pod_scheduled
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
@@ -153,10 +156,14 @@ def test_second_run_changes_nothing(incident):
     assert run.changed == 0, run.changed_ops()
     assert tree(root) == before
     summary_at_end(run, root)
-    # Read once, decide everywhere: the lock, one batched read of files, cluster and containerd,
-    # and the lock's release.
-    commands = [what.split(" (")[0] for _, what in target_commands(run.log)]
-    assert commands == ["change", "facts.batch.Batch", "change"], commands
+    # Read once, decide everywhere: the lock taken and one batched read of files, cluster and
+    # containerd in one round trip, then the lock's release.
+    commands = [what for _, what in target_commands(run.log)]
+    assert [what.split(" (")[0] for what in commands] == ["facts.batch.Batch", "change"], commands
+    read = re.findall(r"<class '([\w.]+)'>", commands[0])
+    assert read == ["pyinfra.facts.server.Command", "facts.files.Files", "facts.kube.KubeObjects",
+                    "facts.containerd.LabContainerd", "facts.containerd.ContainerdRestart"], read
+    assert "mkdir /tmp/gpuop-" in commands[0] and "first_alone=True" in commands[0], commands[0]
 
 
 def test_a_lab_run_loads_neither_the_kubernetes_client_nor_prometheus_s(incident):
@@ -174,8 +181,17 @@ def test_a_lab_run_loads_neither_the_kubernetes_client_nor_prometheus_s(incident
 def test_a_fresh_run_reads_nothing_twice_between_two_changes(tmp_path):
     reset_lab()
     root = tmp_path / "gpuop"
+    # A run killed before it dropped the lab lock: this one takes the lock over, and the read
+    # that came with its first try stands (the dead run kept every other run out until then).
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = lock_path(LAB_DATA[0].split("=", 1)[1] if LAB_DATA else "")
+    os.makedirs(stale, exist_ok=True)
+    with open(os.path.join(stale, "owner"), "w") as f:
+        f.write(f"{socket.gethostname()} pid {gone.pid} since 2026-12-01T00:00:00\n")
     run = deploy(root, debug=True)
     assert run.code == 0, run.log
+    assert f"taking over {stale} from a run that is gone" in run.log
     assert reads_repeated(run.log) == []
     batches = [what for _, what in target_commands(run.log) if what.startswith("facts.batch.Batch")]
     # Files are read at the start and once more after the drop-ins were set aside and put back;

@@ -56,6 +56,23 @@ def test_a_failed_part_is_its_exception_and_the_others_still_answer(tmp_path):
     assert files[str(tmp_path / "a")]["text"] == "kept\n"
 
 
+def test_the_first_part_alone_ends_before_the_others_start(tmp_path):
+    """What the first part does (a lock taken) holds for what the others read; without
+    ``first_alone`` they all start at once."""
+    from pyinfra.facts.server import Command
+
+    mark = tmp_path / "taken"
+    parts = ((Command, {"command": f"sleep 0.3; echo taken > {mark}; echo took"}),
+             (Command, {"command": f"cat {mark}"}))
+    batch = Batch()
+    ordered = run_process(["sh", "-c", batch.command(parts, first_alone=True)], timeout_s=30, check=True)
+    assert batch.process(ordered.stdout.splitlines()) == ["took", "taken"]
+    mark.unlink()
+    together = run_process(["sh", "-c", batch.command(parts)], timeout_s=30, check=True)
+    took, unread = batch.process(together.stdout.splitlines())
+    assert took == "took" and isinstance(unread, PartFailed), unread
+
+
 def test_the_server_s_refusal_is_its_own_line_not_kubectl_s_warning():
     from facts.kube import ServerAnswer
 
@@ -69,3 +86,16 @@ def test_the_server_s_refusal_is_its_own_line_not_kubectl_s_warning():
                                       'create The Pod "x" is invalid: spec.containers: Required value'])
     assert invalid["recreate"] is False  # not valid as written: applied as it is, to fail in the open
     assert ServerAnswer().process(["update-accepted"]) == {"refused": "", "recreate": False}
+
+
+def test_kubectl_runs_with_its_collector_off_up_to_a_memory_limit_within_its_deadline(tmp_path):
+    """The helper's command line, run by a shell as on a target: kubectl (here a script that
+    says what it got) sees GOGC=off and GOMEMLIMIT through timeout, and its own arguments."""
+    from facts.kube import kubectl
+
+    fake = tmp_path / "kubectl"
+    fake.write_text('#!/bin/sh\necho "GOGC=$GOGC GOMEMLIMIT=$GOMEMLIMIT args=$*"\n')
+    fake.chmod(0o755)
+    said = run_process(["sh", "-c", f"PATH={tmp_path}:$PATH; {kubectl('kwok-x', 'get', 'nodes')}"],
+                       timeout_s=30, check=True)
+    assert said.stdout == "GOGC=off GOMEMLIMIT=256MiB args=--context kwok-x --request-timeout=10s get nodes\n"
