@@ -102,9 +102,16 @@ made_current() {
 
 # Each component's first --extra-args come first, in this order: kwokctl 0.8 files a component's
 # later ones under the position of its first among all the flags (it panics otherwise).
+# One cluster is made at a time on the host (flock): kwokctl picks a new cluster's ports among
+# those no other cluster's saved config names, and two made at once picked the same port (seen:
+# make test's two lanes, a kwok controller that could not bind and nodes never Ready). --close:
+# the cluster's daemons, started by kwokctl, must not inherit the lock.
+CREATE_LOCK=$HOME/.kwok/gpuop-create.lock
 create_cluster() {
   log "creating cluster: Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, kwok v$KWOK_VERSION"
+  mkdir -p "${CREATE_LOCK%/*}"
   KWOK_KUBE_VERSION=v$K8S_VERSION KWOK_KUBECTL_BINARY=$bin/kubectl \
+    flock --close -w 360 -E 75 "$CREATE_LOCK" \
     kwokctl create cluster --name "$name" --kubeconfig "$kubeconfig" --runtime binary \
     --node-lease-duration-seconds 8 \
     --etcd-binary "$bin/etcd" \
@@ -117,7 +124,12 @@ create_cluster() {
     --extra-args "kwok-controller=manage-nodes-with-annotation-selector=$KWOK_SELECTOR" \
     --extra-args "kube-apiserver=kubelet-client-certificate=$cluster_dir/pki/admin.crt" \
     --extra-args "kube-apiserver=kubelet-client-key=$cluster_dir/pki/admin.key" \
-    --timeout 3m --wait 3m >"$log_file" 2>&1 || { cat "$log_file" >&2; return 1; }
+    --timeout 3m --wait 3m >"$log_file" 2>&1 || {
+    local rc=$?
+    cat "$log_file" >&2
+    [ "$rc" -ne 75 ] || log "another lab's cluster was being made for 360s ($CREATE_LOCK); gave up"
+    return 1
+  }
 }
 
 # Start each component that is not running (kwokctl starts only those whose pid file names no

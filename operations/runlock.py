@@ -1,4 +1,5 @@
-"""One run at a time per lab: a lock on the target, held from the first operation to the last.
+"""One run at a time per lab: a lock on the target, held from the first operation to the last
+(or to the host's failure).
 
 Not an operation (taking and dropping a lock is no change to the lab, so a converged rerun stays
 at zero changes): it hooks pyinfra's operation callbacks. The lock is a directory made with
@@ -122,8 +123,19 @@ class _RunLock(BaseStateCallback):
     def operation_end(self, state, op_hash):
         if op_hash != self._end(state, 1):
             return
-        _each(list(self.held), lambda host: _run(host, f"rm -rf {shlex.quote(self.wanted[host.name][0])}"))
+        _each(list(self.held), self._drop)
         self.held.clear()
+
+    def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
+        """A host whose operation failed for good runs nothing more: its lock goes now (the last
+        operation's end never comes when no host is left, and the next run had to take it over)."""
+        args = state.get_op_meta(op_hash).global_arguments
+        if host in self.held and not (args.get("_ignore_errors") or args.get("_continue_on_error")):
+            self.held.discard(host)
+            self._drop(host)
+
+    def _drop(self, host):
+        _run(host, f"rm -rf {shlex.quote(self.wanted[host.name][0])}")
 
 
 def hold_during_run(host, context: str, timeout_s: int):

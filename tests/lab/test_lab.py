@@ -1,12 +1,16 @@
 """The lab cluster itself: real kube-apiserver, scheduler, controller-manager and kwok (issue 2)."""
 
 
+import fcntl
+import os
+import time
+
 import pytest
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
 from tests.helpers.kube import GPU, LAB_NODES, apps, core, eventually, reset_lab, set_gpus
-from tests.helpers.proc import run
+from tests.helpers.proc import Started, run
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
@@ -123,9 +127,36 @@ def test_lab_up_on_a_running_lab_is_a_no_op():
     assert {n.metadata.name: n.metadata.uid for n in core().list_node().items} == before
 
 
+CREATE_LOCK = os.path.expanduser("~/.kwok/gpuop-create.lock")  # lab/lab.sh: one cluster made at a time
+
+
+def made_while_another_is_made(name):
+    """`lab.sh up NAME` while another lab's cluster is being made (its lock held here): it waits
+    (kwokctl picks a new cluster's ports among those the clusters' saved configs name, and two
+    made at once took the same one), then makes it once the lock is free; none of the new
+    cluster's processes keeps the lock."""
+    os.makedirs(os.path.dirname(CREATE_LOCK), exist_ok=True)
+    with open(CREATE_LOCK, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        up = Started(["lab/lab.sh", "up", name])
+        try:
+            up.until("creating cluster", 120)
+            config = os.path.expanduser(f"~/.kwok/clusters/{name}/kwok.yaml")
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:  # for 3 s, the lock held: nothing made
+                assert not os.path.exists(config) and up.proc.poll() is None, up.lines
+                time.sleep(0.1)
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+        up.finish(600)
+    assert up.returncode == 0, "".join(up.lines)
+    with open(CREATE_LOCK, "a") as free:
+        fcntl.flock(free, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if a cluster's daemon kept it
+
+
 def test_a_second_lab_runs_beside_the_first_and_goes_away():
     try:
-        lab_sh("up", "gpuop-lab-second")
+        made_while_another_is_made("gpuop-lab-second")
         second = core("kwok-gpuop-lab-second")
         assert sorted(n.metadata.name for n in second.list_node().items) == list(LAB_NODES)
         first_url = core("kwok-gpuop-lab").api_client.configuration.host
