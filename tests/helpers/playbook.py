@@ -14,8 +14,10 @@ from tests.helpers.proc import run
 PYINFRA = os.path.join(os.path.dirname(sys.executable), "pyinfra")
 # On the second lab (GPUOP_LAB: make test's tests beside the lab's), every run names its context:
 # the lab lock is named after it, so runs on the two labs never wait on each other's lock.
-LAB_DATA = (f"kube_context=kwok-{LAB}",) if os.environ.get("GPUOP_LAB") else ()
-CLUSTER_WORDS = f"context kwok-{LAB}" if LAB_DATA else "the current kubeconfig context"  # in the product's errors
+LAB_CONTEXT = f"kwok-{LAB}" if os.environ.get("GPUOP_LAB") else ""
+LAB_DATA = (f"kube_context={LAB_CONTEXT}",) if LAB_CONTEXT else ()
+CLUSTER_WORDS = f"context {LAB_CONTEXT}" if LAB_CONTEXT else "the current kubeconfig context"  # in the product's errors
+LAB_LOCK = f"/tmp/gpuop-{LAB_CONTEXT or 'current-context'}.lock"  # the runs' lab lock, as the product names it
 
 
 @dataclass

@@ -12,13 +12,11 @@ import yaml
 from tests.helpers.kube import GPU, get, kubectl, reset_lab
 from tests.helpers.expected import LOADED_NVIDIA, MERGE, NODE_GPU, ROLLOUT, SLOTS
 from tests.helpers.proc import run as run_process
-from operations.runlock import lock_path
-from tests.helpers.playbook import LAB_DATA, deploy, fake_containerd, fresh_incident, reads_repeated, target_commands, tree
+from tests.helpers.playbook import LAB_LOCK, deploy, fake_containerd, fresh_incident, reads_repeated, target_commands, tree
 from gpuop.scheduling import pod_scheduled
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
-LOCK = lock_path(LAB_DATA[0].split("=", 1)[1] if LAB_DATA else "")  # the lab lock of this lab's runs
 
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory):
@@ -174,7 +172,7 @@ def test_a_lab_run_loads_neither_the_kubernetes_client_nor_prometheus_s(incident
     each run shows. fix.py here is refused at its preflight, after every import."""
     for script, data in (("deploy.py", ()), ("audit.py", ()), ("fix.py", ("toolkit_memory_fix=40Gi",))):
         run = deploy(incident, *data, script=script, env={"PYTHONPROFILEIMPORTTIME": "1"})
-        assert not os.path.exists(LOCK), f"{script} left the lab lock {LOCK}"  # the refused one too
+        assert not os.path.exists(LAB_LOCK), f"{script} left the lab lock {LAB_LOCK}"  # the refused one too
         imported = {line.rsplit("|", 1)[1].strip() for line in run.log.splitlines()
                     if line.startswith("import time:") and "|" in line}
         assert {"pyinfra", "yaml", "tomli_w"} <= imported, script  # the profile is there
@@ -187,13 +185,13 @@ def test_a_fresh_run_reads_nothing_twice_between_two_changes(tmp_path):
     # A run killed before it dropped the lab lock: this one takes the lock over, and the read
     # that came with its first try stands (the dead run kept every other run out until then).
     gone = subprocess.Popen(["true"])
-    gone.wait()
-    os.makedirs(LOCK, exist_ok=True)
-    with open(os.path.join(LOCK, "owner"), "w") as f:
+    gone.wait(10)
+    os.makedirs(LAB_LOCK, exist_ok=True)
+    with open(os.path.join(LAB_LOCK, "owner"), "w") as f:
         f.write(f"{socket.gethostname()} pid {gone.pid} since 2026-12-01T00:00:00\n")
     run = deploy(root, debug=True)
     assert run.code == 0, run.log
-    assert f"taking over {LOCK} from a run that is gone" in run.log
+    assert f"taking over {LAB_LOCK} from a run that is gone" in run.log
     assert reads_repeated(run.log) == []
     batches = [what for _, what in target_commands(run.log) if what.startswith("facts.batch.Batch")]
     # Files are read at the start and once more after the drop-ins were set aside and put back;

@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.incident import REPORTS, MANIFESTS, assert_incident_end_state, lab_files
 from tests.helpers.kube import get, kill_component, kubectl, lab_up, reset_lab, restart_etcd, set_gpus
 from tests.helpers.labcontainerd import DEBIAN, kill, restart
-from tests.helpers.playbook import PYINFRA, RUN_DEADLINE_S, deploy, fresh_incident, tree
+from tests.helpers.playbook import LAB_LOCK, PYINFRA, RUN_DEADLINE_S, deploy, fresh_incident, tree
 from tests.helpers.proc import Started
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
@@ -382,7 +382,7 @@ def test_two_runs_at_once_never_interleave(lab):
     assert "Starting operation" not in waited  # nothing of the second run ran yet
     impatient = deploy(root, "wait_timeout_s=1")
     assert impatient.code != 0
-    assert "another gpuop run holds /tmp/gpuop-current-context.lock" in impatient.log
+    assert f"another gpuop run holds {LAB_LOCK}" in impatient.log
     first_log, second_log = first.finish(RUN_DEADLINE_S), second.finish(RUN_DEADLINE_S)
     assert first.returncode == 0, first_log
     assert second.returncode == 0, second_log

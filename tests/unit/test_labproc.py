@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from gpuop.layout import Layout, holds_root
 from lab import labproc
@@ -42,7 +43,7 @@ def _lab_daemon(root, env) -> subprocess.Popen:
               "--address", f"{root}/run/containerd/containerd.sock"]
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *layout], env=env)
     deadline = time.monotonic() + 10
-    while not Layout.of_daemon(open(f"/proc/{proc.pid}/cmdline", "rb").read().decode().split("\0")):
+    while not Layout.of_daemon(Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode().split("\0")):
         assert time.monotonic() < deadline, "the stand-in daemon did not start within 10s"
         time.sleep(0.01)
     return proc
