@@ -5,87 +5,48 @@ the fleet audit's, naming the views it joins; everything else the audit reads
 (loaded handlers, GPU use per node, Pending Pods by reason, rollouts) is reported beside them.
 """
 
-from .cluster import allocatable_count, gpus_asked, rollout_complete, rollout_settled, rollout_status, sandbox_failure
-from .fleet import api_disagrees, api_handlers, sandbox_error, says_sandbox_error
+from .cluster import allocatable_count, gpus_asked, rollout_complete, rollout_settled, rollout_status
 from .gaps import gap
 from .objects import of_kind, ref
+from .rules import active, findings, kubelet_agrees, node_entry, sandbox_error
 from .scheduling import pod_scheduled, reasons, unschedulable
 from .slots import replicas_of
+from .view import api_handlers
 
 
-def _active(pod) -> bool:
-    return pod["status"].get("phase") not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
-
-
-def _loaded_view(runtime: dict) -> str:
-    """Which view the loaded handlers come from, in words."""
-    return {"cri": f"loaded, live through CRI of containerd {runtime['version']}",
-            "cri-down": f"loaded: containerd {runtime['version']} runs but its CRI does not answer",
-            }.get(runtime["loaded_from"], "recorded: the incident day's observation, no lab containerd here")
-
-
-def _runtime_gaps(runtime: dict) -> list:
-    gaps = []
-    restart = runtime.get("restart")
-    if restart is not None and not restart["cri_ok"]:
-        gaps.append(gap("restart-takes-cri-down", "containerd", ["after-restart"],
-                        f"a restart of containerd on this node takes CRI down: {restart['reason']} "
-                        f"(after restart: containerd {runtime['version']}'s own merge of the files)"))
-    if runtime["loaded_from"] == "cri-down":
-        gaps.append(gap("cri-down", "containerd", ["loaded"],
-                        f"containerd runs but its CRI does not answer ({_loaded_view(runtime)}): "
-                        "no Pod can start on this node"))
-    for handler in runtime["written"]:
-        if handler not in runtime["loaded"]:
-            gaps.append(gap("handler-not-loaded", handler, ["written", "loaded"],
-                            f"runtime handler {handler} is written but not loaded ({_loaded_view(runtime)})"))
-    return gaps
-
-
-def _sandboxes(runtime: dict, objects: list, real_node: str, gaps: list) -> list:
+def _sandboxes(view: dict, objects: list, real_node: str) -> list:
     """For each Pod bound to the real node whose RuntimeClass's handler is not loaded: the sandbox
-    failure containerd's version gives (``gpuop.fleet.sandbox_error``), held against the kubelet's
-    live event for that Pod; a gap either way, saying whether the kubelet agrees."""
+    failure containerd's version gives, held against the kubelet's live event for that Pod."""
     handlers = {rc["metadata"]["name"]: rc["handler"] for rc in of_kind(objects, "RuntimeClass")}
-    events = of_kind(objects, "Event")
     found = []
     for pod in of_kind(objects, "Pod"):
         handler = handlers.get(pod["spec"].get("runtimeClassName"))
-        if pod["spec"].get("nodeName") != real_node or handler is None or handler in runtime["loaded"]:
+        if pod["spec"].get("nodeName") != real_node or handler is None or handler in view["loaded"]:
             continue
-        forecast = sandbox_error(runtime["version"], handler)
-        event = sandbox_failure(events, pod)
-        agrees = bool(event) and says_sandbox_error(event["message"], runtime["version"], handler)
-        found.append({"pod": ref(pod), "node": real_node, "handler": handler, "forecast": forecast,
-                      "event": event["message"] if event else None, "agrees": agrees})
-        kubelet = ("the kubelet's event agrees" if agrees
-                   else f"the kubelet's event says otherwise: {event['message']}" if event
-                   else "no kubelet event for it yet")
-        gaps.append(gap("sandbox-fails", ref(pod), ["scheduled", "loaded"],
-                        f"Pod {ref(pod)} on {real_node} cannot start its sandbox: containerd "
-                        f"{runtime['version']} says {forecast}; {kubelet}"))
+        said = kubelet_agrees(pod, of_kind(objects, "Event"), view["version"], handler)
+        found.append({"pod": ref(pod), "node": real_node, "handler": handler,
+                      "forecast": sandbox_error(view["version"], handler), **said})
     return found
 
 
-def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "") -> dict:
-    """Findings and readings for one host.
+def audit(view: dict, objects: list, time_slicing: dict, real_node: str = "") -> dict:
+    """Findings and readings for one host: the one judgment of its runtime (``gpuop.rules``,
+    as a real node's), and the lab's own readings beside it.
 
-    + runtime: the runtime handlers in each view: {"written": [...], "loaded": [...],
-      "loaded_from": "cri" | "cri-down" | "recorded", "version": containerd's release or "none",
-      "restart": {"runtimes", "cri_ok", "reason"} or None where there is no lab containerd}
+    + view: the lab containerd's view (``gpuop.view.lab_view``)
     + objects: live RuntimeClasses, Nodes, Pods, DaemonSets and ConfigMaps (kubectl's JSON)
     + time_slicing: {"node", "physical_gpus", "vram_per_gpu_gib", "configmap": "ns/name"} of the
       time-sliced node
     + real_node: the lab node a real kubelet runs, whose sandbox failures are held against its
       kubelet's events (``objects`` then holds Events too); empty: none
 
-        audit({"written": ["runc", "nvidia"], "loaded": ["runc"], "loaded_from": "cri", ...},
-              objects, {...})["gaps"]
+        audit(lab_view(...), objects, {...})["gaps"]
         -> [{"kind": "restart-takes-cri-down", ...}, {"kind": "handler-not-loaded", ...}, ...]
     """
-    gaps, warnings = _runtime_gaps(runtime), []
+    events = of_kind(objects, "Event") if real_node else None
+    gaps, warnings = findings(view, objects, real_node, events=events), []
     pods = of_kind(objects, "Pod")
-    loaded = runtime["loaded"]
+    loaded = view["loaded"]
 
     classes = []
     for rc in of_kind(objects, "RuntimeClass"):
@@ -105,7 +66,7 @@ def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "")
     for node in of_kind(objects, "Node"):
         name = node["metadata"]["name"]
         advertised = allocatable_count(node)
-        asked = sum(gpus_asked(p) for p in pods if p["spec"].get("nodeName") == name and _active(p))
+        asked = sum(gpus_asked(p) for p in pods if p["spec"].get("nodeName") == name and active(p))
         entry = {"name": name, "advertised": advertised, "requested": asked}
         if asked > advertised:
             gaps.append(gap("gpus-overcommitted", name, ["scheduled"],
@@ -143,20 +104,17 @@ def audit(runtime: dict, objects: list, time_slicing: dict, real_node: str = "")
                             f"DaemonSet {ref(ds)}: rollout stalled at {status['UPDATED']}/"
                             f"{status['DESIRED']} updated, blocker {status['BLOCKER']}"))
 
-    sandboxes = _sandboxes(runtime, objects, real_node, gaps) if real_node else None
-    # A real kubelet reports its runtime's handlers on its Node: the API's view of "loaded".
     node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == real_node), None)
-    if node is not None:
-        gaps += api_disagrees(node, loaded, runtime["loaded_from"], runtime["version"])
+    restart = view["cri_after_restart"]
     return {
-        **({"sandboxes": sandboxes} if real_node else {}),
-        "handlers": {"written": runtime["written"], "loaded": loaded,
+        **node_entry(view, gaps, node),
+        **({"sandboxes": _sandboxes(view, objects, real_node)} if real_node else {}),
+        "handlers": {"written": view["written"], "loaded": loaded,
                      **({"runtime_handlers": api_handlers(node) if node else None} if real_node else {}),
-                     "loaded_source": {"cri": "live"}.get(runtime["loaded_from"], runtime["loaded_from"]),
-                     "containerd_version": runtime["version"],
-                     "after_restart": runtime["restart"]["runtimes"] if runtime.get("restart") else None,
-                     "restart_cri": ("unknown" if not runtime.get("restart")
-                                     else "ok" if runtime["restart"]["cri_ok"] else "fails")},
+                     "loaded_source": {"cri": "live"}.get(view["loaded_from"], view["loaded_from"]),
+                     "containerd_version": view["version"],
+                     "after_restart": None if restart == "unknown" else view["after_restart"],
+                     "restart_cri": {"ok": "ok", "unknown": "unknown"}.get(restart, "fails")},
         "runtimeclasses": classes,
         "nodes": nodes,
         "pending": {reason: sorted(refs) for reason, refs in sorted(pending.items())},
@@ -176,8 +134,9 @@ def table(result: dict) -> list:
     if h["after_restart"] is None:
         rows.append(("after restart", "unknown (no lab containerd here to ask)"))
     else:
-        rows.append(("after restart", f"{','.join(h['after_restart']) or '-'}; CRI "
-                                      f"{'loads' if h['restart_cri'] == 'ok' else 'FAILS'} "
+        cri = {"ok": "CRI loads", "refuses-start": "containerd REFUSES TO START"}.get(result["cri_after_restart"],
+                                                                                    "CRI FAILS")
+        rows.append(("after restart", f"{','.join(h['after_restart']) or '-'}; {cri} "
                                       f"(containerd {h['containerd_version']}'s own merge of the files)"))
     for rc in result["runtimeclasses"]:
         rows.append(("runtimeclass", f"{rc['name']} -> {rc['handler']} "

@@ -12,6 +12,14 @@ _READY = "status.conditions[?type=='Ready'].status | [0]"
 GPU = "nvidia.com/gpu"
 
 
+def ready(obj: dict) -> bool:
+    """Whether a Pod's or a Node's Ready condition is True.
+
+        ready({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}) -> True
+    """
+    return jmespath.search(_READY, obj) == "True"
+
+
 def advertised(node: dict, resource: str = GPU) -> dict:
     """A node's advertisement of one resource: {"capacity": str|None, "allocatable": str|None}.
 
@@ -123,12 +131,12 @@ def rollout_settled(ds: dict, pods: list) -> bool:
         return True
     mine = owned_pods(ds, pods)
     stuck = [p for p in updated_pods(ds, pods) if unschedulable(p)]
-    ready = [p for p in mine if jmespath.search(_READY, p) == "True"]
+    ready_pods = [p for p in mine if ready(p)]
     max_unavailable = jmespath.search("spec.updateStrategy.rollingUpdate.maxUnavailable", ds)
     return (
         bool(stuck)
         and len(mine) == desired
-        and status.get("numberReady", 0) == len(ready)
+        and status.get("numberReady", 0) == len(ready_pods)
         and status.get("numberUnavailable", 0) >= _count(max_unavailable, desired)
     )
 

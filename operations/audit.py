@@ -6,7 +6,6 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 
 from gpuop.audit import audit, table
-from gpuop.containerd import analyze_merge
 
 from .files import text
 from .kube import found
@@ -44,16 +43,9 @@ def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, 
     except Unobservable as e:
         yield failure(f"audit: {e}")
         return
-    merged = analyze_merge(views.main_doc, views.dropin_docs)
-    written = merged.written
-    forecast = views.forecast
-    runtime = {"written": written, "loaded": views.loaded, "loaded_from": views.loaded_from,
-               "version": views.version,
-               "restart": forecast and {"runtimes": forecast.runtimes, "cri_ok": forecast.cri_ok,
-                                        "reason": forecast.reason}}
     objects = found("runtimeclasses,nodes,pods,daemonsets,configmaps" + (",events" if real_node else ""),
                     context=context, all_namespaces=True)
-    result = audit(runtime, objects, time_slicing, real_node)
+    result = audit(views.view, objects, time_slicing, real_node)
     yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n",
                            backup=False)
     if host.state.is_executing:

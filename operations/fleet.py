@@ -17,8 +17,10 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
-from facts.fleet import NodeRuntime
-from gpuop.fleet import api_view, fleet_gaps, fleet_table, node_entry, node_findings, runtime_view
+from facts.node import NodeRuntime
+from gpuop.fleet import fleet_gaps, fleet_table
+from gpuop.rules import findings, node_entry
+from gpuop.view import api_view, node_view
 from gpuop.kubeapi import CONNECT_TIMEOUT_S, api_client, in_words, where
 from gpuop.textfile import write_textfile
 
@@ -124,8 +126,8 @@ def _whole(state, fleet: _Fleet) -> dict:
         node = next((o for o in fleet.objects or [] if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
         runtime = api_view(node) if node is not None and name not in nodes else None
         if runtime is not None:
-            gaps = node_findings(name, runtime, fleet.objects, h.data.get("gpu_handler") or "nvidia")
-            nodes[name], from_api[h.name] = node_entry(name, runtime, gaps, node), name
+            gaps = findings(runtime, fleet.objects, name, h.data.get("gpu_handler") or "nvidia")
+            nodes[name], from_api[h.name] = node_entry(runtime, gaps, node), name
     return {"nodes": dict(sorted(nodes.items())), "gaps": fleet_gaps(nodes, fleet.objects or []),
             "cluster": fleet.cluster, "unread": sorted(h.name for h in unread), "judged_from_api": from_api}
 
@@ -160,7 +162,7 @@ def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
                read_timeout_s: int, cluster_timeout_s: int):
     """
     Audit one real node, read-only: its containerd's three views, in one command on the node
-    (``facts.fleet.NodeRuntime``), joined with the cluster read once for the run. The node's
+    (``facts.node.NodeRuntime``), joined with the cluster read once for the run. The node's
     entry is kept for ``fleet_report``; nothing is changed anywhere, so this yields no command.
     A plan and its run (pyinfra without ``-y``) share the one read.
 
@@ -194,9 +196,9 @@ def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
         if twin:
             yield _failed(f"hosts {twin} and {host.name} both audit node {name}: set node_name for each")
             return
-        runtime = runtime_view(read)
+        runtime = node_view(read)
         node = next((o for o in objects if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
-        fleet.nodes[name] = node_entry(name, runtime, node_findings(name, runtime, objects, gpu_handler), node)
+        fleet.nodes[name] = node_entry(runtime, findings(runtime, objects, name, gpu_handler), node)
         fleet.hosts[host.name] = name
     yield from ()
 

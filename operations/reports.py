@@ -1,5 +1,7 @@
 """Report files computed from live facts at the moment they are captured."""
 
+import posixpath
+
 from dataclasses import dataclass
 
 from pyinfra import host
@@ -7,6 +9,7 @@ from pyinfra.api import operation
 
 from gpuop.containerd import Forecast, analyze_merge, import_globs, merge_lines, parsed_toml, restart_lines
 from gpuop.reports import render, stamp_holds, stamp_text
+from gpuop.view import lab_view
 
 from . import reads
 from .containerd import LabDaemon
@@ -112,6 +115,7 @@ class ContainerdViews:
     loaded_from: str  # "cri": the daemon answered; "cri-down": it did not; "recorded": no lab containerd
     version: str  # the lab containerd's release, "none" without one
     forecast: Forecast | None  # what a restart loads; None without a lab containerd
+    view: dict  # all of it as the one view of a node's runtime (gpuop.view), which the audit judges
 
 
 def containerd_views(main_config: str, observed, daemon: LabDaemon | None) -> ContainerdViews:
@@ -122,7 +126,9 @@ def containerd_views(main_config: str, observed, daemon: LabDaemon | None) -> Co
     - loaded: the lab daemon's own answer through CRI; where the host has no lab containerd
       (``daemon`` None, or its binary absent), the ``observed`` handlers, "recorded";
     - after a restart: the binary's own ``config dump`` of the same files, judged by the CRI
-      plugin's rule.
+      plugin's rule;
+    and all of it as the one view of a node's runtime (``gpuop.view.lab_view``), with the files of
+    conf.d that no import reaches.
 
     .. code:: python
 
@@ -132,16 +138,23 @@ def containerd_views(main_config: str, observed, daemon: LabDaemon | None) -> Co
     if main is None:
         raise Unobservable(f"{main_config} is missing")
     main_doc = _toml(main_config, main["text"])
-    dropins = reads.files(import_globs(main_doc, main_config))
+    globs = import_globs(main_doc, main_config)
+    dropins = reads.files(globs)
     dropin_docs = [_toml(p, f["text"]) for p, f in sorted(dropins.items())]
+    beside = reads.files((posixpath.join(posixpath.dirname(main_config), "conf.d", "*"),))
+    files = {main_config: main, **beside, **dropins}
     views = reads.containerd() if daemon else {"restart": None}
     restart = views["restart"]
     if restart is None:
-        return ContainerdViews(main_doc, dropin_docs, list(observed), "recorded", "none", None)
+        return ContainerdViews(main_doc, dropin_docs, list(observed), "recorded", "none", None,
+                               lab_view(main_config, files, None, None, observed))
     loaded = views["loaded"]
     forecast = Forecast(**{k: restart[k] for k in ("runtimes", "default_runtime", "cri_ok", "reason", "starts")})
+    running = {"pid": loaded.get("pid"), "exe": loaded.get("exe") or daemon.binary, "config": daemon.config,
+               "address": daemon.socket, "binary": daemon.binary}
     return ContainerdViews(main_doc, dropin_docs, loaded["runtimes"],
-                           "cri" if loaded["cri"] == "ok" else "cri-down", restart["version"], forecast)
+                           "cri" if loaded["cri"] == "ok" else "cri-down", restart["version"], forecast,
+                           lab_view(main_config, files, loaded, restart, observed, running))
 
 
 @operation()

@@ -55,6 +55,7 @@ def checked(host):
         raise DeployError(f"{host.name}: {bad} (nothing was changed)") from None
     at = Layout(lab.gpuop_root)
     lab_files = (*at.owned_files(MANIFESTS, REPORTS + REAL_NODE_REPORTS), at.report("audit.json"), at.dropin_glob,
+                 posixpath.join(posixpath.dirname(at.dropin_glob), "*"),
                  posixpath.join(at.dropins_aside, "*"))
     reads.declare(host, files=lab_files, context=lab.kube_context, daemon=lab_daemon(lab, at))
     return lab, at

@@ -35,7 +35,7 @@ def planted():
 
 EXPECTED = {
     "reach-incident": [("gpu-advertised-not-loaded", "reach-incident"), ("handler-not-loaded", "nvidia"),
-                       ("restart-takes-cri-down", "/usr/bin/containerd"),
+                       ("restart-takes-cri-down", "containerd"),
                        ("sandbox-fails", "gpuop-fleet/gpu-reach-incident")],
     "reach-healthy": [],
 }
@@ -111,7 +111,7 @@ def test_the_cluster_reach_reports_what_ssh_reports_field_for_field(reach):
     assert through["nodes"]["reach-incident"]["runtime_handlers"] is None
     # one command per node, each in one read Pod; none left, and nothing else changed on the nodes
     assert sorted((host, fact.split(" ")[0]) for host, fact in target_commands(run.log)) == sorted(
-        (f"@kubenode/{n.name}", "facts.fleet.NodeRuntime") for n in nodes), run.log[-3000:]
+        (f"@kubenode/{n.name}", "facts.node.NodeRuntime") for n in nodes), run.log[-3000:]
     assert read_pods() == []
     for n in nodes:
         eventually(f"node {n.name} as before the read (its read Pod's containers and files gone)",

@@ -77,7 +77,7 @@ EXPECTED = {
     "gpu-unrestarted": [("handler-not-loaded", "nvidia"), ("sandbox-fails", "gpuop-fleet/gpu-gpu-unrestarted"),
                         ("gpu-pod-cdi-off", "gpuop-fleet/cdi-gpu-unrestarted"),
                         ("gpu-advertised-not-loaded", "gpu-unrestarted"), ("toolkit-ready-not-loaded", "toolkit")],
-    "gpu-incident": [("handler-not-loaded", "nvidia"), ("restart-takes-cri-down", "/usr/bin/containerd"),
+    "gpu-incident": [("handler-not-loaded", "nvidia"), ("restart-takes-cri-down", "containerd"),
                      ("sandbox-fails", "gpuop-fleet/gpu-gpu-incident"), ("gpu-advertised-not-loaded", "gpu-incident"),
                      ("toolkit-ready-not-loaded", "toolkit")],
     "gpu-missed-import": [("second-containerd", "pid"), ("dropin-not-imported", DROPIN),
@@ -96,7 +96,7 @@ EXPECTED = {
     "gpu-installer-signal": [("no-containerd", "gpu-installer-signal")],
     "gpu-installer-supervised": [],
     "gpu-aks": [("sandbox-fails", "gpuop-fleet/gpu-gpu-aks")],
-    "gpu-cri-down": [("cri-down", "/run/containerd/containerd.sock"), ("restart-takes-cri-down", "exe"),
+    "gpu-cri-down": [("cri-down", "containerd"), ("restart-takes-cri-down", "containerd"),
                      ("sandbox-fails", "gpuop-fleet/gpu-gpu-cri-down"), ("gpu-advertised-not-loaded", "gpu-cri-down"),
                      ("toolkit-ready-not-loaded", "toolkit")],
 }
@@ -107,8 +107,6 @@ def _subject(gap):
         return "toolkit"
     if gap["kind"] == "second-containerd":
         return "pid"
-    if gap["kind"] == "restart-takes-cri-down" and not gap["subject"].startswith("/usr/bin"):
-        return "exe"  # a built binary's path in the lab's cache
     return gap["subject"]
 
 

@@ -6,6 +6,10 @@ import yaml
 from gpuop.audit import audit, table
 from gpuop.gaps import gap
 from gpuop.slots import sharing_config
+from gpuop.view import restart_part, unknown_view
+
+DAEMON = {"pid": 7, "exe": "/usr/bin/containerd", "config": "/root/gpuop/etc/containerd/config.toml",
+          "address": "/root/gpuop/run/containerd/containerd.sock", "binary": "/usr/bin/containerd"}
 
 MEMORY = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
 TS = {"node": "n1", "physical_gpus": 4, "vram_per_gpu_gib": 40, "configmap": "gpu-operator/ts"}
@@ -39,8 +43,10 @@ RC = {"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia
 
 
 def runtime(written, loaded, loaded_from="cri", restart=None):
-    return {"written": written, "loaded": loaded, "loaded_from": loaded_from, "version": "1.6.20",
-            "restart": restart}
+    """A lab containerd 1.6.20's view (a host without one where ``loaded_from`` is recorded)."""
+    after = restart_part(restart, "1.6.20") if restart else {}
+    return unknown_view(written=written, loaded=loaded, loaded_from=loaded_from, version="1.6.20", **after,
+                        **({} if loaded_from == "recorded" else {"daemon": DAEMON}))
 
 
 def kinds(result):
@@ -90,7 +96,8 @@ def test_each_gap_names_the_views_it_joins_as_the_fleet_audit_s_do():
 
 def test_a_daemon_whose_cri_is_down_is_a_gap_of_its_own():
     result = audit(runtime(["runc"], [], "cri-down"), [node("n0", 4), node("n1", 20), configmap(5)], TS)
-    assert kinds(result) == [("cri-down", "containerd"), ("handler-not-loaded", "runc")]
+    # nothing claimed that was not seen: with CRI down, no handler is said to be missing
+    assert kinds(result) == [("cri-down", "containerd")]
     assert result["handlers"]["loaded_source"] == "cri-down"
 
 
@@ -143,7 +150,7 @@ def test_on_a_real_node_the_sandbox_forecast_is_held_against_the_kubelet_s_event
 
 
 def test_the_kubelet_s_words_match_each_version_s_sandbox_error():
-    from gpuop.fleet import says_sandbox_error
+    from gpuop.rules import says_sandbox_error
     prefix = "Failed to create pod sandbox: rpc error: code = Unknown desc = "
     two = f'unable to get OCI runtime for sandbox "{"a1" * 32}": no runtime for "nvidia" is configured'
     assert says_sandbox_error(prefix + two, "2.4.2", "nvidia")

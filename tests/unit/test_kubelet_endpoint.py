@@ -1,4 +1,4 @@
-"""Which containerd kubelet talks to, as the node audit reads it on the node (facts/fleet.py):
+"""Which containerd kubelet talks to, as the node audit reads it on the node (facts/node_read.sh):
 the flag, else the last containerRuntimeEndpoint of its --config and then its --config-dir
 drop-ins (*.conf, in name order), YAML or JSON, else the default; run by a real shell against
 real processes whose command lines are kubelet's."""
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from facts.fleet import _KIND, _KUBELET_ENDPOINT, K3S_SOCKET
+from facts.node import K3S_SOCKET, READ_SH
 
 EKS_CONFIG = '{"kind":"KubeletConfiguration","containerRuntimeEndpoint":"unix:///run/eks.sock","maxPods":29}'
 EKS_DROPIN = '{\n  "apiVersion": "kubelet.config.k8s.io/v1beta1",\n  "containerRuntimeEndpoint": "unix:///run/dropin.sock"\n}\n'
@@ -29,7 +29,7 @@ def endpoint(tmp_path, *args, kind="kubelet", argv0="") -> str:
         assert time.monotonic() < deadline, "the process did not start within 10s"
         time.sleep(0.01)
     try:
-        shell = f'for p in {proc.pid}; do kind={kind}; {_KIND}{_KUBELET_ENDPOINT}echo "$kind $ke"; done'
+        shell = f'. {READ_SH}; kind_of {proc.pid} {kind} && kubelet_endpoint {proc.pid}; echo "$kind $ke"'
         out = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=10, check=True)
         said_kind, _, found = out.stdout.strip().partition(" ")
         assert said_kind == "kubelet", out.stdout

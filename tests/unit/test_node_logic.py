@@ -7,10 +7,11 @@ import tarfile
 import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
-from facts.fleet import NodeRuntime
+from facts.node import NodeRuntime
 from gpuop.containerd import main_config, nvidia_dropin
-from gpuop.fleet import (fleet_gaps, fleet_table, node_entry, node_findings, runtime_view, sandbox_error,
-                        written_view)
+from gpuop.fleet import fleet_gaps, fleet_table
+from gpuop.rules import findings, node_entry, sandbox_error
+from gpuop.view import api_view, node_view, written_view
 from gpuop.textfile import textfile
 
 CONFIG = "/etc/containerd/config.toml"
@@ -59,44 +60,44 @@ def kinds(gaps):
 
 def test_the_daemon_the_read_asked_is_the_nodes_runtime_and_the_others_are_named():
     kubelet = {"pid": 3, "exe": "/usr/bin/kubelet", "args": [], "endpoint": "/run/other.sock"}
-    view = runtime_view(read(daemon(pid=1, address="/run/other.sock"), daemon(pid=2, serves=False), kubelet=kubelet))
+    view = node_view(read(daemon(pid=1, address="/run/other.sock"), daemon(pid=2, serves=False), kubelet=kubelet))
     assert view["daemon"]["pid"] == 1 and [o["pid"] for o in view["others"]] == [2]
-    gaps = node_findings("gpu-a", view, [node(gpus=0)])
+    gaps = findings(view, [node(gpus=0)], "gpu-a")
     assert kinds(gaps) == [("second-containerd", "2")]
     assert "kubelet's endpoint" in gaps[0]["detail"]
 
 
 def test_no_daemon_on_kubelets_endpoint_is_a_finding():
     kubelet = {"pid": 3, "exe": "/usr/bin/kubelet", "args": [], "endpoint": SOCKET}
-    view = runtime_view(read(daemon(address="/run/a.sock", serves=False), kubelet=kubelet))
-    gaps = node_findings("gpu-a", view, [node()])
+    view = node_view(read(daemon(address="/run/a.sock", serves=False), kubelet=kubelet))
+    gaps = findings(view, [node()], "gpu-a")
     assert kinds(gaps) == [("no-containerd", "gpu-a")] and SOCKET in gaps[0]["detail"]
 
 
 def test_written_view_follows_imports_and_names_unreached_dropins():
     files = {CONFIG: {"mode": "644", "text": MAIN},
              "/etc/containerd/conf.d/99-nvidia.toml": {"mode": "644", "text": DROPIN}}
-    assert written_view(daemon(files=files)) == {
+    assert written_view(CONFIG, files) == {
         "runtimes": ["runc", "nvidia"], "dropins": ["/etc/containerd/conf.d/99-nvidia.toml"], "unreached": [],
         "errors": [], "imports": ["/etc/containerd/conf.d/*.toml"]}
     missed = tomli_w.dumps(main_config("/etc/containerd/config.d/*.toml"))
-    view = written_view(daemon(files={**files, CONFIG: {"mode": "644", "text": missed}}))
+    view = written_view(CONFIG, {**files, CONFIG: {"mode": "644", "text": missed}})
     assert view["runtimes"] == ["runc"] and view["unreached"] == ["/etc/containerd/conf.d/99-nvidia.toml"]
-    broken = written_view(daemon(files={CONFIG: {"mode": "644", "text": "version = ["}}))
+    broken = written_view(CONFIG, {CONFIG: {"mode": "644", "text": "version = ["}})
     assert broken["errors"] and "is not valid TOML" in broken["errors"][0]
 
 
 def test_a_pod_whose_handler_goes_with_a_restart():
-    view = runtime_view(read(daemon(loaded=("runc", "nvidia"), after=("runc",), version="2.4.2")))
-    gaps = node_findings("gpu-a", view, [node(), RC, pod("p")])
+    view = node_view(read(daemon(loaded=("runc", "nvidia"), after=("runc",), version="2.4.2")))
+    gaps = findings(view, [node(), RC, pod("p")], "gpu-a")
     assert kinds(gaps) == [("handler-gone-after-restart", "ns/p")]
     assert gaps[0]["views"] == ["scheduled", "after-restart"]
 
 
 def test_a_restart_the_daemon_refuses():
-    view = runtime_view(read(daemon(cri_ok=False, starts=False)))
+    view = node_view(read(daemon(cri_ok=False, starts=False)))
     assert view["cri_after_restart"] == "refuses-start"
-    assert ("restart-refuses-start", "/usr/bin/containerd") in kinds(node_findings("gpu-a", view, [node(gpus=0)]))
+    assert ("restart-refuses-start", "containerd") in kinds(findings(view, [node(gpus=0)], "gpu-a"))
 
 
 def test_sandbox_error_is_the_versions_own():
@@ -105,35 +106,35 @@ def test_sandbox_error_is_the_versions_own():
 
 
 def test_a_host_without_its_node_object():
-    view = runtime_view(read(daemon(loaded=("runc", "nvidia"), after=("runc", "nvidia"))))
-    assert kinds(node_findings("gpu-b", view, [node("gpu-a")])) == [("no-node-object", "gpu-b")]
+    view = node_view(read(daemon(loaded=("runc", "nvidia"), after=("runc", "nvidia"))))
+    assert kinds(findings(view, [node("gpu-a")], "gpu-b")) == [("no-node-object", "gpu-b")]
 
 
 def test_a_toolkit_pod_ready_without_its_handler_and_gpus_without_it():
-    view = runtime_view(read(daemon()))
+    view = node_view(read(daemon()))
     objects = [node(), pod("toolkit-x", runtime_class=None, owner="nvidia-container-toolkit-daemonset"),
                pod("other", runtime_class=None, owner="dcgm-exporter")]
-    assert kinds(node_findings("gpu-a", view, objects)) == [("gpu-advertised-not-loaded", "gpu-a"),
+    assert kinds(findings(view, objects, "gpu-a")) == [("gpu-advertised-not-loaded", "gpu-a"),
                                                              ("toolkit-ready-not-loaded", "ns/toolkit-x")]
-    view_ok = runtime_view(read(daemon(loaded=("runc", "nvidia"), after=("runc", "nvidia"))))
-    assert node_findings("gpu-a", view_ok, objects) == []
+    view_ok = node_view(read(daemon(loaded=("runc", "nvidia"), after=("runc", "nvidia"))))
+    assert findings(view_ok, objects, "gpu-a") == []
 
 
 def test_without_crictl_the_loaded_view_is_not_guessed():
     d = daemon()
     d["loaded"] = {"cri": "down", "runtimes": [], "default_runtime": "", "error": "exit 127", "crictl": False}
-    view = runtime_view(read(d))
+    view = node_view(read(d))
     assert view["loaded_from"] == "no-crictl"
-    assert node_findings("gpu-a", view, [node(), RC, pod("p")]) == []  # nothing claimed that was not seen
+    assert findings(view, [node(), RC, pod("p")], "gpu-a") == []  # nothing claimed that was not seen
 
 
 def test_fleet_table_json_and_textfile_from_one_report():
-    healthy = runtime_view(read(daemon(loaded=("runc", "nvidia"), after=("runc", "nvidia"))))
-    incident = runtime_view(read(daemon(after=("nvidia",), cri_ok=False)))
+    healthy = node_view(read(daemon(loaded=("runc", "nvidia"), after=("runc", "nvidia"))))
+    incident = node_view(read(daemon(after=("nvidia",), cri_ok=False)))
     objects = [node("a"), node("b"), RC, pod("p", "b"),
                {"kind": "RuntimeClass", "metadata": {"name": "kata"}, "handler": "kata"}]
-    nodes = {"a": node_entry("a", healthy, node_findings("a", healthy, objects)),
-             "b": node_entry("b", incident, node_findings("b", incident, objects))}
+    nodes = {"a": node_entry(healthy, findings(healthy, objects, "a")),
+             "b": node_entry(incident, findings(incident, objects, "b"))}
     report = {"nodes": nodes, "gaps": fleet_gaps(nodes, objects)}
     assert [g["subject"] for g in report["gaps"]] == ["kata"]
     assert [g["kind"] for g in nodes["b"]["gaps"]] == ["restart-takes-cri-down", "sandbox-fails",
@@ -181,7 +182,7 @@ def test_node_runtime_parses_its_sections():
     assert (d["pid"], d["config"], d["address"], d["serves"], list(d["files"])) == (9, CONFIG, SOCKET, True, [CONFIG])
     assert d["restart"]["version"] == "1.6.20" and d["restart"]["runtimes"] == ["runc"]
     assert d["loaded"]["runtimes"] == ["runc"] and d["loaded"]["cri"] == "ok"
-    view = runtime_view(got)
+    view = node_view(got)
     assert view["daemon"]["pid"] == 9 and view["kubelet_endpoint"] == SOCKET and view["others"][0]["pid"] == 8
 
 
@@ -215,7 +216,7 @@ def test_a_gpu_pod_without_a_class_needs_the_default_runtime_or_cdi_with_a_spec(
     objects = [node(), RC, gpu_pod("cdi")]
 
     def gaps(d):
-        return node_findings("gpu-a", runtime_view(read(d)), objects)
+        return findings(node_view(read(d)), objects, "gpu-a")
 
     off = gaps(with_cdi(daemon(loaded=("nvidia", "runc"), version="1.7.35"), False))
     assert [(g["kind"], g["subject"], g["views"]) for g in off] == [("gpu-pod-cdi-off", "ns/cdi", ["scheduled", "loaded"])]
@@ -228,7 +229,7 @@ def test_a_gpu_pod_without_a_class_needs_the_default_runtime_or_cdi_with_a_spec(
     assert gaps(with_cdi(daemon(loaded=("nvidia", "runc"), version="2.4.2"), True, specs=["/var/run/cdi/nvidia.yaml"])) == []
     # the legacy mode: nvidia is the default runtime, CDI plays no part
     assert gaps(with_cdi(daemon(loaded=("nvidia", "runc"), version="1.7.35"), False, default="nvidia")) == []
-    entry = node_entry("gpu-a", runtime_view(read(with_cdi(daemon(loaded=("nvidia", "runc"), version="1.7.35"), False))), off)
+    entry = node_entry(node_view(read(with_cdi(daemon(loaded=("nvidia", "runc"), version="1.7.35"), False))), off)
     assert entry["pods_at_risk"] == 1
 
 
@@ -247,30 +248,29 @@ def test_the_api_s_view_of_loaded_handlers_is_held_against_the_node_s_own():
         n["status"]["runtimeHandlers"] = [{"name": h, "features": {"recursiveReadOnlyMounts": True}} for h in handlers]
         return n
 
-    loaded = runtime_view(read(daemon(loaded=("nvidia", "runc"), after=("nvidia", "runc"), version="2.4.2")))
-    assert node_findings("gpu-a", loaded, [reporting("", "nvidia", "runc")]) == []  # they agree
-    stale = node_findings("gpu-a", loaded, [reporting("", "runc")])
+    loaded = node_view(read(daemon(loaded=("nvidia", "runc"), after=("nvidia", "runc"), version="2.4.2")))
+    assert findings(loaded, [reporting("", "nvidia", "runc")], "gpu-a") == []  # they agree
+    stale = findings(loaded, [reporting("", "runc")], "gpu-a")
     assert [(g["kind"], g["subject"], g["views"]) for g in stale] == [
         ("loaded-disagrees-with-api", "gpu-a", ["loaded", "scheduled"])]
     assert stale[0]["detail"] == ("node gpu-a's kubelet reports (default),runc loaded (Node.status.runtimeHandlers), "
                                   "its containerd 2.4.2 answers nvidia,runc through CRI")
-    assert node_findings("gpu-a", loaded, [node()]) == []  # containerd 1.x reports none: only the node's read judges
-    entry = node_entry("gpu-a", loaded, [], reporting("", "nvidia", "runc"))
+    assert findings(loaded, [node()], "gpu-a") == []  # containerd 1.x reports none: only the node's read judges
+    entry = node_entry(loaded, [], reporting("", "nvidia", "runc"))
     assert entry["runtime_handlers"] == ["", "nvidia", "runc"] and entry["loaded"] == ["nvidia", "runc"]
-    assert node_entry("gpu-a", loaded, [], node())["runtime_handlers"] is None
+    assert node_entry(loaded, [], node())["runtime_handlers"] is None
 
 
 def test_a_node_not_read_is_judged_on_what_its_kubelet_reports_alone():
-    from gpuop.fleet import api_view
     reporting = {**node(), "status": {**node()["status"], "runtimeHandlers": [{"name": ""}, {"name": "runc"}]}}
     view = api_view(reporting)
     assert (view["loaded"], view["loaded_from"], view["after_restart"]) == (["runc"], "api", [])
-    gaps = node_findings("gpu-a", view, [reporting, RC, pod("gpu"), pod("tk", runtime_class=None, owner="gpu-container-toolkit")])
+    gaps = findings(view, [reporting, RC, pod("gpu"), pod("tk", runtime_class=None, owner="gpu-container-toolkit")], "gpu-a")
     assert kinds(gaps) == [("gpu-advertised-not-loaded", "gpu-a"), ("sandbox-fails", "ns/gpu"),
                            ("toolkit-ready-not-loaded", "ns/tk")]
     assert "its kubelet reports only runc loaded (Node.status.runtimeHandlers; the node itself was not read)" in \
         next(g for g in gaps if g["kind"] == "sandbox-fails")["detail"]
-    entry = node_entry("gpu-a", view, gaps, reporting)
+    entry = node_entry(view, gaps, reporting)
     assert entry["runtime_handlers"] == ["", "runc"] and entry["loaded_from"] == "api"
     assert "runc (api)" in fleet_table({"nodes": {"gpu-a": entry}, "gaps": []})[1]
     assert api_view(node()) is None  # a node that reports none (containerd 1.x): only its read judges it

@@ -3,7 +3,8 @@
 import tomli_w
 
 from gpuop.containerd import main_config, nvidia_dropin
-from gpuop.fleet import node_findings, runtime_view
+from gpuop.rules import findings
+from gpuop.view import node_view
 from gpuop.regen import nvidia_binaries, regenerated, regenerator, template
 from tests.unit.test_node_logic import RC, daemon, kinds, node, pod, read
 
@@ -76,10 +77,10 @@ def k3s_daemon(files, nvidia=(), loaded=("runc", "nvidia")):
 
 def test_a_handler_only_in_the_generated_file_is_lost_at_the_next_start_and_names_the_template():
     # the toolkit edited k3s's generated config.toml: loaded now, and `config dump` of that file has it
-    view = runtime_view(read(k3s_daemon({f"{K3S}/config.toml": f(WITH_NVIDIA)})))
+    view = node_view(read(k3s_daemon({f"{K3S}/config.toml": f(WITH_NVIDIA)})))
     assert view["after_restart"] == ["runc"] and view["cri_after_restart"] == "ok"
     assert "built-in template" in view["restart_reason"]
-    gaps = node_findings("gpu-a", view, [node(), RC, pod("gpu")])
+    gaps = findings(view, [node(), RC, pod("gpu")], "gpu-a")
     assert kinds(gaps) == [("handler-gone-after-restart", "ns/gpu"), ("lost-at-regeneration", "nvidia")]
     lost = next(g for g in gaps if g["kind"] == "lost-at-regeneration")
     assert f"{K3S}/config-v3.toml.tmpl" in lost["detail"] and '{{ template "base" . }}' in lost["detail"]
@@ -87,15 +88,15 @@ def test_a_handler_only_in_the_generated_file_is_lost_at_the_next_start_and_name
 
 
 def test_the_operators_toolkit_where_k3s_looks_keeps_the_handler():
-    view = runtime_view(read(k3s_daemon({f"{K3S}/config.toml": f(WITH_NVIDIA)}, nvidia=TOOLKIT)))
+    view = node_view(read(k3s_daemon({f"{K3S}/config.toml": f(WITH_NVIDIA)}, nvidia=TOOLKIT)))
     assert view["after_restart"] == ["runc", "nvidia"]
-    assert node_findings("gpu-a", view, [node(), RC, pod("gpu")]) == []
+    assert findings(view, [node(), RC, pod("gpu")], "gpu-a") == []
 
 
 def test_a_template_whose_default_runtime_is_not_defined_takes_cri_down():
     tmpl = tomli_w.dumps(main_config(f"{K3S}/conf.d/*.toml", default_runtime="nvidia"))
-    view = runtime_view(read(k3s_daemon({f"{K3S}/config.toml": f(WITH_NVIDIA), f"{K3S}/config-v3.toml.tmpl": f(tmpl)})))
+    view = node_view(read(k3s_daemon({f"{K3S}/config.toml": f(WITH_NVIDIA), f"{K3S}/config-v3.toml.tmpl": f(tmpl)})))
     assert view["cri_after_restart"] == "fails" and "default_runtime_name nvidia" in view["restart_reason"]
-    gaps = node_findings("gpu-a", view, [node(), RC, pod("gpu")])
-    assert ("lost-at-regeneration", "nvidia") in kinds(gaps) and ("restart-takes-cri-down", "/usr/bin/containerd") in kinds(gaps)
+    gaps = findings(view, [node(), RC, pod("gpu")], "gpu-a")
+    assert ("lost-at-regeneration", "nvidia") in kinds(gaps) and ("restart-takes-cri-down", "containerd") in kinds(gaps)
     assert next(g for g in gaps if g["kind"] == "lost-at-regeneration")["detail"].endswith(f"{K3S}/config-v3.toml.tmpl")

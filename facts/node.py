@@ -1,0 +1,121 @@
+"""Facts about a real node: the containerd that runs on it and the kubelet that talks to it.
+
+A real node is not a lab root: its containerd runs under systemd with flags of its own, or none.
+Everything is found from the processes, never assumed, and read in one command that writes
+nothing (no temporary file, no socket left behind).
+"""
+
+import base64
+import os
+import shlex
+
+from pyinfra.api import FactBase
+
+from gpuop.regen import nvidia_binaries
+
+from .containerd import cri_answer, cri_info, restart_answer, restart_merge
+from .files import TAR_OF_ARGS, untarred
+
+_SECTION = "--- gpuop "
+K3S_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own containerd (docs/fleet-audit.md)
+READ_SH = os.path.join(os.path.dirname(__file__), "node_read.sh")  # the read, in shell, run on the node
+
+
+def node_read(crictl: str = "crictl") -> str:
+    """The node's read as one shell command: node_read.sh's functions, after the shell it shares
+    with the lab's facts (a containerd's own merge, its CRI answer, files as one line), then
+    ``read_node``.
+
+        node_read("/usr/local/bin/crictl")  # -> "CRICTL=/usr/local/bin/crictl\n...\nread_node"
+    """
+    with open(READ_SH) as f:
+        script = f.read()
+    merge, answer = restart_merge('"$rbin"', '"$rcfg"'), cri_info('"$CRICTL"', '"$1"')
+    shared = (f"CRICTL={shlex.quote(crictl)}\n"
+              f"NVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
+              f"gpuop_tar() {{ {TAR_OF_ARGS}; }}\n"
+              f"gpuop_restart() {{ rbin=$1 rcfg=$2; {merge}; }}\n"
+              f"gpuop_cri() {{ {answer}; }}\n")
+    return f"{shared}{script}\nread_node"
+
+
+class NodeRuntime(FactBase):
+    """
+    What runs on a real node, read-only and in one command (k3s's multicall too: its containerd by
+    argv[0], its kubelet inside the k3s process); its hostname; kubelet's command line
+    and the endpoint it uses (``--container-runtime-endpoint``, else ``containerRuntimeEndpoint``
+    of its ``--config`` and ``--config-dir`` drop-ins, YAML or JSON, else its default); every containerd process (found by its
+    binary's name, whatever its flags), each with its binary (``/proc/PID/exe``), command line,
+    ``--config`` (default /etc/containerd/config.toml) and socket (``--address``, else the
+    config's ``grpc.address``, else the default). The three views are read for the one daemon
+    that ``serves``, the node's runtime (kubelet's; with no kubelet, the only one, or the one on
+    the default socket): the files written (its config, the files its imports reach, its
+    conf.d, and the k3s/RKE2 templates beside it), the NVIDIA runtime binaries where k3s looks
+    at start (``nvidia_runtimes``: what its next start registers, ``gpuop.regen``), what it
+    holds (``crictl info`` on its socket) and what its binary's next start would load
+    (``config dump``, see ``facts.containerd.restart_merge``).
+
+    .. code:: python
+
+        host.get_fact(NodeRuntime, crictl="crictl")
+        {"hostname": "gpu-a",
+         "kubelet": {"pid": 901, "exe": "/usr/bin/kubelet", "args": [...],
+                     "endpoint": "/run/containerd/containerd.sock"},  # None without a kubelet
+         "containerds": [{"pid": 812, "exe": "/usr/bin/containerd", "args": ["/usr/bin/containerd"],
+                          "binary": "/usr/bin/containerd",  # what the restart view runs
+                          "config": "/etc/containerd/config.toml",
+                          "address": "/run/containerd/containerd.sock", "serves": True,
+                          "files": {"/etc/containerd/config.toml": {"mode": "644", "text": "..."}},
+                          "loaded": {"cri": "ok", "runtimes": ["runc"], ...}, "nvidia_runtimes": [],
+                          "restart": {"version": "1.6.20", "runtimes": ["runc"], "cri_ok": True, ...}}]}
+
+    A daemon that does not serve has ``serves`` False, and empty ``files``, ``loaded`` and
+    ``restart``: asking its CRI would not be read-only (a containerd writes its introspection
+    uuid at its first CRI Status).
+    """
+
+    @staticmethod
+    def default():
+        return {"hostname": "", "containerds": [], "kubelet": None}
+
+    def command(self, crictl="crictl"):
+        return node_read(crictl)
+
+    def process(self, output):
+        result = self.default()
+        sections, current = [], None
+        for line in output:
+            if line.startswith(_SECTION):
+                current = (line[len(_SECTION):].split(" ", 1), [])
+                sections.append(current)
+            elif current is not None:
+                current[1].append(line)
+        daemons, runtime = {}, None
+        for (kind, *rest), lines in sections:
+            if kind == "hostname":
+                result["hostname"] = rest[0].strip() if rest else ""
+            elif kind == "kubelet":
+                exe, args, endpoint = (lines + ["", "", ""])[:3]
+                result["kubelet"] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "endpoint": endpoint}
+            elif kind == "containerd":
+                exe, args, config, address, binary = (lines + [""] * 5)[:5]
+                daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
+                                    "address": address, "binary": binary, "serves": False, "files": {},
+                                    "restart": None, "loaded": None, "gpu_cdi_specs": [], "nvidia_runtimes": []}
+                result["containerds"].append(daemons[rest[0]])
+            elif kind == "runtime":
+                runtime = daemons[rest[0]]
+                runtime.update(serves=True, files=untarred(lines[0]) if lines and lines[0].strip() else {})
+            elif kind == "restart":
+                runtime["restart"] = restart_answer(lines) if lines else None
+            elif kind == "cri":
+                runtime["loaded"] = cri_answer(lines)
+            elif kind == "cdi":
+                runtime["gpu_cdi_specs"] = [line for line in lines if line.strip()]
+            elif kind == "nvidia":
+                runtime["nvidia_runtimes"] = [line for line in lines if line.strip()]
+        return result
+
+
+def _args(b64: str) -> list:
+    return base64.b64decode(b64).decode(errors="replace").split("\0")[:-1]

@@ -1,0 +1,283 @@
+"""The one judgment: a node's runtime view (``gpuop.view``) joined with the cluster's objects,
+as gaps (``gpuop.gaps``). Both audits, a lab host's and a real node's, call ``findings``; each rule
+is written here once.
+
+Subjects: a finding about the daemon itself names the runtime (``containerd``), one about a
+handler names the handler, one about a Pod ``namespace/name``, one about a Node its name, one
+about a file its path.
+"""
+
+import re
+
+from .cluster import allocatable_count, gpus_asked, ready, sandbox_failure
+from .containerd import release
+from .gaps import gap
+from .objects import of_kind, ref
+from .view import KNOWN, RUNTIME, api_handlers
+
+TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
+AT_RISK = ("sandbox-fails", "handler-gone-after-restart", "gpu-pod-cdi-off", "cdi-spec-missing")
+
+
+def active(pod: dict) -> bool:
+    """A Pod that runs or will: not ended, not being deleted."""
+    return pod["status"].get("phase") not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
+
+
+def sandbox_error(version: str, handler: str) -> str:
+    """What containerd of ``version`` answers kubelet for a sandbox whose handler it does not load
+    (kubelet's event: ``Failed to create pod sandbox: rpc error: code = Unknown desc = ...``).
+
+        sandbox_error("1.6.20", "nvidia") -> 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
+    """
+    cause = f'no runtime for "{handler}" is configured'
+    if release(version) >= (2,):
+        return f'unable to get OCI runtime for sandbox "<id>": {cause}'
+    return f"failed to get sandbox runtime: {cause}"
+
+
+def says_sandbox_error(message: str, version: str, handler: str) -> bool:
+    """Whether a kubelet's event message is ``sandbox_error``'s, a sandbox's id where it has one.
+
+        says_sandbox_error('Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get '
+                           'sandbox runtime: no runtime for "nvidia" is configured', "1.6.20", "nvidia") -> True
+    """
+    expected = re.escape(sandbox_error(version, handler)).replace(re.escape("<id>"), "[0-9a-f]{64}")
+    return re.search(f"{expected}$", message) is not None
+
+
+def kubelet_agrees(pod: dict, events: list, version: str, handler: str) -> dict:
+    """The kubelet's own word on a sandbox forecast to fail: its latest FailedCreatePodSandBox
+    event for ``pod``, and whether it says what containerd ``version`` says.
+
+        kubelet_agrees(pod, events, "1.6.20", "nvidia") -> {"event": "Failed to create ...", "agrees": True}
+    """
+    event = sandbox_failure(events, pod)
+    return {"event": event["message"] if event else None,
+            "agrees": bool(event) and says_sandbox_error(event["message"], version, handler)}
+
+
+def _loaded_words(view: dict) -> str:
+    return {"cri": f"loaded, live through CRI of containerd {view['version']}",
+            "recorded": "recorded: the incident day's observation, no lab containerd here"}[view["loaded_from"]]
+
+
+def runtime_findings(view: dict) -> list:
+    """The gaps of the daemon alone, before any cluster object: what a restart does, its files,
+    whether CRI answers, and handlers written but not loaded.
+
+        runtime_findings(view) -> [{"kind": "restart-takes-cri-down", "subject": "containerd", ...}, ...]
+    """
+    gaps, version, d = [], view["version"], view["daemon"]
+    if view["cri_after_restart"] == "refuses-start":
+        gaps.append(gap("restart-refuses-start", RUNTIME, ["after-restart"],
+                        f"containerd {version} would not start at its next restart, so no Pod could start on "
+                        f"this node: {view['restart_reason']}"))
+    elif view["cri_after_restart"] == "fails":
+        gaps.append(gap("restart-takes-cri-down", RUNTIME, ["after-restart"],
+                        f"a restart of containerd on this node takes CRI down: {view['restart_reason']} "
+                        f"(after restart: {view['restart_from']})"))
+    for other in view["others"]:
+        gaps.append(gap("second-containerd", str(other["pid"]), ["loaded"],
+                        f"a second containerd runs (pid {other['pid']}, config {other['config']}, socket "
+                        f"{other['address']}); the audited one is pid {d['pid']} on {d['address']}"
+                        + (", kubelet's endpoint" if view["kubelet_endpoint"] else "")))
+    config = d["config"] if d else "the main config"
+    gaps += [gap("config-unreadable", config, ["written"], e) for e in view["config_errors"]]
+    for path in view["unreached"]:
+        gaps.append(gap("dropin-not-imported", path, ["written"],
+                        f"{path} is in conf.d but no imports glob of {config} reaches it "
+                        f"(imports: {', '.join(view['imports']) or 'none'}): containerd never reads it"))
+    if view["loaded_from"] == "cri-down":
+        where = f" on {d['address']}" if d else ""
+        gaps.append(gap("cri-down", RUNTIME, ["loaded"],
+                        f"containerd {version} runs but its CRI does not answer{where} ({view['cri_error']}): "
+                        "no Pod can start on this node"))
+    if view["loaded_from"] in KNOWN:
+        for handler in view["written"]:
+            if handler not in view["loaded"]:
+                gaps.append(gap("handler-not-loaded", handler, ["written", "loaded"],
+                                f"runtime handler {handler} is written but not loaded ({_loaded_words(view)})"))
+    regen = view.get("regenerated")
+    if regen and regen["known"]:
+        from .regen import template_to_edit
+        for handler in view["written"]:
+            if handler not in regen["runtimes"]:
+                gaps.append(gap("lost-at-regeneration", handler, ["written", "after-restart"],
+                                f"runtime handler {handler} is written in {config} (or a file its imports "
+                                f"reach), which {regen['by']} writes anew at its next start from "
+                                f"{regen['source']}, and that does not define it: the next start loses it. "
+                                f"Define it in {template_to_edit(config, version, regen)}"))
+    return gaps
+
+
+def api_disagrees(node: dict, view: dict) -> list:
+    """The gap where a Node's ``status.runtimeHandlers`` (kubelet's copy of its runtime's CRI
+    status) and the daemon's own CRI answer name different handlers; none where the node reports
+    no handlers (containerd 1.x) or CRI did not answer.
+
+        api_disagrees(node, view)   # the API says "", runc; CRI says runc, nvidia
+        -> [{"kind": "loaded-disagrees-with-api", "subject": "gpu-a", ...}]
+    """
+    reported, name = api_handlers(node), node["metadata"]["name"]
+    if reported is None or view["loaded_from"] != "cri" or set(reported) - {""} == set(view["loaded"]):
+        return []
+    return [gap("loaded-disagrees-with-api", name, ["loaded", "scheduled"],
+                f"node {name}'s kubelet reports {','.join(h or '(default)' for h in reported)} loaded "
+                f"(Node.status.runtimeHandlers), its containerd {view['version']} answers "
+                f"{','.join(view['loaded']) or 'none'} through CRI")]
+
+
+def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> list:
+    """Pods bound to the node whose RuntimeClass's handler is not loaded (their sandbox fails, in
+    the version's words and, where Events were read, against the kubelet's own), or will not be
+    after a restart."""
+    gaps, version, loaded_from = [], view["version"], view["loaded_from"]
+    knows = loaded_from in ("cri", "cri-down", "api", "recorded")
+    handlers = {rc["metadata"]["name"]: rc.get("handler") for rc in of_kind(objects, "RuntimeClass")}
+    restart_ok = view["cri_after_restart"] == "ok"
+    for pod in of_kind(objects, "Pod"):
+        rc = pod["spec"].get("runtimeClassName")
+        if pod["spec"].get("nodeName") != name or not active(pod) or not rc:
+            continue
+        handler = handlers.get(rc, rc)
+        if knows and handler not in view["loaded"]:
+            if loaded_from == "cri-down":
+                why = "its CRI is down"
+            elif loaded_from == "api":
+                why = (f"its kubelet reports only {','.join(view['loaded']) or 'none'} loaded "
+                       "(Node.status.runtimeHandlers; the node itself was not read)")
+            else:
+                why = f"containerd {version} says: {sandbox_error(version, handler)}"
+                if events is not None:
+                    said = kubelet_agrees(pod, events, version, handler)
+                    why += ("; the kubelet's event agrees" if said["agrees"]
+                            else f"; the kubelet's event says otherwise: {said['event']}" if said["event"]
+                            else "; no kubelet event for it yet")
+            gaps.append(gap("sandbox-fails", ref(pod), ["scheduled", "loaded"],
+                            f"Pod {ref(pod)} (RuntimeClass {rc}, handler {handler}) cannot start a sandbox "
+                            f"on {name}: {why}"))
+        elif loaded_from in ("cri", "cri-down") and (not restart_ok or handler not in view["after_restart"]):
+            gaps.append(gap("handler-gone-after-restart", ref(pod), ["scheduled", "after-restart"],
+                            f"Pod {ref(pod)} (handler {handler}) runs now, but after a restart "
+                            + (f"CRI is {view['cri_after_restart']}" if not restart_ok
+                               else f"containerd loads only {','.join(view['after_restart']) or 'nothing'}")))
+    return gaps
+
+
+def _gpu_pods_without_a_class(name: str, view: dict, objects: list, gpu_handler: str) -> list:
+    """GPU Pods with no RuntimeClass (the GPU Operator's CDI mode, and any Pod that trusts the
+    node's default): each gets its GPU from the default runtime when that is ``gpu_handler``,
+    else only through CDI, which needs CDI on in the daemon and a spec of nvidia.com/gpu devices
+    in the directories it reads. Either missing is a gap naming the Pod."""
+    gaps, cdi, version = [], view["cdi"], view["version"]
+    default = view["default_runtime"] or "runc"
+    if default == gpu_handler or cdi is None:
+        return gaps
+    for pod in of_kind(objects, "Pod"):
+        if pod["spec"].get("nodeName") != name or pod["spec"].get("runtimeClassName") or not active(pod):
+            continue
+        gpus = gpus_asked(pod)
+        if not gpus:
+            continue
+        asks = f"Pod {ref(pod)} asks for {gpus} nvidia.com/gpu with no RuntimeClass"
+        if not cdi["enabled"]:
+            what = ("drops the Pod's CDI device request silently: it starts without a GPU" if release(version) < (2,)
+                    else "refuses the Pod's CDI device request" if release(version) >= (2, 3)
+                    else "does not resolve the Pod's CDI device request")
+            gaps.append(gap("gpu-pod-cdi-off", ref(pod), ["scheduled", "loaded"],
+                            f"{asks}: containerd {version} runs it with its default runtime {default}, and "
+                            f"CDI is off (enable_cdi), so it {what}"))
+        elif not cdi["gpu_specs"]:
+            gaps.append(gap("cdi-spec-missing", ref(pod), ["scheduled", "loaded"],
+                            f"{asks}: CDI is on in containerd {version}, but no spec of nvidia.com/gpu "
+                            f"devices is in {', '.join(cdi['spec_dirs']) or 'its spec directories'}: "
+                            "its device request cannot be resolved"))
+    return gaps
+
+
+def _toolkit_pod(pod) -> bool:
+    return any(o.get("kind") == "DaemonSet" and TOOLKIT_MARK in o.get("name", "")
+               for o in pod["metadata"].get("ownerReferences") or [])
+
+
+def node_bound_findings(name: str, node: dict, view: dict, objects: list, gpu_handler: str,
+                        events: list | None = None) -> list:
+    """The gaps of a runtime joined with the cluster's view of its node: the API's own view of
+    loaded, the Pods bound to it, the GPUs it advertises and the toolkit Pod that is Ready on it."""
+    gaps = api_disagrees(node, view) + _pod_findings(name, view, objects, events)
+    if view["loaded_from"] == "cri":
+        gaps += _gpu_pods_without_a_class(name, view, objects, gpu_handler)
+    if view["loaded_from"] in ("cri", "cri-down", "api", "recorded") and gpu_handler not in view["loaded"]:
+        gpus = allocatable_count(node)
+        if gpus:
+            gaps.append(gap("gpu-advertised-not-loaded", name, ["scheduled", "loaded"],
+                            f"node {name} advertises {gpus} nvidia.com/gpu but its containerd does not "
+                            f"load {gpu_handler}"))
+        for pod in of_kind(objects, "Pod"):
+            if pod["spec"].get("nodeName") == name and _toolkit_pod(pod) and ready(pod):
+                gaps.append(gap("toolkit-ready-not-loaded", ref(pod), ["scheduled", "loaded"],
+                                f"toolkit Pod {ref(pod)} is Ready on {name} while containerd does not "
+                                f"load {gpu_handler}: Ready says the toolkit wrote its drop-in, not that "
+                                "anything loaded it"))
+    return gaps
+
+
+def findings(view: dict, objects: list, node_name: str = "", gpu_handler: str = "nvidia",
+             events: list | None = None) -> list:
+    """Every gap of one runtime: its own (``runtime_findings``), and, where it serves a node of
+    the cluster (``node_name``), those joined with that node's objects.
+
+    + view: the runtime's view (``gpuop.view``: ``lab_view``, ``node_view`` or ``api_view``)
+    + objects: the cluster's Nodes, RuntimeClasses and Pods, plain JSON as the API gives them
+    + node_name: the Node this runtime serves; empty: none (a lab host whose nodes are kwok's)
+    + gpu_handler: the runtime handler GPU Pods need
+    + events: the node's Events, where they were read: a failing sandbox is then held against the
+      kubelet's own word; None: not read
+
+        findings(node_view(read), objects, "gpu-a")
+        -> [{"kind": "restart-takes-cri-down", "subject": "containerd", ...}, {"kind": "sandbox-fails", ...}]
+    """
+    gaps = []
+    node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == node_name), None)
+    if node_name and node is None:
+        gaps.append(gap("no-node-object", node_name, ["scheduled"],
+                        f"no Node named {node_name} in the cluster: set node_name for this host"))
+    if view["daemon"] is None and view["loaded_from"] == "none":
+        if view["kubelet_endpoint"]:
+            where = f" on kubelet's endpoint {view['kubelet_endpoint']}"
+        elif view["others"]:
+            where = " on the default socket, and no kubelet runs to say which of its containerds serves"
+        else:
+            where = ""
+        return gaps + [gap("no-containerd", node_name or RUNTIME, ["loaded"],
+                           f"no containerd runs{where}: no Pod can start on this node")]
+    gaps += runtime_findings(view)
+    if node is not None:
+        gaps += node_bound_findings(node_name, node, view, objects, gpu_handler, events)
+    return gaps
+
+
+def pods_at_risk(gaps: list) -> int:
+    """How many Pods a node's gaps name (cannot start, will not after a restart, or run without
+    their GPU)."""
+    return len({g["subject"] for g in gaps if g["kind"] in AT_RISK})
+
+
+def node_entry(runtime: dict, gaps: list, node: dict | None = None) -> dict:
+    """One node's judgment as JSON, the same for every target: a node of the fleet report (its
+    ``nodes.<name>``) and a lab host's audit.json (beside the lab's own readings);
+    ``runtime_handlers`` is the API's view of what is loaded (``api_handlers`` of its Node),
+    beside the node's own.
+
+        node_entry(node_view(read), findings(...), node)["cri_after_restart"] -> "fails"
+    """
+    return {"runtime_handlers": api_handlers(node) if node else None, "version": runtime["version"],
+            "daemon": runtime["daemon"], "loaded": runtime["loaded"],
+            "loaded_from": runtime["loaded_from"], "written": runtime["written"],
+            "default_runtime": runtime.get("default_runtime", ""), "cdi": runtime.get("cdi"),
+            "after_restart": runtime["after_restart"], "cri_after_restart": runtime["cri_after_restart"],
+            "regenerated_by": (runtime.get("regenerated") or {}).get("by"),
+            "regenerated_from": (runtime.get("regenerated") or {}).get("template"),
+            "kubelet_endpoint": runtime["kubelet_endpoint"], "pods_at_risk": pods_at_risk(gaps),
+            "gaps": gaps}

@@ -1,0 +1,186 @@
+"""One view of a node's runtime, whatever the target: a lab host (its lab containerd, read by the
+lab's facts) or a real node (read by ``facts.node.NodeRuntime`` in one command), or a node judged from
+the API alone. Every audit judges this one shape (``gpuop.rules.findings``).
+
+    {"runtime": "containerd", "version": "1.6.20",
+     "daemon": {"pid", "exe", "config", "address", "binary"} or None,   # the one that serves
+     "others": [{"pid", "config", "address"}],       # other containerds on the node
+     "kubelet_endpoint": "/run/containerd/containerd.sock" or None,
+     "written": ["runc", "nvidia"], "dropins": [...], "unreached": [...], "config_errors": [...],
+     "imports": [...], "regenerated": gpuop.regen's answer or None,
+     "loaded": ["runc"], "loaded_from": LOADED_FROM, "cri_error": "", "default_runtime": "runc",
+     "cdi": {"enabled", "spec_dirs", "gpu_specs"} or None,
+     "after_restart": ["runc", "nvidia"], "cri_after_restart": "ok" | "fails" | "refuses-start" | "unknown",
+     "restart_reason": "...", "restart_from": "containerd 1.6.20's own merge of the files"}
+"""
+
+import fnmatch
+import posixpath
+
+from .containerd import analyze_merge, import_globs, parsed_toml
+from .regen import regenerated
+
+RUNTIME = "containerd"  # the subject of a finding about the daemon itself
+
+# Where "loaded" comes from, one vocabulary for every target.
+LOADED_FROM = {
+    "cri": "the daemon answered through CRI",
+    "cri-down": "the daemon runs, its CRI does not answer",
+    "no-crictl": "no crictl on the node to ask",
+    "recorded": "the incident day's observation (a lab host without a lab containerd)",
+    "api": "the node's kubelet report (Node.status.runtimeHandlers); the node was not read",
+    "none": "no containerd runs",
+}
+# A finding about loaded holds only where loaded was seen.
+KNOWN = ("cri", "recorded")
+
+
+def written_view(config: str, files: dict) -> dict:
+    """What a daemon's files say: runtimes of its config and of the drop-ins its imports reach,
+    which files those are, and the conf.d files beside the config that no import reaches.
+
+        written_view("/etc/containerd/config.toml", {path: {"mode": "644", "text": "..."}})
+        -> {"runtimes": ["runc", "nvidia"], "dropins": ["/etc/containerd/conf.d/99-nvidia.toml"],
+            "unreached": [], "errors": [], "imports": ["/etc/containerd/conf.d/*.toml"]}
+    """
+    if config not in files:
+        return {"runtimes": [], "dropins": [], "unreached": [], "errors": [f"{config} is missing or unreadable"],
+                "imports": []}
+    main, error = parsed_toml(config, files[config]["text"])
+    if main is None:
+        return {"runtimes": [], "dropins": [], "unreached": [], "errors": [error], "imports": []}
+    globs = import_globs(main, config)
+    reached = sorted(p for p in files if p != config and any(fnmatch.fnmatchcase(p, g) for g in globs))
+    docs, errors = [], []
+    for path in reached:
+        doc, error = parsed_toml(path, files[path]["text"])
+        docs.append(doc) if doc is not None else errors.append(error)
+    conf_d = posixpath.join(posixpath.dirname(config), "conf.d")
+    unreached = sorted(p for p in files if posixpath.dirname(p) == conf_d and p not in reached)
+    return {"runtimes": analyze_merge(main, docs).written, "dropins": reached, "unreached": unreached,
+            "errors": errors, "imports": main.get("imports", [])}
+
+
+def unknown_view(**given) -> dict:
+    """The view where nothing is known; ``given`` says what is.
+
+        unknown_view(loaded=["runc"], loaded_from="api")["cri_after_restart"] -> "unknown"
+    """
+    return {"runtime": RUNTIME, "version": "unknown", "daemon": None, "others": [], "kubelet_endpoint": None,
+            "written": [], "dropins": [], "unreached": [], "config_errors": [], "imports": [], "regenerated": None,
+            "loaded": [], "loaded_from": "none", "cri_error": "", "default_runtime": "", "cdi": None,
+            "after_restart": [], "cri_after_restart": "unknown", "restart_reason": "", "restart_from": "", **given}
+
+
+def loaded_part(answer: dict | None) -> dict:
+    """The loaded view's keys from a CRI answer (``facts.containerd.cri_answer``'s shape).
+
+        loaded_part({"cri": "ok", "runtimes": ["runc"], "default_runtime": "runc", "crictl": True, ...})
+        -> {"loaded": ["runc"], "loaded_from": "cri", "cri_error": "", "default_runtime": "runc"}
+    """
+    answer = answer or {}
+    if not answer.get("crictl", True):
+        loaded_from = "no-crictl"
+    else:
+        loaded_from = "cri" if answer.get("cri") == "ok" else "cri-down"
+    return {"loaded": answer.get("runtimes", []), "loaded_from": loaded_from, "cri_error": answer.get("error", ""),
+            "default_runtime": answer.get("default_runtime", "")}
+
+
+def restart_part(restart: dict | None, version: str, asked: str = "") -> dict:
+    """The after-a-restart view's keys from the binary's own merge (``facts.containerd.restart_answer``
+    or a ``Forecast``'s fields); ``asked``: the binary, said where it was not there to ask.
+
+        restart_part({"runtimes": ["nvidia"], "cri_ok": False, "starts": True, "reason": "..."}, "1.6.20")
+        -> {"after_restart": ["nvidia"], "cri_after_restart": "fails", "restart_reason": "...", ...}
+    """
+    if restart is None:
+        return {"after_restart": [], "cri_after_restart": "unknown",
+                "restart_reason": f"{asked} is not there to ask" if asked else "", "restart_from": ""}
+    cri = "refuses-start" if not restart.get("starts", True) else "ok" if restart["cri_ok"] else "fails"
+    return {"after_restart": list(restart["runtimes"]), "cri_after_restart": cri,
+            "restart_reason": restart["reason"], "restart_from": f"containerd {version}'s own merge of the files"}
+
+
+def lab_view(config: str, files: dict, loaded: dict | None, restart: dict | None, observed=(),
+             daemon: dict | None = None) -> dict:
+    """A lab host's runtime: its lab containerd's files, CRI answer and restart forecast; on a host
+    without a lab containerd (``restart`` None), the ``observed`` handlers, "recorded".
+
+    + config: the lab's main config; files: it and every file beside it ({path: {"text"}})
+    + loaded: ``LabContainerd``'s answer; restart: ``ContainerdRestart``'s (with ``version``)
+    + daemon: {"pid", "exe", "config", "address", "binary"} of the lab daemon
+
+        lab_view(".../config.toml", files, None, None, observed=("runc",))["loaded_from"] -> "recorded"
+    """
+    written = written_view(config, files)
+    view = unknown_view(written=written["runtimes"], dropins=written["dropins"], unreached=written["unreached"],
+                  config_errors=written["errors"], imports=written["imports"])
+    if restart is None:
+        return {**view, "version": "none", "loaded": list(observed), "loaded_from": "recorded"}
+    version = restart["version"]
+    return {**view, **loaded_part(loaded), **restart_part(restart, version), "version": version, "daemon": daemon,
+            "cdi": {"enabled": (loaded or {}).get("cdi", False), "spec_dirs": (loaded or {}).get("cdi_spec_dirs", []),
+                    "gpu_specs": []}}
+
+
+def api_handlers(node: dict) -> list | None:
+    """The handlers the API says the node's runtime loaded: ``Node.status.runtimeHandlers``, which
+    kubelet copies from its runtime's CRI status (containerd 2.0+), the default one named "";
+    None where the node reports none (containerd 1.x answers none), so only a read of the node
+    judges it.
+
+        api_handlers({"status": {"runtimeHandlers": [{"name": ""}, {"name": "runc"}]}}) -> ["", "runc"]
+    """
+    handlers = (node.get("status") or {}).get("runtimeHandlers")
+    return sorted(h.get("name") or "" for h in handlers) if handlers else None
+
+
+def api_view(node: dict) -> dict | None:
+    """A node judged from the API alone, where the node itself was not read: "loaded" is what its
+    kubelet reports (``api_handlers``), the other views unknown; None where it reports none.
+
+        api_view({"metadata": {"name": "gpu-a"}, "status": {"runtimeHandlers": [{"name": ""}, {"name": "runc"}]}})
+        -> {"loaded": ["runc"], "loaded_from": "api", "daemon": None, ...}
+    """
+    handlers = api_handlers(node)
+    if handlers is None:
+        return None
+    return unknown_view(loaded=[h for h in handlers if h], loaded_from="api")
+
+
+def node_view(read: dict) -> dict:
+    """A real node's runtime, from ``NodeRuntime``'s read: the daemon that is the node's runtime (the
+    one the read asked: kubelet's, else the only one, else the one on the default socket), its
+    version and three views, and the other daemons. On k3s and RKE2, which write the config anew
+    at start, after a restart is what they would write (``gpuop.regen``).
+
+        node_view(read)["cri_after_restart"] -> "ok" | "fails" | "refuses-start" | "unknown"
+    """
+    endpoint = read["kubelet"]["endpoint"] if read.get("kubelet") else None
+    daemon = next((d for d in read["containerds"] if d["serves"]), None)
+    others = [{"pid": d["pid"], "config": d["config"], "address": d["address"]}
+              for d in read["containerds"] if d is not daemon]
+    if daemon is None:
+        return unknown_view(version="none", kubelet_endpoint=endpoint, others=others)
+    loaded, restart = daemon["loaded"] or {}, daemon["restart"]
+    written = written_view(daemon["config"], daemon["files"])
+    version = restart["version"] if restart else "unknown"
+    view = unknown_view(version=version, kubelet_endpoint=endpoint, others=others,
+                  daemon={"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
+                          "address": daemon["address"], "binary": daemon.get("binary") or daemon["exe"]},
+                  written=written["runtimes"], dropins=written["dropins"], unreached=written["unreached"],
+                  config_errors=written["errors"], imports=written["imports"], **loaded_part(loaded),
+                  cdi={"enabled": loaded.get("cdi", False), "spec_dirs": loaded.get("cdi_spec_dirs", []),
+                       "gpu_specs": daemon.get("gpu_cdi_specs", [])})
+    regen = regenerated(daemon["config"], daemon["files"], version, daemon.get("nvidia_runtimes", []))
+    if regen is not None:  # k3s or RKE2 writes the file anew at start: that file is what loads
+        cri = "unknown" if not regen["known"] else "ok" if regen["default_runtime"] in regen["runtimes"] else "fails"
+        reason = regen["reason"] + (f", whose default_runtime_name {regen['default_runtime']} has no runtime"
+                                    if cri == "fails" else "")
+        return {**view, "regenerated": regen, "after_restart": regen["runtimes"], "cri_after_restart": cri,
+                "restart_reason": reason, "restart_from": f"the config {regen['by']} writes anew at its next start"}
+    if restart is None and not daemon.get("binary"):
+        return {**view, "restart_reason": f"{daemon['exe']} is not named containerd and has no containerd "
+                                          "beside it to ask"}
+    return {**view, **restart_part(restart, version, daemon.get("binary") or "")}
