@@ -10,18 +10,18 @@ CI or a maintenance window. Safe on any host, any time: it changes nothing.
 
 from pyinfra import host
 
-from operations import planning
+from runbook import planning
 from runbook import target
 
-planning.install()  # pyinfra's planning, made cheaper (operations/planning.py)
-if target.is_node(host):  # a real GPU node (nodes.py): only this audit loads the kubernetes client
-    from runbook.node_audit import node_audit
+planning.install()  # pyinfra's planning, made cheaper (runbook/planning.py)
+if target.in_fleet(host):  # a real GPU node (nodes.py): only this audit loads the kubernetes client
+    from runbook.node_audit import audit_node
 
-    node_audit(target.node_checked(host), reporter=host.data.get("gpuop_target") == "fleet")
+    audit_node(target.node_checked(host), reporter=host.data.get("gpuop_target") == "fleet")
 else:  # a lab host
-    from runbook.lab_audit import audit
+    from runbook.lab_audit import audit_lab
     from runbook.preflight import reachable
 
     lab, at = target.checked(host)
     reachable(lab)  # read-only: no run lock, but the cluster must answer
-    audit(lab, at)
+    audit_lab(lab, at)

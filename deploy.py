@@ -7,12 +7,12 @@ its report reads what is live. Rerun freely; a converged lab changes nothing.
 
 from pyinfra import host
 
-from operations import planning
+from runbook import planning
 from runbook import incident
 from runbook import target
 from runbook.preflight import preflight
 
-planning.install()  # pyinfra's planning, made cheaper (operations/planning.py)
+planning.install()  # pyinfra's planning, made cheaper (runbook/planning.py)
 lab, at = target.checked(host)  # every knob parsed and checked: a bad one stops the run here
 preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
 if lab.replay:

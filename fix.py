@@ -10,13 +10,13 @@ a repaired lab changes nothing. ``deploy.py`` brings the incident back.
 
 from pyinfra import host
 
-from operations import planning
+from runbook import planning
 from runbook import repair, target
 from runbook.incident import merge_report
-from runbook.lab_audit import audit
+from runbook.lab_audit import audit_lab
 from runbook.preflight import preflight
 
-planning.install()  # pyinfra's planning, made cheaper (operations/planning.py)
+planning.install()  # pyinfra's planning, made cheaper (runbook/planning.py)
 lab, at = target.checked(host)  # every knob parsed and checked: a bad one stops the run here
 preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
 repair.preflight(lab)  # the lab's own containerd to restart; a toolkit request every node can take
@@ -24,4 +24,4 @@ repair.runtime(lab, at)  # 1. a drop-in that survives the merge; restart once, i
 repair.gpu_pod(lab, at)  # 2. RuntimeClass nvidia's handler is loaded; the GPU Pod runs
 repair.toolkit(lab, at)  # 3. the toolkit upgrade rolls out 3/3, asking memory the nodes have
 merge_report(lab, at)  # the runtime reports, read again from the repaired node
-audit(lab, at)  # written is loaded is scheduled: the audit comes back clean
+audit_lab(lab, at)  # written is loaded is scheduled: the audit comes back clean

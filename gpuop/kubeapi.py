@@ -3,12 +3,18 @@ audit's cluster read and its reads through a node's Pod (``connectors.kubenode``
 import this module: the lab's runs never load the kubernetes client (a second to import)."""
 
 import os
+import time
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 CONNECT_TIMEOUT_S = 5  # a connection to the API server: one that accepts and then stalls ends here
+PAGE = 500  # objects per list request
+
+
+class ClusterUnreadable(Exception):
+    """The cluster could not be read: which kubeconfig and context, and why, in one sentence."""
 
 
 def where(kubeconfig: str, context: str) -> str:
@@ -49,3 +55,63 @@ def in_words(e: Exception, deadline_s: float) -> str:
     if isinstance(e, urllib3.exceptions.NewConnectionError):
         return f"the API server cannot be reached: {str(e).rsplit(': ', 1)[-1]}"
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+# The kinds the findings join, each one list request: one read of the cluster, whatever its size.
+_LISTS = (("Node", "CoreV1Api", "list_node"), ("RuntimeClass", "NodeV1Api", "list_runtime_class"),
+          ("Pod", "CoreV1Api", "list_pod_for_all_namespaces"),
+          ("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"))
+
+
+def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = PAGE, node_selector: str = "") -> tuple:
+    """Every Node (those ``node_selector`` selects: a label selector as kubectl's ``-l`` takes it,
+    set-based terms included, judged by the API server), RuntimeClass, Pod and DaemonSet of the
+    cluster, as plain JSON (the API's own
+    field names, ``kind`` set), read from the operator's kubeconfig and context on this machine,
+    ``page`` objects per list request (the API's chunking, as kubectl's default: a large
+    cluster's Pods are never one answer), within ``deadline_s`` for the whole read (no retries:
+    a stalled API server ends the read at its deadline); and how the read went.
+
+        read_cluster("", "prod-east", 20)[0][0]["kind"] -> "Node"
+    """
+    started = time.monotonic()
+    try:
+        objects, requests = [], 0
+        with api_client(kubeconfig, context) as api:
+            for kind, group, method in _LISTS:
+                token = None
+                while True:
+                    left = max(0.1, deadline_s - (time.monotonic() - started))
+                    selected = {"label_selector": node_selector} if kind == "Node" and node_selector else {}
+                    answer = getattr(getattr(client, group)(api), method)(
+                        limit=page, _continue=token, _request_timeout=(min(CONNECT_TIMEOUT_S, left), left), **selected)
+                    requests += 1
+                    objects += [{**api.sanitize_for_serialization(item), "kind": kind} for item in answer.items]
+                    token = answer.metadata._continue
+                    if not token:
+                        break
+    except Exception as e:  # a missing file, a bad context, a refused or stalled API server
+        raise ClusterUnreadable(f"the cluster cannot be read ({where(kubeconfig, context)}): {in_words(e, deadline_s)}") from None
+    return objects, {"from": where(kubeconfig, context), "requests": requests, "reads": 1,
+                     "seconds": round(time.monotonic() - started, 3)}
+
+
+# The read the inventory made to list the GPU nodes (nodes.py), by (kubeconfig, context): the
+# run's one read of that cluster, which the audit of each node then judges.
+_LISTED = {}
+
+
+def read_for_inventory(kubeconfig: str, context: str, deadline_s: float, node_selector: str = "") -> tuple:
+    """The cluster's objects, read for the inventory to list its GPU nodes and kept as the run's
+    read (``inventory_read``); and where they were read from, in words.
+
+        read_for_inventory("", "prod", 20, "pool=gpu")[1] -> "kubeconfig ~/.kube/config, context prod"
+    """
+    objects, how = read_cluster(kubeconfig, context, deadline_s, node_selector=node_selector)
+    _LISTED[(kubeconfig, context)] = (objects, how)
+    return objects, how["from"]
+
+
+def inventory_read(kubeconfig: str, context: str) -> tuple | None:
+    """The inventory's read of that cluster in this run, ``(objects, how)``, or None."""
+    return _LISTED.get((kubeconfig, context))

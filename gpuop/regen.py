@@ -1,6 +1,6 @@
 """What k3s and RKE2 write into containerd's config.toml at their next start.
 
-Both write ``config.toml`` anew at every start (FLEETS.md): from ``config-v3.toml.tmpl``
+Both write ``config.toml`` anew at every start (docs/fleets.md): from ``config-v3.toml.tmpl``
 (containerd 2.x) or ``config.toml.tmpl`` beside it, else from their built-in template, which
 defines ``runc`` and, for each NVIDIA runtime binary found at that start, a runtime of its name.
 So on those nodes "after a restart" is the regenerated file, not the file on disk: a handler the

@@ -1,6 +1,6 @@
 """The audit of a lab host, a named deploy: written against loaded against scheduled.
 
-    audit(lab, at)   # audit.py on a lab host; fix.py at its end
+    audit_lab(lab, at)   # audit.py on a lab host; fix.py at its end
 """
 
 from pyinfra.api import deploy
@@ -13,7 +13,7 @@ from .target import lab_daemon
 
 
 @deploy("Audit: written against loaded against scheduled")
-def audit(lab, at: Layout):
+def audit_lab(lab, at: Layout):
     audits.findings(name="Findings", path=at.report("audit.json"), main_config=at.main_config,
                     observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at),
                     context=lab.kube_context, real_node=lab.real_node,

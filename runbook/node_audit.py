@@ -2,22 +2,22 @@
 against scheduled. Only this audit reads the cluster through the kubernetes client (a second to
 import), so only audit.py on a real node's inventory imports this module.
 
-    node_audit(node)   # pyinfra nodes.py audit.py
+    audit_node(node)   # pyinfra nodes.py audit.py
 """
 
 from pyinfra.api import deploy
 
-from operations import fleet
+from operations import node_audit
 
 
 @deploy("Audit a real node: written against loaded against after restart against scheduled")
-def node_audit(node, reporter: bool = False):
+def audit_node(node, reporter: bool = False):
     """Each node reads itself and the cluster; the reporter (``reporter``: the fleet's own host on
     this machine, nodes.py) only reports, after every node."""
     if not reporter:
-        fleet.node_audit(name="Read the node and the cluster", node_name=node.node_name,
+        node_audit.judge_node(name="Read the node and the cluster", node_name=node.node_name,
                          gpu_handler=node.gpu_handler, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
                          context=node.kube_context, read_timeout_s=node.node_read_timeout_s,
                          cluster_timeout_s=node.cluster_read_timeout_s)
-    fleet.fleet_report(name="Findings", report=node.report, textfile=node.textfile, kubeconfig=node.kubeconfig,
+    node_audit.report_fleet(name="Findings", report=node.report, textfile=node.textfile, kubeconfig=node.kubeconfig,
                        context=node.kube_context, cluster_timeout_s=node.cluster_read_timeout_s)

@@ -61,7 +61,7 @@ def checked(host):
     return lab, at
 
 
-def is_node(host) -> bool:
+def in_fleet(host) -> bool:
     """Whether the host is a real node (nodes.py), or the fleet's reporter beside them (this
     machine: it reports the fleet whether or not any node answers), not a lab host."""
     return host.data.get("gpuop_target") in ("node", "fleet")

@@ -1,4 +1,4 @@
-"""The reports SPEC.md fixes byte for byte, for the lab's default knobs."""
+"""The reports the seed's lab fixes byte for byte (docs/playbook.md), for the lab's default knobs."""
 
 MERGE = """MAIN_RUNTIMES=runc
 DROPIN_RUNTIMES=nvidia

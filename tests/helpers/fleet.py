@@ -64,7 +64,7 @@ def nvidia_ctk_configure() -> str:
 
 
 def aks_config() -> str:
-    """An AKS GPU node's config.toml (Azure/AgentBaker, FLEETS.md): its GPU handler is named
+    """An AKS GPU node's config.toml (Azure/AgentBaker, docs/fleets.md): its GPU handler is named
     nvidia-container-runtime and is the default, beside runc and untrusted; none is named nvidia."""
     cfg = main_config("/etc/containerd/conf.d/*.toml", default_runtime="nvidia-container-runtime")
     runtimes = cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
@@ -92,13 +92,13 @@ def another_containerd(version: str, name: str, nvidia: bool = False) -> list:
             f"n=0; until [ -S /run/containerd-{name}/containerd.sock ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
 
 
-K3S_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own containerd (FLEETS.md)
+K3S_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own containerd (docs/fleets.md)
 
 
 def _distro_containerd(containerd: str, data: str, program: str, files: dict | None = None) -> list:
     """A distribution's containerd beside the node's own, started as k3s and RKE2 start it: its
     config under DATA/etc/containerd as they generate it (their header), with the nvidia runtime
-    in it, FILES beside it, its socket, state and root as flags (FLEETS.md)."""
+    in it, FILES beside it, its socket, state and root as flags (docs/fleets.md)."""
     cfg = main_config(f"{data}/etc/containerd/conf.d/*.toml")
     cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"].update(
         nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"])

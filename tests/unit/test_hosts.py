@@ -115,30 +115,33 @@ def cluster():
 
 
 def test_the_clusters_gpu_nodes_are_those_that_advertise_gpus_or_hold_a_gpu_pod():
-    from gpuop.hosts import gpu_nodes
+    from gpuop.nodes_file import gpu_nodes
     assert gpu_nodes(cluster()) == [("cpu-with-gpu-pod", "cpu-with-gpu-pod"), ("gpu-a", "10.0.0.7"),
                                     ("gpu-b", "203.0.113.9")]
-    assert [n for n, _ in gpu_nodes(cluster(), "pool=gpu,!spot")] == ["gpu-a"]
-    assert [n for n, _ in gpu_nodes(cluster(), "pool!=gpu")] == ["cpu-with-gpu-pod"]
-    assert [n for n, _ in gpu_nodes(cluster(), "spot")] == ["gpu-b"]
+
+
+def pool_gpu():
+    """What the API server answers for the Nodes of ``-l pool=gpu`` (it selects them), and every Pod."""
+    return [o for o in cluster() if o["kind"] != "Node" or o["metadata"]["labels"].get("pool") == "gpu"]
 
 
 def test_a_nodes_file_without_hosts_takes_the_clusters_nodes_with_defaults_and_overrides():
-    from gpuop.hosts import cluster_hosts, load_nodes
+    from gpuop.nodes_file import cluster_hosts, load_nodes
     from gpuop.knobs import NODE_PARSERS
     text = ("defaults: {ssh_user: ubuntu, ssh_key: ~/.ssh/k}\nnode_selector: pool=gpu\n"
             "overrides:\n  gpu-b: {ssh_hostname: 10.9.9.9, crictl_binary: /opt/crictl}\n")
     nodes = load_nodes(text, "nodes.yaml", NODE_PARSERS)
     assert nodes.hosts is None
-    hosts = dict(cluster_hosts(cluster(), nodes, NODE_PARSERS, "context prod"))
+    hosts = dict(cluster_hosts(pool_gpu(), nodes, NODE_PARSERS, "context prod"))
     assert sorted(hosts) == ["gpu-a", "gpu-b"]
     assert (hosts["gpu-a"]["ssh_hostname"], hosts["gpu-a"]["node_name"], hosts["gpu-a"]["_sudo"]) == ("10.0.0.7", "gpu-a", True)
     assert (hosts["gpu-b"]["ssh_hostname"], hosts["gpu-b"]["crictl_binary"]) == ("10.9.9.9", "/opt/crictl")
     with pytest.raises(HostsFileError, match=r"overrides name gpu-c, not a GPU node the cluster lists \(gpu-a, gpu-b\)"):
-        cluster_hosts(cluster(), load_nodes("overrides: {gpu-c: {ssh_port: 2}}\nnode_selector: pool=gpu\n",
+        cluster_hosts(pool_gpu(), load_nodes("overrides: {gpu-c: {ssh_port: 2}}\nnode_selector: pool=gpu\n",
                                             "nodes.yaml", NODE_PARSERS), NODE_PARSERS, "context prod")
     with pytest.raises(HostsFileError, match=r"the cluster \(context prod\) has no GPU node whose labels match pool=tpu"):
-        cluster_hosts(cluster(), load_nodes("node_selector: pool=tpu\n", "nodes.yaml", NODE_PARSERS),
+        cluster_hosts([o for o in cluster() if o["kind"] == "Pod"],  # the API server selected no Node
+                      load_nodes("node_selector: pool=tpu\n", "nodes.yaml", NODE_PARSERS),
                       NODE_PARSERS, "context prod")
     with pytest.raises(HostsFileError, match="overrides: gpu-a must be a mapping of that node's own keys"):
         load_nodes("overrides: {gpu-a: 2222}\n", "nodes.yaml", NODE_PARSERS)
@@ -147,14 +150,14 @@ def test_a_nodes_file_without_hosts_takes_the_clusters_nodes_with_defaults_and_o
 
 
 def test_the_inventory_reads_the_cluster_settings_of_the_command_line():
-    from gpuop.hosts import cli_data
+    from gpuop.nodes_file import cli_data
     argv = ["pyinfra", "nodes.py", "audit.py", "--data", "kube_context=prod", "--data", "report=x.json",
             "--data", "kubeconfig=/k=v"]
     assert cli_data(argv, ("kubeconfig", "kube_context")) == {"kube_context": "prod", "kubeconfig": "/k=v"}
 
 
 def test_the_fleets_reporter_takes_the_files_settings_for_all_nodes():
-    from gpuop.hosts import load_nodes
+    from gpuop.nodes_file import load_nodes
     from gpuop.knobs import NODE_PARSERS
     text = "defaults: {ssh_user: u, ssh_key: k, kube_context: prod, report: fleet.json}\nhosts: {a: {ssh_hostname: x}}\n"
     assert load_nodes(text, "nodes.yaml", NODE_PARSERS).settings(NODE_PARSERS) == {"kube_context": "prod",
@@ -164,7 +167,8 @@ def test_the_fleets_reporter_takes_the_files_settings_for_all_nodes():
 def test_a_node_read_through_the_cluster_needs_no_address_and_is_named_by_its_node():
     import pytest
 
-    from gpuop.hosts import HostsFileError, inventory_names, load_nodes
+    from gpuop.hosts import HostsFileError
+    from gpuop.nodes_file import inventory_names, load_nodes
     from gpuop.knobs import NODE_PARSERS
     text = "hosts:\n  a:\n    reach: cluster\n    node_name: ip-10-0-0-1\n  b:\n    ssh_hostname: 10.0.0.2\n"
     hosts = load_nodes(text, "nodes.yaml", NODE_PARSERS).hosts

@@ -8,11 +8,9 @@ table, so they hold every node of the run.
 
 import json
 import os
-import time
 import weakref
 
 from gevent.lock import Semaphore
-from kubernetes import client
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
@@ -21,11 +19,10 @@ from facts.node import NodeRuntime
 from gpuop.fleet import fleet_gaps, fleet_table
 from gpuop.rules import findings, node_entry
 from gpuop.view import api_view, node_view
-from gpuop.kubeapi import CONNECT_TIMEOUT_S, api_client, in_words, where
+from gpuop.kubeapi import ClusterUnreadable, inventory_read, read_cluster
 from gpuop.textfile import write_textfile
 
 _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
-PAGE = 500  # objects per list request
 
 
 class _Fleet:
@@ -43,58 +40,6 @@ def _fleet(state) -> _Fleet:
     return _RUNS.setdefault(state, _Fleet())
 
 
-# The kinds the findings join, each one list request: one read of the cluster, whatever its size.
-_LISTS = (("Node", "CoreV1Api", "list_node"), ("RuntimeClass", "NodeV1Api", "list_runtime_class"),
-          ("Pod", "CoreV1Api", "list_pod_for_all_namespaces"),
-          ("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"))
-
-
-def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = PAGE) -> tuple:
-    """Every Node, RuntimeClass, Pod and DaemonSet of the cluster, as plain JSON (the API's own
-    field names, ``kind`` set), read from the operator's kubeconfig and context on this machine,
-    ``page`` objects per list request (the API's chunking, as kubectl's default: a large
-    cluster's Pods are never one answer), within ``deadline_s`` for the whole read (no retries:
-    a stalled API server ends the read at its deadline); and how the read went.
-
-        read_cluster("", "prod-east", 20)[0][0]["kind"] -> "Node"
-    """
-    started = time.monotonic()
-    try:
-        objects, requests = [], 0
-        with api_client(kubeconfig, context) as api:
-            for kind, group, method in _LISTS:
-                token = None
-                while True:
-                    left = max(0.1, deadline_s - (time.monotonic() - started))
-                    answer = getattr(getattr(client, group)(api), method)(
-                        limit=page, _continue=token, _request_timeout=(min(CONNECT_TIMEOUT_S, left), left))
-                    requests += 1
-                    objects += [{**api.sanitize_for_serialization(item), "kind": kind} for item in answer.items]
-                    token = answer.metadata._continue
-                    if not token:
-                        break
-    except Exception as e:  # a missing file, a bad context, a refused or stalled API server
-        raise DeployError(f"the cluster cannot be read ({where(kubeconfig, context)}): {in_words(e, deadline_s)}") from None
-    return objects, {"from": where(kubeconfig, context), "requests": requests, "reads": 1,
-                     "seconds": round(time.monotonic() - started, 3)}
-
-
-# The read the inventory made to list the GPU nodes (nodes.py), by (kubeconfig, context): the
-# run's one read of that cluster.
-_LISTED = {}
-
-
-def cluster_for_inventory(kubeconfig: str, context: str, deadline_s: float) -> tuple:
-    """The cluster's objects, read for the inventory to list its GPU nodes and kept as the run's
-    read; and where they were read from, in words.
-
-        cluster_for_inventory("", "prod", 20)[1] -> "kubeconfig ~/.kube/config, context prod"
-    """
-    objects, how = read_cluster(kubeconfig, context, deadline_s)
-    _LISTED[(kubeconfig, context)] = (objects, how)
-    return objects, how["from"]
-
-
 def cluster_objects(state, kubeconfig: str, context: str, deadline_s: float) -> list:
     """The cluster's objects for this run: the inventory's read of it, else read by the first
     host to ask while the others wait for it."""
@@ -103,12 +48,12 @@ def cluster_objects(state, kubeconfig: str, context: str, deadline_s: float) -> 
         if fleet.unreadable is not None:
             raise fleet.unreadable
         if fleet.objects is None:
-            listed = _LISTED.get((kubeconfig, context))
+            listed = inventory_read(kubeconfig, context)
             try:
                 fleet.objects, fleet.cluster = listed or read_cluster(kubeconfig, context, deadline_s)
-            except DeployError as e:
-                fleet.unreadable = e
-                raise
+            except ClusterUnreadable as e:
+                fleet.unreadable = DeployError(str(e))
+                raise fleet.unreadable from None
             logger.info(f"--> cluster read once for the fleet{' (it listed the GPU nodes)' if listed else ''}: "
                         f"{len(fleet.objects)} objects, {fleet.cluster['requests']} list requests, "
                         f"{fleet.cluster['seconds']}s ({fleet.cluster['from']})")
@@ -158,12 +103,12 @@ def _report_once(state, report_path: str, textfile_path: str) -> dict:
 
 
 @operation()
-def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, context: str,
+def judge_node(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, context: str,
                read_timeout_s: int, cluster_timeout_s: int):
     """
     Audit one real node, read-only: its containerd's three views, in one command on the node
     (``facts.node.NodeRuntime``), joined with the cluster read once for the run. The node's
-    entry is kept for ``fleet_report``; nothing is changed anywhere, so this yields no command.
+    entry is kept for ``report_fleet``; nothing is changed anywhere, so this yields no command.
     A plan and its run (pyinfra without ``-y``) share the one read.
 
     + node_name: the node's name in the cluster; empty: the node's hostname
@@ -176,7 +121,7 @@ def node_audit(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
 
     .. code:: python
 
-        node_audit(node_name="", gpu_handler="nvidia", crictl="crictl", kubeconfig="",
+        judge_node(node_name="", gpu_handler="nvidia", crictl="crictl", kubeconfig="",
                    context="prod", read_timeout_s=150, cluster_timeout_s=20)
     """
     fleet = _fleet(host.state)
@@ -212,7 +157,7 @@ def _failed(words: str) -> FunctionCommand:
 
 
 @operation(is_idempotent=False)
-def fleet_report(report: str, textfile: str, kubeconfig: str, context: str, cluster_timeout_s: int):
+def report_fleet(report: str, textfile: str, kubeconfig: str, context: str, cluster_timeout_s: int):
     """
     Report the fleet, once all its nodes are read: the first host to get here writes the JSON
     and the textfile on this machine and logs the fleet's table; each node then fails on its
@@ -226,7 +171,7 @@ def fleet_report(report: str, textfile: str, kubeconfig: str, context: str, clus
 
     .. code:: python
 
-        fleet_report(report="fleet.json", textfile="/var/lib/node_exporter/textfile/gpuop.prom",
+        report_fleet(report="fleet.json", textfile="/var/lib/node_exporter/textfile/gpuop.prom",
                      kubeconfig="", context="prod", cluster_timeout_s=20)
     """
 

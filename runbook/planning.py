@@ -7,7 +7,7 @@ which also looks up every frame's source file and module; for the deploy file, w
 execs rather than imports, ``inspect.getmodule`` scans every loaded module, three times per
 operation. Measured on this playbook (27 operations), that was two thirds of planning a host,
 0.1-0.2 s per host, paid in turn for every host. The frames hold the same line numbers:
-``operation_order`` returns exactly what pyinfra's own function does (tests/unit/test_ordering.py
+``operation_order`` returns exactly what pyinfra's own function does (tests/unit/test_planning.py
 compares the two, on the pinned pyinfra), without reading a source file.
 
 **The global arguments, typed once.** pyinfra asks ``typing.get_type_hints`` of its
@@ -29,7 +29,7 @@ from pyinfra import logger
 from pyinfra.api import arguments, facts
 from pyinfra.api.util import PYINFRA_INSTALL_DIR
 
-PROVEN_ON = "3.10.0"  # the pyinfra whose own function tests/unit/test_ordering.py compares it with
+PROVEN_ON = "3.10.0"  # the pyinfra whose own function tests/unit/test_planning.py compares it with
 
 
 def operation_order(state) -> list:

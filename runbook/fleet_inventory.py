@@ -1,0 +1,59 @@
+"""The fleet audit's inventory: the hosts ``nodes.py`` hands pyinfra, from the nodes file, or
+from the cluster's GPU nodes where the file lists none.
+
+    gpu_nodes = fleet_hosts(sys.argv, os.environ)   # nodes.py
+"""
+
+import os
+import runpy
+
+from pyinfra.api.exceptions import InventoryError
+
+from gpuop.hosts import HostsFileError, read_text
+from gpuop.knobs import NODE_PARSERS, KnobError
+from gpuop.nodes_file import cli_data, cluster_hosts, inventory_names, load_nodes
+
+GROUP_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "group_data", "all.py")
+CLUSTER_KEYS = ("kubeconfig", "kube_context", "cluster_read_timeout_s")
+
+
+def _cluster(nodes, argv) -> dict:
+    """Which cluster lists the GPU nodes, and the read's deadline: group_data's defaults, the
+    nodes file's, then ``--data`` (pyinfra hands those to the hosts only after the inventory)."""
+    group = runpy.run_path(GROUP_DATA)
+    asked = {**{k: group[k] for k in CLUSTER_KEYS}, **nodes.defaults, **cli_data(argv, CLUSTER_KEYS)}
+    return {k: NODE_PARSERS[k](k, asked.get(k)) for k in CLUSTER_KEYS}
+
+
+def fleet_hosts(argv: list, environ) -> list:
+    """The inventory's hosts, ``[(name, data), ...]``: every node to audit (``gpuop_target``
+    "node"), and the fleet's reporter on this machine (``gpuop_target`` "fleet": it reports the
+    fleet whether or not any node answers, with the file's settings for all). A file or a
+    cluster that cannot be used is one sentence (``InventoryError``), never a traceback.
+
+        fleet_hosts(["pyinfra", "nodes.py", "audit.py"], {"GPUOP_NODES": "nodes.yaml"})
+        -> [("gpu-a", {..., "gpuop_target": "node"}), ("@local", {"gpuop_target": "fleet"})]
+    """
+    source = environ.get("GPUOP_NODES") or "nodes.yaml"
+    try:
+        # how the nodes are reached decides their names here, so --data reach is read first
+        given = {k: NODE_PARSERS[k](k, v) for k, v in cli_data(argv, ("reach",)).items()}
+        if environ.get("GPUOP_NODES") or os.path.exists(source):
+            nodes = load_nodes(read_text(source, "the nodes to audit", "nodes.example.yaml", "GPUOP_NODES"),
+                               source, NODE_PARSERS, given)
+        else:
+            nodes = load_nodes("", "(no nodes file)", NODE_PARSERS, given)
+        hosts = nodes.hosts
+        if hosts is None:  # only the cluster's listing loads the kubernetes client
+            from gpuop.kubeapi import ClusterUnreadable, read_for_inventory
+            cluster = _cluster(nodes, argv)
+            try:
+                objects, where = read_for_inventory(*(cluster[k] for k in CLUSTER_KEYS), nodes.node_selector)
+            except ClusterUnreadable as e:
+                raise InventoryError(f"{e}; with no hosts in a nodes file, the GPU nodes are listed from the cluster "
+                                     "(or list them: see nodes.example.yaml, GPUOP_NODES)") from None
+            hosts = cluster_hosts(objects, nodes, NODE_PARSERS, where)
+        found = [(name, {**data, "gpuop_target": "node"}) for name, data in inventory_names(hosts, source)]
+        return found + [("@local", {**nodes.settings(NODE_PARSERS), "gpuop_target": "fleet"})]
+    except (HostsFileError, KnobError) as e:
+        raise InventoryError(f"{source}: {e}" if isinstance(e, KnobError) else str(e)) from None
