@@ -31,17 +31,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.helpers import fleet  # noqa: E402
+from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes  # noqa: E402
 from tests.helpers.kube import kubectl  # noqa: E402
 from tests.helpers.playbook import PYINFRA, target_commands  # noqa: E402
 
 SIZES = (1, 3, 10, 30)
 LAYOUTS = (
-    ("systemd 1.6.20", lambda name: fleet.Node(name, "1.6.20")),
-    ("systemd 2.4.2 + nvidia-ctk", lambda name: fleet.Node(name, "2.4.2", before=[fleet.nvidia_ctk_configure()])),
-    ("k3s", lambda name: fleet.Node(name, "1.7.35", after=fleet.k3s("2.4.2"))),
-    ("RKE2", lambda name: fleet.Node(name, "1.7.35", after=fleet.rke2_containerd("2.4.2"),
-                                     kubelet=f"unix://{fleet.K3S_SOCKET}", kubelet_layout="rke2")),
+    ("systemd 1.6.20", lambda name: simnodes.Node(name, "1.6.20")),
+    ("systemd 2.4.2 + nvidia-ctk", lambda name: simnodes.Node(name, "2.4.2", before=[layouts.nvidia_ctk_configure()])),
+    ("k3s", lambda name: simnodes.Node(name, "1.7.35", after=layouts.k3s("2.4.2"))),
+    ("RKE2", lambda name: simnodes.Node(name, "1.7.35", after=layouts.rke2_containerd("2.4.2"),
+                                     kubelet=f"unix://{layouts.K3S_SOCKET}", kubelet_layout="rke2")),
 )
 LISTED = ("nodes", "pods", "runtimeclasses", "daemonsets")
 _LIST = re.compile(r'^apiserver_request_total\{(.*)\} (\S+)$')
@@ -67,19 +67,19 @@ def timed(args, env) -> tuple:
 
 def main(rounds: int):
     root = tempfile.mkdtemp(prefix="gpuop-bench-nodes-")
-    key, pubkey = fleet.keypair(root)
+    key, pubkey = simnodes.keypair(root)
     nodes = [LAYOUTS[i % len(LAYOUTS)][1](f"bench-{i}") for i in range(max(SIZES))]
-    fleet.delete_cluster_objects(nodes)
+    fleetobjects.delete_cluster_objects(nodes)
     empty = os.path.join(root, "empty.py")
     with open(empty, "w") as f:
         f.write("# the floor: pyinfra connects, prepares and disconnects, with no operation\n")
     figures = {}
     try:
         for n in nodes:
-            fleet.start(n, root, pubkey)
-        fleet.create_cluster_objects(nodes)
+            simnodes.start(n, root, pubkey)
+        fleetobjects.create_cluster_objects(nodes)
         for size in SIZES:
-            path = fleet.nodes_file(nodes[:size], key, os.path.join(root, f"nodes-{size}.yaml"), {})
+            path = nodesfiles.nodes_file(nodes[:size], key, os.path.join(root, f"nodes-{size}.yaml"), {})
             env = {**os.environ, "GPUOP_NODES": path}
             rows = []
             for _ in range(rounds):
@@ -107,8 +107,8 @@ def main(rounds: int):
     finally:
         for n in nodes:
             if n.dir:
-                fleet.stop(n)
-        fleet.delete_cluster_objects(nodes)
+                simnodes.stop(n)
+        fleetobjects.delete_cluster_objects(nodes)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.helpers import fleet  # noqa: E402
-from tests.helpers.kube import eventually, get  # noqa: E402
+from tests.helpers import fleetobjects, nodesfiles, simnodes  # noqa: E402
+from tests.helpers.kube import eventually, get, kubectl  # noqa: E402
 from tests.helpers.playbook import PYINFRA  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("bench_nodes", "bench/nodes.py")
@@ -53,19 +53,19 @@ def requests(log: str, report: str) -> int:
 
 def main(rounds: int):
     root = tempfile.mkdtemp(prefix="gpuop-bench-reach-")
-    nodes = [fleet.Node(f"reach-{i}", VERSIONS[i % 2], kubelet="unix:///run/containerd/containerd.sock", registered=True)
+    nodes = [simnodes.Node(f"reach-{i}", VERSIONS[i % 2], kubelet="unix:///run/containerd/containerd.sock", registered=True)
              for i in range(max(SIZES))]
-    with fleet.running(nodes, root) as key:
+    with simnodes.running(nodes, root) as key:
         for n in nodes:
             eventually(f"node {n.name} Ready", lambda: ready(n.name), timeout=180)
         for size in SIZES:
             chosen = nodes[:size]
-            fleet.create_cluster_objects(chosen)  # only these advertise GPUs: the cluster lists them
+            fleetobjects.create_cluster_objects(chosen)  # only these advertise GPUs: the cluster lists them
             for n in nodes[size:]:
-                fleet.kubectl("patch", "node", n.name, "--subresource=status", "--type=json", "-p",
+                kubectl("patch", "node", n.name, "--subresource=status", "--type=json", "-p",
                               '[{"op":"remove","path":"/status/capacity/nvidia.com~1gpu"},'
                               '{"op":"remove","path":"/status/allocatable/nvidia.com~1gpu"}]', check=False)
-            path = fleet.defaults_file(chosen, key, os.path.join(root, f"nodes-{size}.yaml"))
+            path = nodesfiles.defaults_file(chosen, key, os.path.join(root, f"nodes-{size}.yaml"))
             env = {**os.environ, "GPUOP_NODES": path}
             report = os.path.join(root, "report.json")
             figures = {}

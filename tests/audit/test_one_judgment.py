@@ -15,8 +15,9 @@ import pytest
 import tomli_w
 
 from gpuop.containerd import main_config, nvidia_dropin
-from tests.helpers import fleet
-from tests.helpers.fleet import DROPIN, Node, write_file
+from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
+from tests.helpers.layouts import DROPIN, write_file
+from tests.helpers.simnodes import Node
 from tests.helpers.kube import lab_up, reset_lab
 from tests.helpers.labcontainerd import binary, nvidia_ctk
 from tests.helpers.playbook import deploy
@@ -50,7 +51,7 @@ def node_for(state: str) -> Node:
     if state.startswith("v4-dropin"):
         return Node(state, version, after=[write_file(DROPIN, V4_DROPIN)])
     if state.startswith("ctk-unrestarted"):
-        return Node(state, version, after=[fleet.nvidia_ctk_configure()])
+        return Node(state, version, after=[layouts.nvidia_ctk_configure()])
     return Node(state, version, imports=f"/etc/containerd/{MISSED_IMPORTS}", files={DROPIN: SEED_DROPIN})
 
 
@@ -81,9 +82,9 @@ def node_reports(tmp_path_factory):
     """Every state on its own simulated node, all audited in one run of nodes.py."""
     root = str(tmp_path_factory.mktemp("judgment"))
     nodes = [node_for(state) for state in STATES]
-    with fleet.running(nodes, root) as key:
-        fleet.create_cluster_objects(nodes)
-        path = fleet.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {})
+    with simnodes.running(nodes, root) as key:
+        fleetobjects.create_cluster_objects(nodes)
+        path = nodesfiles.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {})
         report = os.path.join(root, "fleet.json")
         run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
         assert os.path.exists(report), run.log[-4000:]
@@ -110,7 +111,7 @@ def test_a_lab_host_and_a_node_in_one_state_get_one_judgment(state, lab_root, no
     node = node_reports[state]
     assert (lab["version"], node["version"]) == (version, version)
     assert runtime_findings(lab["gaps"], str(lab_root / "etc/containerd/config.toml")) == sorted(expected)
-    assert runtime_findings(node["gaps"], fleet.CONFIG) == sorted(expected)
+    assert runtime_findings(node["gaps"], layouts.CONFIG) == sorted(expected)
     assert lab["cri_after_restart"] == node["cri_after_restart"]
     if words:
         for gaps in (lab["gaps"], node["gaps"]):

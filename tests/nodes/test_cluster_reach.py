@@ -14,8 +14,10 @@ import tomli_w
 
 from gpuop import nodepod
 from gpuop.containerd import nvidia_dropin
-from tests.helpers import fleet
-from tests.helpers.fleet import DROPIN, Node, write_file
+from lab import labproc
+from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
+from tests.helpers.layouts import DROPIN, write_file
+from tests.helpers.simnodes import Node
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.playbook import PYINFRA, deploy, target_commands
 
@@ -30,7 +32,7 @@ def planted():
     healthy one (2.4.2 configured by the real nvidia-ctk before it started)."""
     return [Node("reach-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))],
                  kubelet=ENDPOINT, registered=True),
-            Node("reach-healthy", "2.4.2", before=[fleet.nvidia_ctk_configure()], kubelet=ENDPOINT, registered=True)]
+            Node("reach-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], kubelet=ENDPOINT, registered=True)]
 
 
 EXPECTED = {
@@ -53,11 +55,11 @@ def reach(tmp_path_factory):
     sysctls too."""
     root = str(tmp_path_factory.mktemp("reach"))
     nodes = planted()
-    with fleet.running(nodes, root) as key:
+    with simnodes.running(nodes, root) as key:
         for n in nodes:
             eventually(f"node {n.name}'s kubelet to register it Ready", lambda: ready(n.name), timeout=120)
-        fleet.create_cluster_objects(nodes)
-        yield nodes, fleet.defaults_file(nodes, key, os.path.join(root, "nodes.yaml")), root
+        fleetobjects.create_cluster_objects(nodes)
+        yield nodes, nodesfiles.defaults_file(nodes, key, os.path.join(root, "nodes.yaml")), root
 
 
 def audit(path, root, *data, name="fleet.json", debug=False):
@@ -75,8 +77,8 @@ def read_pods() -> list:
 
 def in_node(n: Node) -> list:
     """(pid, argv) of every process in the node's pid namespace."""
-    pid_ns, found = os.readlink(f"/proc/{fleet.ns_pid(n)}/ns/pid"), []
-    for pid, args in fleet.labproc.processes():
+    pid_ns, found = os.readlink(f"/proc/{simnodes.ns_pid(n)}/ns/pid"), []
+    for pid, args in labproc.processes():
         try:
             if os.readlink(f"/proc/{pid}/ns/pid") == pid_ns:
                 found.append((pid, args))
@@ -89,7 +91,7 @@ def node_state(n: Node) -> dict:
     """What a read must leave as it was on the node: its containerd's files, its processes (by
     command line), and the Pods its kubelet keeps."""
     pods = sorted(os.listdir(os.path.join(n.dir, "varlib/upper/kubelet/pods")))
-    return {"etc": fleet.tree(f"/proc/{fleet.ns_pid(n)}/root/etc/containerd"),
+    return {"etc": simnodes.tree(f"/proc/{simnodes.ns_pid(n)}/root/etc/containerd"),
             "processes": sorted(args for _, args in in_node(n)), "pods": pods}
 
 
@@ -158,7 +160,7 @@ def test_a_node_whose_read_pod_cannot_start_is_named_with_its_event(reach, tmp_p
     and event; the other node is reported."""
     nodes, _, root = reach
     key = os.path.join(root, "id_ed25519")
-    path = fleet.defaults_file(nodes, key, str(tmp_path / "nodes.yaml"),
+    path = nodesfiles.defaults_file(nodes, key, str(tmp_path / "nodes.yaml"),
                                knobs={"reach-incident": {"node_pod_image": "gpuop.invalid/none:1",
                                                          "node_read_timeout_s": 20}})
     started = time.monotonic()
@@ -194,7 +196,7 @@ def test_a_node_whose_kubelet_is_gone_is_named_and_the_rest_is_reported(reach, t
     kubelets = [pid for pid, args in in_node(incident) if args[0].endswith("/kubelet")]
     assert len(kubelets) == 1, kubelets
     os.kill(kubelets[0], signal.SIGKILL)
-    path = fleet.defaults_file(nodes, os.path.join(root, "id_ed25519"), str(tmp_path / "nodes.yaml"),
+    path = nodesfiles.defaults_file(nodes, os.path.join(root, "id_ed25519"), str(tmp_path / "nodes.yaml"),
                                knobs={"reach-incident": {"node_read_timeout_s": 15}})
     run, doc = audit(path, str(tmp_path), "reach=cluster")
     said = next(line for line in run.log.splitlines() if "did not complete within 15s" in line)

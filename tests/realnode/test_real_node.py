@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from gpuop.containerd import cri_runtimes
-from tests.helpers import fleet
+from tests.helpers import simnodes
 from tests.helpers.kube import LAB, eventually, get, lab_up, reset_lab
 from tests.helpers.labcontainerd import binary, crictl_info, lab_daemons, nvidia_ctk
 from tests.helpers.playbook import deploy, stop_daemons_under
@@ -99,7 +99,7 @@ def node_ready(name=NODE):
 
 @pytest.fixture(scope="module", params=sorted(SANDBOX_ERROR))
 def real_lab(request, tmp_path_factory):
-    host_before = fleet.host_files()
+    host_before = simnodes.host_files()
     reset_lab()
     lab = RealLab(str(tmp_path_factory.mktemp(f"real-{request.param}") / "gpuop"), request.param)
     try:
@@ -111,7 +111,7 @@ def real_lab(request, tmp_path_factory):
         reset_lab()
         lab_up()  # the seed's lab again: kwok's lab-node-0
     # kubelet, its containerd and the Pods wrote nothing on the host: sysctls, /var/lib/kubelet...
-    assert fleet.host_files() == host_before
+    assert simnodes.host_files() == host_before
 
 
 def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(real_lab):

@@ -1,0 +1,174 @@
+"""Simulated GPU nodes for the node audit: each in its own mount, pid and UTS namespaces
+(lab/simnode.sh), with its own containerd of a chosen version at the default paths, its own sshd
+on a loopback port, and a Node of the same name in the lab cluster (tests/helpers/fleetobjects.py);
+and what tells that nothing of theirs leaked onto the host."""
+
+import contextlib
+import glob
+import hashlib
+import os
+import stat
+from dataclasses import dataclass, field
+
+import tomli_w
+
+from gpuop.containerd import main_config
+from lab import labproc
+from tests.helpers import ROOT as HERE  # the project
+from tests.helpers.fleetobjects import delete_cluster_objects
+from tests.helpers.kube import LAB
+from tests.helpers.kubelets import kubelet, pod_ready
+from tests.helpers.labcontainerd import binary, crictl
+from tests.helpers.layouts import CONFIG
+from tests.helpers.proc import run
+from tests.helpers.ssh import free_port, keygen, sshd_config
+
+NODE_SH = os.path.join(HERE, "lab/simnode.sh")
+
+
+@dataclass
+class Node:
+    """One simulated node: its version, files and hooks, as an operator left it."""
+    name: str
+    version: str
+    hostname: str = ""  # the node's own hostname; empty: its Node's name
+    imports: str = "/etc/containerd/conf.d/*.toml"
+    before: list = field(default_factory=list)  # shell lines run inside, before containerd starts
+    after: list = field(default_factory=list)  # ... once its socket is there
+    kubelet: str = ""  # a real kubelet's endpoint on this node, started last; empty: none
+    kubelet_layout: str = "yaml"  # how its configuration is laid out: see kubelet()
+    cdi_pod: bool = False  # a GPU Pod with no RuntimeClass bound to it too (the GPU Operator's CDI mode)
+    api_handlers: tuple = ()  # what its Node's status says is loaded, as a kubelet on containerd 2.x reports it
+    supervised: bool = False  # its containerd started again whenever it ends (systemd's Restart=always)
+    aks_pod: bool = False  # a GPU Pod of RuntimeClass fleet-aks (handler nvidia-container-runtime) bound to it too
+    knobs: dict = field(default_factory=dict)  # its own keys in the nodes file (gpu_handler...)
+    registered: bool = False  # its kubelet (on its own containerd) registers it in the lab cluster: Pods run on it
+    files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
+    dir: str = ""
+    port: int = 0
+    host_key: str = ""
+
+
+SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what kubelet sets
+
+
+def host_files() -> dict:
+    """What a kubelet and its containerd would write on the host if their namespace leaked:
+    the node paths' trees, the stand-in runtime's place, and the global sysctls kubelet sets."""
+    found = {p: tree(p) if os.path.isdir(p) else os.path.exists(p)
+             for p in ("/etc/containerd", "/var/lib/containerd", "/var/lib/kubelet", "/var/log/pods",
+                       "/var/lib/cni", "/run/containerd", "/usr/bin/nvidia-container-runtime", "/usr/local/nvidia")}
+    for s in SYSCTLS:
+        with open(f"/proc/sys/{s}") as f:
+            found[s] = f.read()
+    found["cgroups"] = sorted(glob.glob("/sys/fs/cgroup/*/k8s.io/*/"))  # a container's, left behind
+    return found
+
+
+def start(node: Node, root: str, pubkey: str) -> Node:
+    """Start ``node`` under ``root`` (its files, its sshd trusting ``pubkey``)."""
+    node.dir, node.port = os.path.join(root, node.name), free_port()
+    os.makedirs(os.path.join(node.dir, "etc", "conf.d"), exist_ok=True)
+    node_cri, store, imports = pod_ready(node) if node.registered else (None, [], [])
+    after = node.after + imports + (kubelet(node.dir, node.kubelet, node.kubelet_layout, node.name if node.registered else "")
+                                    if node.kubelet else [])
+    files = {CONFIG: tomli_w.dumps(main_config(node.imports, node_cri=node_cri)), **node.files}
+    for path, text in files.items():
+        with open(os.path.join(node.dir, "etc", os.path.relpath(path, "/etc/containerd")), "w") as f:
+            f.write(text)
+    # kubelet asks a new containerd for its CRI status within seconds of its start, and 1.7+
+    # then writes its introspection uuid once, for good: a real node has it before any audit.
+    first_status = (f"{crictl()} --config /dev/null --runtime-endpoint unix:///run/containerd/containerd.sock "
+                    "--timeout 3s info >/dev/null 2>&1 || true")
+    for hook, lines in (("before.sh", store + node.before), ("after.sh", after + [first_status])):
+        if lines:
+            path = os.path.join(node.dir, hook)
+            with open(path, "w") as f:
+                f.write("#!/bin/sh\nset -e\n" + "\n".join(lines) + "\n")
+            os.chmod(path, 0o755)
+    host_key = keygen(os.path.join(node.dir, "host_ed25519"))
+    with open(os.path.join(node.dir, "authorized_keys"), "w") as f:
+        f.write(pubkey + "\n")
+    with open(os.path.join(node.dir, "sshd_config"), "w") as f:
+        f.write(sshd_config(node.port, f"{node.dir}/host_ed25519", f"{node.dir}/authorized_keys"))
+    node.host_key = host_key
+    env = {**os.environ, "SIMNODE_RESTART": "always" if node.supervised else "no"}
+    run([NODE_SH, "start", node.dir, binary(node.version), node.hostname or node.name, LAB], timeout_s=60,
+        check=True, env=env)
+    return node
+
+
+@contextlib.contextmanager
+def running(nodes, root: str):
+    """``nodes`` started under ``root``, their sshd trusting a key made there (its path is
+    yielded), stopped and their cluster objects deleted at the end, whatever happened; and,
+    when all went well, nothing of theirs left on the host (``host_files``)."""
+    host_before = host_files()
+    key, pubkey = keypair(root)
+    delete_cluster_objects(nodes)
+    started = []
+    try:
+        for n in nodes:
+            started.append(n)  # before it starts: one whose start fails half-way is stopped too
+            start(n, root, pubkey)
+        yield key
+    finally:
+        for n in started:
+            stop(n)
+        delete_cluster_objects(nodes)
+    assert host_files() == host_before
+
+
+def stop(node: Node):
+    if node.dir:  # never started: nothing runs
+        run([NODE_SH, "stop", node.dir], timeout_s=30, check=True)
+
+
+def ns_pid(node: Node) -> int:
+    """The node's first process, as the host sees it (its files are under /proc/PID/root)."""
+    return int(run([NODE_SH, "pid", node.dir], timeout_s=10, check=True).stdout.split()[0])
+
+
+def node_containerd(node: Node) -> int:
+    """The host's pid of the node's own containerd (the one systemd would start: no flags), found
+    in the node's pid namespace by its command line."""
+    ns, own = os.readlink(f"/proc/{ns_pid(node)}/ns/pid"), [binary(node.version)]
+    found = []
+    for pid, args in labproc.processes():
+        try:
+            if args == own and os.readlink(f"/proc/{pid}/ns/pid") == ns:
+                found.append(pid)
+        except OSError:
+            pass
+    assert len(found) == 1, f"node {node.name}: containerds {found}"
+    return found[0]
+
+
+def tree(path: str) -> dict:
+    """Every entry under ``path``: type, mode, size, mtime and (files) content hash."""
+    found = {}
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = os.path.join(top, name)
+            st = os.lstat(p)
+            digest = ""
+            if stat.S_ISREG(st.st_mode):
+                with open(p, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+            found[os.path.relpath(p, path)] = (stat.S_IFMT(st.st_mode), st.st_mode & 0o7777, st.st_size,
+                                               st.st_mtime_ns, digest)
+    return found
+
+
+def node_files(node: Node) -> dict:
+    """Every file the node's processes may write, read from the host: its /etc/containerd and
+    /run as the node sees them, and everything written to its /var/lib and /var/log."""
+    root = f"/proc/{ns_pid(node)}/root"
+    return {"/etc/containerd": tree(root + "/etc/containerd"), "/run": tree(root + "/run"),
+            "/var/lib": tree(os.path.join(node.dir, "varlib", "upper")),
+            "/var/log": tree(os.path.join(node.dir, "varlog", "upper"))}
+
+
+def keypair(root: str) -> tuple:
+    key = os.path.join(root, "id_ed25519")
+    return key, keygen(key)
