@@ -17,16 +17,20 @@ CONTAINERD_DATA = --data containerd_binary=$(CONTAINERD_BIN)
 else
 $(error CONTAINERD=$(CONTAINERD): expected debian, 1.6.20 or one of $(CONTAINERD_LIST))
 endif
-# The GPU node: kwok (every lab node kwok's: the seed's lab) or real (a real kubelet runs
-# lab-node-0 on the lab containerd, in a namespace of its own: lab/realnode.sh).
+# The GPU node: kwok (every lab node kwok's: the seed's lab) or kubelet (a real kubelet runs
+# lab-node-0 on the lab containerd, in a namespace of its own: lab/kubeletnode.sh).
 NODE ?= kwok
 ifeq ($(NODE),real)
-NODE_ENV = LAB_REAL_NODE=lab-node-0 LAB_CONTAINERD=$(CONTAINERD_BIN)
-NODE_DATA = --data real_node=lab-node-0
-else ifneq ($(NODE),kwok)
-$(error NODE=$(NODE): expected kwok or real)
+$(info NODE=real is now NODE=kubelet (the lab node a real kubelet runs); taken as NODE=kubelet)
+override NODE := kubelet
 endif
-# REBOOT=true (with NODE=real): after step 8, restart the node's containerd as a reboot would (reboot.txt).
+ifeq ($(NODE),kubelet)
+NODE_ENV = LAB_KUBELET_NODE=lab-node-0 LAB_CONTAINERD=$(CONTAINERD_BIN)
+NODE_DATA = --data kubelet_node=lab-node-0
+else ifneq ($(NODE),kwok)
+$(error NODE=$(NODE): expected kwok or kubelet)
+endif
+# REBOOT=true (with NODE=kubelet): after step 8, restart the node's containerd as a reboot would (reboot.txt).
 REBOOT ?= false
 
 .PHONY: setup deps binaries containerds nvidia-ctk kubelet lab-up lab-down lab-status test unit run fix audit bench
@@ -110,4 +114,4 @@ bench: setup deps binaries lab-up
 	bench/fix.sh
 	$(VENV)/bin/python bench/roundtrips.py
 	$(VENV)/bin/python bench/nodes.py
-	bench/real_node.sh
+	bench/kubelet_node.sh

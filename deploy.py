@@ -26,5 +26,5 @@ incident.advertise_gpus(lab, at)  # 6. the device plugin's advertisement binds t
 incident.time_slicing(lab, at)  # 7. five slots per GPU, and no memory guaranteed to any
 incident.toolkit_rollout(lab, at)  # 8. a toolkit upgrade asking 64Gi stalls half-way
 if lab.reboot:
-    incident.reboot(lab, at)  # then a reboot: the real node as restart.txt forecast it
+    incident.reboot(lab, at)  # then a reboot: the kubelet node as restart.txt forecast it
 incident.summary(lab, at)  # after pyinfra's results: what the incident showed, and where the reports are

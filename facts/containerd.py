@@ -50,7 +50,7 @@ class LabContainerd(FactBase):
     cache) says, None when the lab never started one. ``crictl`` is False when there is no crictl.
     ``log`` is the last line of the daemon's log: what one that exited said last. Each daemon's
     ``mnt`` is its mount namespace (``mnt:[4026531841]``); with a ``namespace`` file given (the
-    real lab node's, see lab/realnode.sh), ``namespace`` is what it holds, in the same words, or
+    lab's kubelet node's, see lab/kubeletnode.sh), ``namespace`` is what it holds, in the same words, or
     empty when it holds none.
     """
 

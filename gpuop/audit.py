@@ -14,22 +14,22 @@ from .slots import replicas_of
 from .view import api_handlers
 
 
-def _sandboxes(view: dict, objects: list, real_node: str) -> list:
-    """For each Pod bound to the real node whose RuntimeClass's handler is not loaded: the sandbox
+def _sandboxes(view: dict, objects: list, kubelet_node: str) -> list:
+    """For each Pod bound to the kubelet node whose RuntimeClass's handler is not loaded: the sandbox
     failure containerd's version gives, held against the kubelet's live event for that Pod."""
     handlers = {rc["metadata"]["name"]: rc["handler"] for rc in of_kind(objects, "RuntimeClass")}
     found = []
     for pod in of_kind(objects, "Pod"):
         handler = handlers.get(pod["spec"].get("runtimeClassName"))
-        if pod["spec"].get("nodeName") != real_node or handler is None or handler in view["loaded"]:
+        if pod["spec"].get("nodeName") != kubelet_node or handler is None or handler in view["loaded"]:
             continue
         said = kubelet_agrees(pod, of_kind(objects, "Event"), view["version"], handler)
-        found.append({"pod": ref(pod), "node": real_node, "handler": handler,
+        found.append({"pod": ref(pod), "node": kubelet_node, "handler": handler,
                       "forecast": sandbox_error(view["version"], handler), **said})
     return found
 
 
-def audit(view: dict, objects: list, time_slicing: dict, real_node: str = "") -> dict:
+def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "") -> dict:
     """Findings and readings for one host: the one judgment of its runtime (``gpuop.rules``,
     as a real node's), and the lab's own readings beside it.
 
@@ -37,14 +37,14 @@ def audit(view: dict, objects: list, time_slicing: dict, real_node: str = "") ->
     + objects: live RuntimeClasses, Nodes, Pods, DaemonSets and ConfigMaps (kubectl's JSON)
     + time_slicing: {"node", "physical_gpus", "vram_per_gpu_gib", "configmap": "ns/name"} of the
       time-sliced node
-    + real_node: the lab node a real kubelet runs, whose sandbox failures are held against its
+    + kubelet_node: the lab node a real kubelet runs, whose sandbox failures are held against its
       kubelet's events (``objects`` then holds Events too); empty: none
 
         audit(lab_view(...), objects, {...})["gaps"]
         -> [{"kind": "restart-takes-cri-down", ...}, {"kind": "handler-not-loaded", ...}, ...]
     """
-    events = of_kind(objects, "Event") if real_node else None
-    gaps, warnings = findings(view, objects, real_node, events=events), []
+    events = of_kind(objects, "Event") if kubelet_node else None
+    gaps, warnings = findings(view, objects, kubelet_node, events=events), []
     pods = of_kind(objects, "Pod")
     loaded = view["loaded"]
 
@@ -104,13 +104,13 @@ def audit(view: dict, objects: list, time_slicing: dict, real_node: str = "") ->
                             f"DaemonSet {ref(ds)}: rollout stalled at {status['UPDATED']}/"
                             f"{status['DESIRED']} updated, blocker {status['BLOCKER']}"))
 
-    node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == real_node), None)
+    node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == kubelet_node), None)
     restart = view["cri_after_restart"]
     return {
         **node_entry(view, gaps, node),
-        **({"sandboxes": _sandboxes(view, objects, real_node)} if real_node else {}),
+        **({"sandboxes": _sandboxes(view, objects, kubelet_node)} if kubelet_node else {}),
         "handlers": {"written": view["written"], "loaded": loaded,
-                     **({"runtime_handlers": api_handlers(node) if node else None} if real_node else {}),
+                     **({"runtime_handlers": api_handlers(node) if node else None} if kubelet_node else {}),
                      "loaded_source": {"cri": "live"}.get(view["loaded_from"], view["loaded_from"]),
                      "containerd_version": view["version"],
                      "after_restart": None if restart == "unknown" else view["after_restart"],

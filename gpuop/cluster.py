@@ -254,7 +254,7 @@ def ready_condition(node: dict) -> dict:
     return next((c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), {})
 
 
-REBOOT_SETTLE_S = 8  # kubelet asks its runtime every 5 s, and posts its status every 2 s (lab/realnode.sh)
+REBOOT_SETTLE_S = 8  # kubelet asks its runtime every 5 s, and posts its status every 2 s (lab/kubeletnode.sh)
 
 
 def reported_since(node: dict, moment: datetime, settle_s: int = REBOOT_SETTLE_S) -> bool:

@@ -168,7 +168,7 @@ class Knobs:
     kube_context: str
     wait_timeout_s: int
     replay: bool
-    real_node: str
+    kubelet_node: str
     reboot: bool
 
 
@@ -195,7 +195,7 @@ PARSERS = {
     "kube_context": _context,
     "wait_timeout_s": _int(1),
     "replay": _bool,
-    "real_node": _optional_name,
+    "kubelet_node": _optional_name,
     "reboot": _bool,
 }
 
@@ -244,28 +244,43 @@ SOCKET_PATH_MAX = 104  # what containerd accepts for a unix socket's path
 WAIT_MARGIN_S = 60  # a wait's own end, a daemon's stop grace and its last probe, within _timeout
 
 
+# A knob renamed keeps its old name for a user who types it: old -> new.
+RENAMED = {"real_node": "kubelet_node"}
+
+
+def renamed(data) -> list:
+    """One notice per renamed knob that ``data`` still sets by its old name (``parse_knobs``
+    takes its value where the new name is unset).
+
+        renamed({"real_node": "lab-node-0"}) -> ["knob real_node is now kubelet_node: ..."]
+    """
+    return [f"knob {old} is now {new} (the lab node a real kubelet runs); taken as {new}={data.get(old)}"
+            for old, new in RENAMED.items() if data.get(old)]
+
+
 def parse_knobs(data) -> Knobs:
     """Every knob from host data (``data.get(key)``), parsed and cross-checked.
 
         parse_knobs({"gpuop_root": "/root/gpuop", "replicas": "5", ...}).replicas -> 5
     """
     values = {}
+    old = {new: data.get(o) for o, new in RENAMED.items() if data.get(o)}
     for field in fields(Knobs):
-        raw = data.get(field.name)
-        if raw is None and field.name not in ("kube_context", "containerd_binary", "real_node"):
+        raw = data.get(field.name) or old.get(field.name, data.get(field.name))
+        if raw is None and field.name not in ("kube_context", "containerd_binary", "kubelet_node"):
             raise KnobError(field.name, raw, "a value (set in group_data/all.py or with --data)")
         values[field.name] = PARSERS[field.name](field.name, raw)
     for key in ("gpu_node", "timeslice_node"):
         if values[key] not in values["lab_nodes"]:
             raise KnobError(key, values[key], f"one of lab_nodes ({','.join(values['lab_nodes'])})")
-    if values["real_node"] and values["real_node"] != values["gpu_node"]:
-        raise KnobError("real_node", values["real_node"],
-                        f"empty, or gpu_node ({values['gpu_node']}): the real node is where the GPU Pod goes")
-    if values["real_node"] and not values["containerd_binary"]:
-        raise KnobError("real_node", values["real_node"],
-                        "empty while containerd_binary is empty: a real node runs on the lab containerd")
-    if values["reboot"] and not values["real_node"]:
-        raise KnobError("reboot", values["reboot"], "false unless real_node is set: only a real node shows a reboot")
+    if values["kubelet_node"] and values["kubelet_node"] != values["gpu_node"]:
+        raise KnobError("kubelet_node", values["kubelet_node"],
+                        f"empty, or gpu_node ({values['gpu_node']}): the kubelet node is where the GPU Pod goes")
+    if values["kubelet_node"] and not values["containerd_binary"]:
+        raise KnobError("kubelet_node", values["kubelet_node"],
+                        "empty while containerd_binary is empty: the kubelet node runs on the lab containerd")
+    if values["reboot"] and not values["kubelet_node"]:
+        raise KnobError("reboot", values["reboot"], "false unless kubelet_node is set: only the kubelet node shows a reboot")
     if values["gpu_node"] == values["timeslice_node"]:
         raise KnobError("timeslice_node", values["timeslice_node"], "a node other than gpu_node")
     socket = Layout(values["gpuop_root"]).containerd_socket + ".ttrpc"  # the longest the daemon binds

@@ -82,19 +82,19 @@ class Layout:
         return self._at("var", "log", "containerd.log")
 
     @property
-    def real_node_dir(self):
-        """The real lab node's own files (lab/realnode.sh): its namespace, kubelet, overlays, CNI."""
+    def kubelet_node_dir(self):
+        """The lab's kubelet node's own files (lab/kubeletnode.sh): its namespace, kubelet, overlays, CNI."""
         return self._at("var", "node")
 
     @property
-    def real_node_namespace(self):
-        """The mount namespace the real node's kubelet and containerd run in (an nsfs file)."""
-        return posixpath.join(self.real_node_dir, "mnt")
+    def kubelet_node_namespace(self):
+        """The mount namespace the kubelet node's kubelet and containerd run in (an nsfs file)."""
+        return posixpath.join(self.kubelet_node_dir, "mnt")
 
     @property
-    def real_node_cni(self):
-        """The real node's CNI plugins and network config: ``(bin_dir, conf_dir)``."""
-        return posixpath.join(self.real_node_dir, "cni", "bin"), posixpath.join(self.real_node_dir, "cni", "net.d")
+    def kubelet_node_cni(self):
+        """The kubelet node's CNI plugins and network config: ``(bin_dir, conf_dir)``."""
+        return posixpath.join(self.kubelet_node_dir, "cni", "bin"), posixpath.join(self.kubelet_node_dir, "cni", "net.d")
 
     @property
     def check_script(self):

@@ -24,8 +24,8 @@ kube_context = ""  # kubeconfig context on the target; empty: its current contex
 wait_timeout_s = 180  # longest wait for any live condition (scheduling, Ready Pods, the stall)
 _timeout = 600  # pyinfra's deadline on each command of an operation, a wait included (a stalled SSH link or shell): above wait_timeout_s by a minute at least; kubectl, crictl and containerd calls have shorter ones of their own on the target
 replay = False  # true: reset the lab to before step 1 (owned files, objects, GPU advertisements) and replay it all
-reboot = False  # true (with real_node): after step 8, restart the node's containerd as a reboot would, and record in reboot.txt what the node says against restart.txt's forecast
-real_node = ""  # the lab node a real kubelet runs on the lab containerd (make run NODE=real: gpu_node; lab/realnode.sh); empty: every lab node is kwok's
+reboot = False  # true (with kubelet_node): after step 8, restart the node's containerd as a reboot would, and record in reboot.txt what the node says against restart.txt's forecast
+kubelet_node = ""  # the lab node a real kubelet runs on the lab containerd (make run NODE=kubelet: gpu_node; lab/kubeletnode.sh); empty: every lab node is kwok's
 
 # Real nodes (pyinfra nodes.py audit.py): read-only, one command per node, the cluster read once
 # from the machine that runs pyinfra.

@@ -3,15 +3,15 @@
 # per component and version. Prints that component's bin directory. Rebuilds only what is missing.
 #   lab/build.sh [cluster]  kube-apiserver, -controller-manager, -scheduler, kubectl, etcd, kwok, kwokctl
 #                           -> ~/.cache/gpuop-lab/k8s-1.36.3_kwok-0.8.0_etcd-3.6.8/bin
-#   lab/build.sh kubelet    -> ~/.cache/gpuop-lab/kubelet-1.36.3/bin (a real node's agent)
+#   lab/build.sh kubelet    -> ~/.cache/gpuop-lab/kubelet-1.36.3/bin (the kubelet node's agent)
 #   lab/build.sh crictl     -> ~/.cache/gpuop-lab/cri-tools-1.37.0/bin
 #   lab/build.sh containerd V (a containerd of CONTAINERD_VERSIONS for the lab node) -> ~/.cache/gpuop-lab/containerd-V/bin
 #   lab/build.sh containerds (every one of them; prints nothing)
-#   lab/build.sh shim V     its runc shim, beside it (a real node runs Pods: lab/realnode.sh) -> the same bin
+#   lab/build.sh shim V     its runc shim, beside it (the kubelet node runs Pods: lab/kubeletnode.sh) -> the same bin
 #   lab/build.sh multicall V  a k3s-like multicall of that containerd (lab/multicall), as k3s with a
 #                           containerd symlink to it -> ~/.cache/gpuop-lab/multicall-V/bin
 #   lab/build.sh nvidia-ctk -> ~/.cache/gpuop-lab/nvidia-ctk-1.19.1/bin (nvidia-ctk, nvidia-ctk-installer)
-#   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the real node's stand-in images' program)
+#   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the kubelet node's stand-in images' program)
 #   lab/build.sh all        everything `make test` needs (prints nothing)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
 # cache, whose tail is printed only when a build fails.

@@ -3,8 +3,8 @@
 # - containerd (1.6.20, with runc): the lab node's default containerd. Nothing starts it as a
 #   service; the playbook runs a private daemon of its own (see README, "The lab node's containerd");
 # - containernetworking-plugins: the loopback plugin, which containerd's CRI runs for every Pod of
-#   the real lab node (NODE=real), beside the node's own plugin (lab/standin/cni);
-# - libc6-dev's static libc: the real node's stand-in program is linked statically (lab/standin);
+#   the lab's kubelet node (NODE=kubelet), beside the node's own plugin (lab/standin/cni);
+# - libc6-dev's static libc: the kubelet node's stand-in program is linked statically (lab/standin);
 # - busybox-static: the node audit's cluster reach runs its read Pod from an image of it (its sh and
 #   nsenter; lab/standin/images.py), since nothing can be pulled here;
 # - an OpenSSH server for the SSH tests (started by the tests themselves on loopback, never as a

@@ -8,9 +8,9 @@
 # gets kubectl and crictl symlinks, default /usr/local/bin; empty to skip), LAB_DISTURBED_AT (seconds
 # since the epoch when a component was disturbed from outside, an etcd restarted say: `up` then waits
 # until the controllers renewed their leases after it, starting any that gave its lease up).
-# A real node (make run NODE=real): LAB_REAL_NODE names the lab node a real kubelet runs instead of
-# kwok (lab/realnode.sh), on the lab containerd of root LAB_ROOT (default /root/gpuop) whose binary
-# is LAB_CONTAINERD (default /usr/bin/containerd). Without it, `up` stops any real node: the lab's
+# The kubelet node (make run NODE=kubelet): LAB_KUBELET_NODE names the lab node a real kubelet runs instead of
+# kwok (lab/kubeletnode.sh), on the lab containerd of root LAB_ROOT (default /root/gpuop) whose binary
+# is LAB_CONTAINERD (default /usr/bin/containerd). Without it, `up` stops any kubelet node: the lab's
 # nodes are all kwok's.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,8 +18,8 @@ cmd=${1:-status}
 name=${2:-gpuop-lab}
 context=kwok-$name
 nodes=${LAB_NODES:-lab-node-0 lab-node-1 lab-node-2}
-real=${LAB_REAL_NODE:-}
-[[ -z $real || " $nodes " == *" $real "* ]] || { echo "lab: LAB_REAL_NODE=$real: expected one of $nodes" >&2; exit 2; }
+real=${LAB_KUBELET_NODE:-}
+[[ -z $real || " $nodes " == *" $real "* ]] || { echo "lab: LAB_KUBELET_NODE=$real: expected one of $nodes" >&2; exit 2; }
 kwok_nodes=$(for n in $nodes; do [[ $n == "$real" ]] || echo "$n"; done | xargs)
 
 log() { echo "lab[$name]: $*" >&2; }
@@ -194,7 +194,7 @@ wait_working() {
 start_cluster() {
   log_file=$(mktemp)
   if exists && ! made_current; then
-    log "made before kwok left real nodes alone or its API server could reach a kubelet; recreating it (the lab's state is disposable)"
+    log "made before kwok left kubelet nodes alone or its API server could reach a kubelet; recreating it (the lab's state is disposable)"
     kwokctl delete cluster --name "$name" --kubeconfig "$kubeconfig" >>"$log_file" 2>&1 || true
   fi
   if ! exists; then
@@ -211,7 +211,7 @@ start_cluster() {
 
 ensure_nodes() {
   local k=(kubectl --context "$context") n
-  # Exactly the lab's nodes: drop strays (a real node's object too, where kwok is to run it),
+  # Exactly the lab's nodes: drop strays (a kubelet node's object too, where kwok is to run it),
   # create the missing ones, reset their base capacity.
   local fake='{range .items[*]}{.metadata.name}={.metadata.annotations.kwok\.x-k8s\.io/node}{"\n"}{end}'
   while IFS='=' read -r n mark; do
@@ -235,13 +235,13 @@ ensure_nodes() {
   log "kwok's nodes Ready: $kwok_nodes (context $context)"
 }
 
-# The real node (LAB_REAL_NODE) up, or every real node stopped where the lab has none.
-real_node() {
+# The kubelet node (LAB_KUBELET_NODE) up, or every kubelet node stopped where the lab has none.
+kubelet_node() {
   if [[ -z $real ]]; then
-    "$here/realnode.sh" stop-all "$name"
-  else  # one real node: another root's would register the same node
-    "$here/realnode.sh" stop-all "$name" "${LAB_ROOT:-/root/gpuop}"
-    "$here/realnode.sh" up "${LAB_ROOT:-/root/gpuop}" "$real" "${LAB_CONTAINERD:-/usr/bin/containerd}" "$name"
+    "$here/kubeletnode.sh" stop-all "$name"
+  else  # one kubelet node: another root's would register the same node
+    "$here/kubeletnode.sh" stop-all "$name" "${LAB_ROOT:-/root/gpuop}"
+    "$here/kubeletnode.sh" up "${LAB_ROOT:-/root/gpuop}" "$real" "${LAB_CONTAINERD:-/usr/bin/containerd}" "$name"
   fi
 }
 
@@ -259,9 +259,9 @@ link_tools() {
 case $cmd in
 up)
   start_cluster
-  [[ -n $real ]] || real_node  # before kwok's nodes: a real kubelet's node object goes first
+  [[ -n $real ]] || kubelet_node  # before kwok's nodes: a real kubelet's node object goes first
   ensure_nodes
-  [[ -z $real ]] || real_node
+  [[ -z $real ]] || kubelet_node
   link_tools
   ;;
 down)
@@ -269,8 +269,8 @@ down)
   # node (lab/labproc.py daemons), and this lab's nodes.
   # shellcheck disable=SC2046
   labproc stop "lab containerd daemons" $(labproc daemons "$name")
-  "$here/simnode.sh" stop-all "$name"  # simulated real nodes a test left behind, with their namespaces
-  "$here/realnode.sh" stop-all "$name"  # the lab's real node, its kubelet and namespace
+  "$here/simnode.sh" stop-all "$name"  # simulated nodes a test left behind, with their namespaces
+  "$here/kubeletnode.sh" stop-all "$name"  # the lab's kubelet node, its kubelet and namespace
   if exists; then
     mapfile -t left < <(pgrep -f -- "$cluster_dir/" || true)
     kwokctl delete cluster --name "$name" --kubeconfig "$kubeconfig"

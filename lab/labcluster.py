@@ -1,6 +1,6 @@
-"""The lab cluster's own rules, in one place: its kwok nodes and their capacity, the real node's
+"""The lab cluster's own rules, in one place: its kwok nodes and their capacity, the kubelet node's
 kubelet configuration, and whether its controllers work (by their leases, the product's rule:
-gpuop/leases.py). lab/lab.sh and lab/realnode.sh call it; the tests import it. Stdlib only, so
+gpuop/leases.py). lab/lab.sh and lab/kubeletnode.sh call it; the tests import it. Stdlib only, so
 that it runs before the project's virtualenv exists.
 
     python3 lab/labcluster.py nodes lab-node-1 lab-node-2      # their Node manifests (a JSON List)
@@ -55,10 +55,10 @@ def kubelet_config(endpoint: str, port: int, client_ca: str = "", **more) -> dic
             "authorization": {"mode": "AlwaysAllow"}, **more}
 
 
-# The real node's kubelet: a runtime that goes down is seen within seconds, as the incident's
+# The kubelet node's kubelet: a runtime that goes down is seen within seconds, as the incident's
 # restart was; the stand-in images are never pulled again, so they are kept, and nothing is
 # evicted for this disk.
-REAL_NODE = {"nodeStatusUpdateFrequency": "2s", "imageGCHighThresholdPercent": 100,
+KUBELET_NODE = {"nodeStatusUpdateFrequency": "2s", "imageGCHighThresholdPercent": 100,
              "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"}}
 
 
@@ -81,7 +81,7 @@ def main(argv: list) -> int:
     sub = cli.add_subparsers(dest="cmd", required=True)
     sub.add_parser("nodes", help="the lab's kwok Nodes (a JSON List)").add_argument("names", nargs="+")
     sub.add_parser("capacity", help="the lab's base capacity (JSON)")
-    kubelet = sub.add_parser("kubelet-config", help="the real node's KubeletConfiguration (JSON)")
+    kubelet = sub.add_parser("kubelet-config", help="the kubelet node's KubeletConfiguration (JSON)")
     kubelet.add_argument("endpoint")
     kubelet.add_argument("port", type=int)
     kubelet.add_argument("client_ca", nargs="?", default="")
@@ -94,7 +94,7 @@ def main(argv: list) -> int:
     elif a.cmd == "capacity":
         print(json.dumps(CAPACITY))
     elif a.cmd == "kubelet-config":
-        print(json.dumps(kubelet_config(a.endpoint, a.port, a.client_ca, **REAL_NODE), indent=1))
+        print(json.dumps(kubelet_config(a.endpoint, a.port, a.client_ca, **KUBELET_NODE), indent=1))
     else:
         said = stale(a.context, datetime.fromtimestamp(int(a.since), timezone.utc) if a.since else None)
         for line in said:

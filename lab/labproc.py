@@ -1,12 +1,12 @@
 """The lab's processes, found by what they are (command line, binary, mount namespace), and stopped.
 
 One source for which process is a lab containerd daemon, which real or simulated node belongs to
-which lab cluster, and how a process is stopped: lab/lab.sh, lab/realnode.sh and lab/simnode.sh
+which lab cluster, and how a process is stopped: lab/lab.sh, lab/kubeletnode.sh and lab/simnode.sh
 call it, and the tests import it. Two labs run side by side on one host (`make test` runs two), so
 what one lab's `down` stops spares the other's nodes and the daemons started for it or inside them.
 
     python3 lab/labproc.py daemons gpuop-lab      # the lab daemons `lab.sh down gpuop-lab` stops
-    python3 lab/labproc.py real-nodes gpuop-lab [KEEP_ROOT]
+    python3 lab/labproc.py kubelet-nodes gpuop-lab [KEEP_ROOT]
     python3 lab/labproc.py sim-nodes gpuop-lab
     python3 lab/labproc.py stop [--grace=S] "lab containerd daemons" 4167 4180
 """
@@ -59,8 +59,8 @@ def owner(node_dir: str) -> str:
         return ""
 
 
-def real_nodes() -> list:
-    """Every real lab node's directory (ROOT/var/node) on this host: by its kubelet service's
+def kubelet_nodes() -> list:
+    """Every lab kubelet node's directory (ROOT/var/node) on this host: by its kubelet service's
     command line, or, the service gone, by the file holding its namespace (the mount table)."""
     found = set()
     for _, args in processes():
@@ -113,9 +113,9 @@ def started_for(pid: int) -> str:
 
 def daemons(lab: str) -> list:
     """The lab containerd daemons that ``lab.sh down LAB`` stops: every one on the host, but
-    those started for another lab (``started_for``) or inside another lab's real node (its mount
+    those started for another lab (``started_for``) or inside another lab's kubelet node (its mount
     namespace)."""
-    others = {_namespace(d) for d in real_nodes() if d not in mine([d], lab)} - {""}
+    others = {_namespace(d) for d in kubelet_nodes() if d not in mine([d], lab)} - {""}
     found = []
     for pid, args in processes():
         if Layout.of_daemon(args) and started_for(pid) in ("", lab):
@@ -183,7 +183,7 @@ def main(argv: list) -> int:
     cli = argparse.ArgumentParser(prog="lab/labproc.py", description=__doc__.splitlines()[0])
     sub = cli.add_subparsers(dest="cmd", required=True)
     sub.add_parser("daemons", help="the lab daemons `lab.sh down LAB` stops").add_argument("lab")
-    real = sub.add_parser("real-nodes", help="the real nodes of LAB, but KEEP_ROOT's")
+    real = sub.add_parser("kubelet-nodes", help="the kubelet nodes of LAB, but KEEP_ROOT's")
     real.add_argument("lab")
     real.add_argument("keep_root", nargs="?")
     sub.add_parser("sim-nodes", help="the simulated nodes of LAB").add_argument("lab")
@@ -194,9 +194,9 @@ def main(argv: list) -> int:
     a = cli.parse_args(argv)
     if a.cmd == "daemons":
         found = daemons(a.lab)
-    elif a.cmd == "real-nodes":
+    elif a.cmd == "kubelet-nodes":
         keep = os.path.join(os.path.realpath(a.keep_root), "var", "node") if a.keep_root else None
-        found = [d for d in mine(real_nodes(), a.lab) if d != keep]
+        found = [d for d in mine(kubelet_nodes(), a.lab) if d != keep]
     elif a.cmd == "sim-nodes":
         found = mine(sim_nodes(), a.lab)
     else:

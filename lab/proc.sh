@@ -1,5 +1,5 @@
 # Finding the lab's processes by what they are, and waiting with an end (sourced by lab/lab.sh,
-# lab/simnode.sh and lab/realnode.sh).
+# lab/simnode.sh and lab/kubeletnode.sh).
 
 # pids_with_arg ARG EXE: processes with the argument ARG on their command line whose binary is EXE.
 pids_with_arg() {

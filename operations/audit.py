@@ -15,7 +15,7 @@ from .reports import Unobservable, containerd_views
 
 @operation()
 def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, context: str = "",
-             real_node: str = ""):
+             kubelet_node: str = ""):
     """
     Audit a lab host, read-only: handlers written against loaded (live through CRI, or recorded)
     against what a restart of containerd would load, RuntimeClasses whose handler
@@ -30,7 +30,7 @@ def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, 
     + daemon: the lab's containerd (``LabDaemon``), or None
     + time_slicing: {"node", "physical_gpus", "configmap": "namespace/name"}
     + context: kubeconfig context, empty for the current one
-    + real_node: the lab node a real kubelet runs (its sandbox failures are held against its events)
+    + kubelet_node: the lab node a real kubelet runs (its sandbox failures are held against its events)
 
     .. code:: python
 
@@ -43,9 +43,9 @@ def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, 
     except Unobservable as e:
         yield failure(f"audit: {e}")
         return
-    objects = found("runtimeclasses,nodes,pods,daemonsets,configmaps" + (",events" if real_node else ""),
+    objects = found("runtimeclasses,nodes,pods,daemonsets,configmaps" + (",events" if kubelet_node else ""),
                     context=context, all_namespaces=True)
-    result = audit(views.view, objects, time_slicing, real_node)
+    result = audit(views.view, objects, time_slicing, kubelet_node)
     yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n",
                            backup=False)
     if host.state.is_executing:

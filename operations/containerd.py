@@ -33,7 +33,7 @@ class LabDaemon:
         LabDaemon("/usr/bin/containerd", "crictl", ".../config.toml", ".../containerd.sock",
                   ".../run/containerd", ".../var/lib/containerd", ".../containerd.pid", ".../containerd.log")
 
-    ``namespace``: the mount namespace (an nsfs file) it runs in, the real lab node's where a real
+    ``namespace``: the mount namespace (an nsfs file) it runs in, the lab's kubelet node's where a real
     kubelet runs Pods on it (their shims and the stand-in nvidia runtime are the node's); empty:
     the host's own.
     """
@@ -68,7 +68,7 @@ class LabDaemon:
         dirs = [self.state, self.root, posixpath.dirname(self.pidfile), posixpath.dirname(self.log)]
         inner = (f"echo $$ >{shlex.quote(self.pidfile)}; exec {shlex.join(self.args())} "
                  f">>{shlex.quote(self.log)} 2>&1 </dev/null")
-        if self.namespace:  # a real node's: its Pods' shims are its own release's, found beside it first
+        if self.namespace:  # the kubelet node's: its Pods' shims are its own release's, found beside it first
             shims = shlex.quote(posixpath.dirname(self.binary))
             inner = f'PATH={shims}:"$PATH"; export PATH; {inner}'
         enter = f"nsenter --mount={shlex.quote(self.namespace)} -- " if self.namespace else ""
@@ -158,7 +158,7 @@ def _incident_drift(daemon: LabDaemon, seen: dict, want) -> str:
     if seen["args"][1:] != daemon.args()[1:] or seen["exe"] != posixpath.realpath(daemon.binary):
         return f"pid {seen['pid']} runs another binary or config ({' '.join(seen['args'])}, {seen['exe']})"
     if daemon.namespace and daemons[0]["mnt"] != seen["namespace"]:
-        return (f"pid {seen['pid']} runs outside the real node's namespace {daemon.namespace} "
+        return (f"pid {seen['pid']} runs outside the kubelet node's namespace {daemon.namespace} "
                 f"(in {daemons[0]['mnt']}, the node's is {seen['namespace'] or 'not there'})")
     if seen["cri"] != "ok":
         if daemons[0]["state"] == "T":

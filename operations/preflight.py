@@ -70,18 +70,18 @@ def containerd_askable(binary: str, crictl: str):
 
 
 @operation()
-def real_node_held(node: str, namespace: str):
+def kubelet_node_held(node: str, namespace: str):
     """
-    Fail the host, before anything is changed, unless the real lab node's mount namespace is
-    there: the lab containerd starts in it (lab/realnode.sh up makes it, with the node's kubelet).
+    Fail the host, before anything is changed, unless the lab's kubelet node's mount namespace is
+    there: the lab containerd starts in it (lab/kubeletnode.sh up makes it, with the node's kubelet).
 
     .. code:: python
 
-        real_node_held(node="lab-node-0", namespace="/root/gpuop/var/node/mnt")
+        kubelet_node_held(node="lab-node-0", namespace="/root/gpuop/var/node/mnt")
     """
     if not reads.containerd()["loaded"]["namespace"]:
-        yield failure(f"preflight: real_node={node}, but its namespace {namespace} is not there; "
-                      "`make lab-up NODE=real` (lab/realnode.sh up) makes it and starts its kubelet; "
+        yield failure(f"preflight: kubelet_node={node}, but its namespace {namespace} is not there; "
+                      "`make lab-up NODE=kubelet` (lab/kubeletnode.sh up) makes it and starts its kubelet; "
                       "nothing was changed")
 
 

@@ -1,5 +1,5 @@
 """The incident's eight steps, each a named deploy (see deploy.py for the runbook order), with
-the replay's reset before them and the real node's reboot after.
+the replay's reset before them and the kubelet node's reboot after.
 
     main_config(lab, at); nvidia_dropin(lab, at); ...; toolkit_rollout(lab, at)
 """
@@ -26,7 +26,7 @@ from operations.kube import daemonset_and_pods, found, live_object
 from operations.summary import at_end
 
 from . import manifests, target
-from .manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, REAL_NODE_REPORTS, REPORTS,
+from .manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, KUBELET_NODE_REPORTS, REPORTS,
                         RUNTIME_CLASS, TIME_SLICING, TOOLKIT, manifest)
 from .target import lab_daemon
 
@@ -43,7 +43,7 @@ def gpu_objects(lab, at: Layout):
 @deploy("Replay: reset the lab to before step 1")
 def reset_lab(lab, at: Layout):
     rewind.reset(name="Remove the incident's files, objects and GPU advertisements",
-                   files=at.owned_files(MANIFESTS, REPORTS + REAL_NODE_REPORTS),
+                   files=at.owned_files(MANIFESTS, REPORTS + KUBELET_NODE_REPORTS),
                    namespaces=[GPU_NAMESPACE, OPERATOR_NAMESPACE],
                    cluster_objects=[f"runtimeclass/{RUNTIME_CLASS}"], nodes=lab.lab_nodes,
                    context=lab.kube_context, timeout_s=lab.wait_timeout_s)
@@ -94,8 +94,8 @@ def runtime_class_and_pod(lab, at: Layout):
     inputs = {"nodes": lab.lab_nodes, "pod": pod}
     report, stamp = at.report("unscheduled.txt"), at.stamp("unscheduled.txt")
 
-    if lab.real_node:  # its kubelet registers once the lab containerd (step 2) answers
-        kube.node_takes_pods(name=f"The real node {lab.real_node} takes Pods", node=lab.real_node,
+    if lab.kubelet_node:  # its kubelet registers once the lab containerd (step 2) answers
+        kube.node_takes_pods(name=f"The kubelet node {lab.kubelet_node} takes Pods", node=lab.kubelet_node,
                              context=ctx, timeout_s=timeout)
     rewind.before_pending_pod(name="Rewind to before the GPU Pod, if its moment must be seen again",
                                 report=report, stamp=stamp, inputs=inputs, pod_manifest=pod,
@@ -128,7 +128,7 @@ def advertise_gpus(lab, at: Layout):
                                     gpu_node=lab.gpu_node, nodes=lab.lab_nodes, context=ctx)
     kube.node_gpus(name=f"{lab.gpu_node} advertises {lab.gpu_count} GPUs", node=lab.gpu_node,
                    count=lab.gpu_count, context=ctx)
-    if lab.real_node:
+    if lab.kubelet_node:
         sandbox_fails(lab, at)
     else:  # a kwok node runs whatever binds to it
         kube.pod_running(name="The GPU Pod binds and runs", pod=GPU_POD, namespace=GPU_NAMESPACE,
@@ -138,7 +138,7 @@ def advertise_gpus(lab, at: Layout):
 
 
 def sandbox_fails(lab, at: Layout):
-    """On the real node the GPU Pod binds and its sandbox cannot start: sandbox.txt holds the
+    """On the kubelet node the GPU Pod binds and its sandbox cannot start: sandbox.txt holds the
     kubelet's live event, captured once (a replay captures it again)."""
     ctx = lab.kube_context
     kube.pod_sandbox_failed(name="The GPU Pod binds, and the kubelet cannot create its sandbox",
@@ -153,7 +153,7 @@ def sandbox_fails(lab, at: Layout):
         return sandbox_lines(live, event, manifests.HANDLER)
 
     reports.moment(name="sandbox.txt", path=report, stamp=stamp, capture=failed,
-                   inputs={"node": lab.real_node})
+                   inputs={"node": lab.kubelet_node})
 
 
 @deploy("Step 7: time-slicing, and what a slot really gets")
@@ -216,14 +216,14 @@ def reboot(lab, at: Layout):
     ctx, daemon, moment = lab.kube_context, lab_daemon(lab, at), at.stamp("reboot.txt")
     lab_containerd.rebooted(name="The node's containerd restarts, as a reboot restarts it", daemon=daemon,
                             moment=moment, timeout_s=lab.wait_timeout_s)
-    kube.node_reports_restart(name=f"{lab.real_node}'s kubelet reports the restarted runtime",
-                              node=lab.real_node, moment=moment, context=ctx, timeout_s=lab.wait_timeout_s)
+    kube.node_reports_restart(name=f"{lab.kubelet_node}'s kubelet reports the restarted runtime",
+                              node=lab.kubelet_node, moment=moment, context=ctx, timeout_s=lab.wait_timeout_s)
 
     def after():
         when, forecast = kube.moment_of(moment), reads.containerd()["restart"]  # a restart changes no file
-        node = kube.live_object(f"node/{lab.real_node}", context=ctx, in_wait=True)
+        node = kube.live_object(f"node/{lab.kubelet_node}", context=ctx, in_wait=True)
         if when is None or node is None or forecast is None:
-            raise reports.Unobservable(f"no restart recorded in {moment}, no node {lab.real_node}, or no forecast")
+            raise reports.Unobservable(f"no restart recorded in {moment}, no node {lab.kubelet_node}, or no forecast")
         return reboot_lines(forecast["cri_ok"], node, when)
 
     reports.live(name="reboot.txt", path=at.report("reboot.txt"), capture=after)

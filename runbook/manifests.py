@@ -18,7 +18,7 @@ TIME_SLICING = "time-slicing-config"
 TOOLKIT = "nvidia-container-toolkit"
 
 REPORTS = ("merge.txt", "restart.txt", "unscheduled.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
-REAL_NODE_REPORTS = ("sandbox.txt", "reboot.txt")  # where a real kubelet runs gpu_node (real_node)
+KUBELET_NODE_REPORTS = ("sandbox.txt", "reboot.txt")  # where a real kubelet runs gpu_node (kubelet_node)
 MANIFESTS = ("runtimeclass.yaml", "gpu-pod.yaml", "time-slicing.yaml", "toolkit-ds.yaml")
 
 

@@ -49,9 +49,9 @@ def gpu_pod(lab, at: Layout):
                    count=lab.gpu_count, context=ctx)
     kube.pod_running(name="The GPU Pod runs", pod=manifests.GPU_POD, namespace=manifests.GPU_NAMESPACE,
                      context=ctx, timeout_s=lab.wait_timeout_s)
-    if lab.real_node:  # the API's view of loaded catches up at kubelet's next status update
-        kube.node_reports_handler(name=f"{lab.real_node}'s kubelet reports handler {manifests.HANDLER}",
-                                  node=lab.real_node, handler=manifests.HANDLER, context=ctx,
+    if lab.kubelet_node:  # the API's view of loaded catches up at kubelet's next status update
+        kube.node_reports_handler(name=f"{lab.kubelet_node}'s kubelet reports handler {manifests.HANDLER}",
+                                  node=lab.kubelet_node, handler=manifests.HANDLER, context=ctx,
                                   timeout_s=lab.wait_timeout_s)
 
 

@@ -5,15 +5,16 @@
 
 import posixpath
 
+from pyinfra import logger
 from pyinfra.api.exceptions import DeployError
 
 from gpuop import containerd
-from gpuop.knobs import KnobError, parse_knobs, parse_node_knobs
+from gpuop.knobs import KnobError, parse_knobs, parse_node_knobs, renamed
 from gpuop.layout import Layout
 from operations import reads
 from operations.containerd import LabDaemon
 
-from .manifests import MANIFESTS, REAL_NODE_REPORTS, REPORTS
+from .manifests import MANIFESTS, KUBELET_NODE_REPORTS, REPORTS
 
 
 def lab_daemon(lab, at: Layout):
@@ -26,16 +27,16 @@ def lab_daemon(lab, at: Layout):
     return LabDaemon(binary=lab.containerd_binary, crictl=lab.crictl_binary, config=at.main_config,
                      socket=at.containerd_socket, state=at.containerd_state,
                      root=at.containerd_root, pidfile=at.containerd_pid, log=at.containerd_log,
-                     namespace=at.real_node_namespace if lab.real_node else "")
+                     namespace=at.kubelet_node_namespace if lab.kubelet_node else "")
 
 
 def main_config(lab, at: Layout) -> dict:
-    """The lab node's main config.toml: the seed's, and on a real node (``real_node``) with what
+    """The lab node's main config.toml: the seed's, and on the kubelet node (``kubelet_node``) with what
     its kubelet's Pods need on this kind of machine (``gpuop.containerd.kubelet_node_cri``).
 
         main_config(lab, Layout("/root/gpuop"))["imports"] -> ["/root/gpuop/etc/containerd/conf.d/*.toml"]
     """
-    node_cri = containerd.kubelet_node_cri(*at.real_node_cni) if lab.real_node else None
+    node_cri = containerd.kubelet_node_cri(*at.kubelet_node_cni) if lab.kubelet_node else None
     return containerd.main_config(at.dropin_glob, node_cri=node_cri)
 
 
@@ -53,8 +54,10 @@ def checked(host):
         lab = parse_knobs(host.data)
     except KnobError as bad:
         raise DeployError(f"{host.name}: {bad} (nothing was changed)") from None
+    for notice in renamed(host.data):
+        logger.warning(f"{host.print_prefix}{notice}")
     at = Layout(lab.gpuop_root)
-    lab_files = (*at.owned_files(MANIFESTS, REPORTS + REAL_NODE_REPORTS), at.report("audit.json"), at.dropin_glob,
+    lab_files = (*at.owned_files(MANIFESTS, REPORTS + KUBELET_NODE_REPORTS), at.report("audit.json"), at.dropin_glob,
                  posixpath.join(posixpath.dirname(at.dropin_glob), "*"),
                  posixpath.join(at.dropins_aside, "*"))
     reads.declare(host, files=lab_files, context=lab.kube_context, daemon=lab_daemon(lab, at))

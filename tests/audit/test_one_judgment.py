@@ -94,7 +94,7 @@ def node_reports(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lab_root(tmp_path_factory):
-    lab_up()  # in its lane, a real node's or the fleet's tests ran before: kwok's nodes again
+    lab_up()  # in its lane, the kubelet node's or the fleet's tests ran before: kwok's nodes again
     reset_lab()
     return tmp_path_factory.mktemp("judgment-lab") / "gpuop"
 

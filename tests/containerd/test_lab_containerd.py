@@ -39,7 +39,7 @@ EACH_MERGE = ("1.6.20", "2.4.2")
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     """The module's lab root, on a lab cluster as `make lab-up` leaves it."""
-    lab_up()  # in its lane, a real node's or the fleet's tests ran before: kwok's nodes again
+    lab_up()  # in its lane, the kubelet node's or the fleet's tests ran before: kwok's nodes again
     reset_lab()
     return tmp_path_factory.mktemp("containerd") / "gpuop"
 

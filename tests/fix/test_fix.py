@@ -38,7 +38,7 @@ def audit(root, *data):
 def lab(tmp_path_factory):
     """The module's lab root, on a lab cluster as `make lab-up` leaves it: the first test's run
     into it is a fresh incident."""
-    lab_up()  # in its lane, a real node's or the fleet's tests ran before: kwok's nodes again
+    lab_up()  # in its lane, the kubelet node's or the fleet's tests ran before: kwok's nodes again
     reset_lab()
     return tmp_path_factory.mktemp("fix") / "gpuop"
 

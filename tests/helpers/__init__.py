@@ -1,7 +1,9 @@
 """What the tests share: the real playbook run from a test (``playbook``), the lab cluster
 (``kube``), the lab containerd (``labcontainerd``), the incident's end state (``incident``) and
-SPEC's reports (``expected``), processes with deadlines (``proc``), OpenSSH servers on loopback
-(``ssh``) and the simulated fleet of real nodes (``fleet``)."""
+the seed's reports (``expected``), processes with deadlines (``proc``), OpenSSH servers on
+loopback (``ssh``) and the simulated fleet of real nodes: the nodes (``simnodes``), how real
+nodes lay out their runtime (``layouts``), their kubelets (``kubelets``), their objects in the
+cluster (``fleetobjects``) and the nodes files that list them (``nodesfiles``)."""
 
 import os
 

@@ -42,7 +42,7 @@ def kubelet(dir_: str, endpoint: str, layout: str = "yaml", register: str = "") 
     sysctls it sets (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops are not namespaced)
     land in files bound over them, and /var/log is an overlay like /var/lib."""
     if register:
-        config = labcluster.kubelet_config(endpoint, free_port(), f"{CLUSTER_DIR}/pki/ca.crt", **labcluster.REAL_NODE)
+        config = labcluster.kubelet_config(endpoint, free_port(), f"{CLUSTER_DIR}/pki/ca.crt", **labcluster.KUBELET_NODE)
     else:
         config = labcluster.kubelet_config(endpoint, free_port())
     head = {k: config[k] for k in ("apiVersion", "kind")}

@@ -177,7 +177,7 @@ def test_lab_down_leaves_no_lab_process_behind(lab, tmp_path_factory):
     try:
         assert exited(daemon)
         # no lab daemon left of this process's tests (make test runs a second lab beside them,
-        # whose real node's daemon the down spares), found by its command line alone
+        # whose kubelet node's daemon the down spares), found by its command line alone
         pattern = f"--root {tmp_path_factory.getbasetemp()}/[^ ]*/var/lib/containerd --state"
         assert run(["pgrep", "-f", "--", pattern], timeout_s=10).stdout == ""
         assert run(["pgrep", "-f", f"/.kwok/clusters/{LAB}/"], timeout_s=10).stdout == ""

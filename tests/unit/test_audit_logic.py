@@ -124,7 +124,7 @@ def test_pending_pods_grouped_by_reason_and_a_healthy_lab_has_no_gap():
     assert table(result)[-1].endswith("no gap: written is loaded is scheduled")
 
 
-def test_on_a_real_node_the_sandbox_forecast_is_held_against_the_kubelet_s_event():
+def test_on_a_kubelet_node_the_sandbox_forecast_is_held_against_the_kubelet_s_event():
     probe = pod("probe", "n0", 1, runtime_class="nvidia")
     probe["metadata"]["uid"] = "u1"
 
@@ -140,7 +140,7 @@ def test_on_a_real_node_the_sandbox_forecast_is_held_against_the_kubelet_s_event
     for events, agrees, words in (([event(said)], True, "the kubelet's event agrees"),
                                   ([event("failed to pull image")], False, "says otherwise: failed to pull image"),
                                   ([], False, "no kubelet event for it yet")):
-        result = audit(runtime(["runc", "nvidia"], ["runc"]), objects + events, TS, real_node="n0")
+        result = audit(runtime(["runc", "nvidia"], ["runc"]), objects + events, TS, kubelet_node="n0")
         assert result["sandboxes"] == [{"pod": "ns/probe", "node": "n0", "handler": "nvidia", "agrees": agrees,
                                         "forecast": 'failed to get sandbox runtime: no runtime for "nvidia" is configured',
                                         "event": events[0]["message"] if events else None}]
@@ -158,17 +158,17 @@ def test_the_kubelet_s_words_match_each_version_s_sandbox_error():
     assert not says_sandbox_error(prefix + two.replace("nvidia", "kata"), "2.4.2", "nvidia")
 
 
-def test_on_a_real_node_the_apis_view_of_loaded_is_read_and_held_against_cri():
+def test_on_a_kubelet_node_the_apis_view_of_loaded_is_read_and_held_against_cri():
     reported = node("n0", 4)
     reported["status"]["runtimeHandlers"] = [{"name": ""}, {"name": "runc"}]  # kubelet's copy, before the fix
     objects = [reported, node("n1", 20), configmap(5)]
-    stale = audit(runtime(["runc", "nvidia"], ["runc", "nvidia"]), objects, TS, real_node="n0")
+    stale = audit(runtime(["runc", "nvidia"], ["runc", "nvidia"]), objects, TS, kubelet_node="n0")
     assert stale["handlers"]["runtime_handlers"] == ["", "runc"]
     assert kinds(stale) == [("loaded-disagrees-with-api", "n0")]
     assert "reports (default),runc loaded" in stale["gaps"][0]["detail"]
     reported["status"]["runtimeHandlers"].append({"name": "nvidia"})
-    assert audit(runtime(["runc", "nvidia"], ["runc", "nvidia"]), objects, TS, real_node="n0")["gaps"] == []
-    # containerd 1.x reports no handlers: only CRI judges; the seed's lab (no real node) has no such key
+    assert audit(runtime(["runc", "nvidia"], ["runc", "nvidia"]), objects, TS, kubelet_node="n0")["gaps"] == []
+    # containerd 1.x reports no handlers: only CRI judges; the seed's lab (no kubelet node) has no such key
     del reported["status"]["runtimeHandlers"]
-    assert audit(runtime(["runc"], ["runc"]), objects, TS, real_node="n0")["handlers"]["runtime_handlers"] is None
+    assert audit(runtime(["runc"], ["runc"]), objects, TS, kubelet_node="n0")["handlers"]["runtime_handlers"] is None
     assert "runtime_handlers" not in audit(runtime(["runc"], ["runc"]), objects, TS)["handlers"]

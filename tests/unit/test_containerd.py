@@ -224,7 +224,7 @@ def test_repaired_dropin_follows_the_version_s_merge():
 
 
 
-def test_a_real_node_s_main_config_and_the_toolkit_follow_its_cgroup_driver():
+def test_a_kubelet_node_s_main_config_and_the_toolkit_follow_its_cgroup_driver():
     node_cri = containerd.kubelet_node_cri("/r/var/node/cni/bin", "/r/var/node/cni/net.d")
     real = roundtrip(containerd.main_config("/r/conf.d/*.toml", node_cri=node_cri))
     cri = real["plugins"]["io.containerd.grpc.v1.cri"]

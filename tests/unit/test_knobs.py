@@ -88,10 +88,18 @@ def test_a_root_too_long_for_containerd_s_sockets_is_refused():
     assert knobs(gpuop_root=root, containerd_binary="").gpuop_root == root  # no daemon, no socket
 
 
-def test_real_node_is_the_gpu_node_on_a_lab_containerd():
-    assert knobs().real_node == ""  # the seed's lab: every node kwok's
-    assert knobs(real_node="lab-node-0").real_node == "lab-node-0"
-    with pytest.raises(KnobError, match="real_node='lab-node-1': expected empty, or gpu_node"):
-        knobs(real_node="lab-node-1")
-    with pytest.raises(KnobError, match="real node runs on the lab containerd"):
-        knobs(real_node="lab-node-0", containerd_binary="")
+def test_the_old_name_real_node_is_still_taken_and_said_once():
+    from gpuop.knobs import renamed
+    assert knobs(real_node="lab-node-0").kubelet_node == "lab-node-0"
+    assert renamed({"real_node": "lab-node-0", "kubelet_node": ""}) == [
+        "knob real_node is now kubelet_node (the lab node a real kubelet runs); taken as kubelet_node=lab-node-0"]
+    assert renamed({"kubelet_node": "lab-node-0"}) == []
+
+
+def test_kubelet_node_is_the_gpu_node_on_a_lab_containerd():
+    assert knobs().kubelet_node == ""  # the seed's lab: every node kwok's
+    assert knobs(kubelet_node="lab-node-0").kubelet_node == "lab-node-0"
+    with pytest.raises(KnobError, match="kubelet_node='lab-node-1': expected empty, or gpu_node"):
+        knobs(kubelet_node="lab-node-1")
+    with pytest.raises(KnobError, match="kubelet node runs on the lab containerd"):
+        knobs(kubelet_node="lab-node-0", containerd_binary="")

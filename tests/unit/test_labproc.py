@@ -18,7 +18,7 @@ def test_a_lab_daemon_is_known_by_its_layout_on_its_command_line():
     assert Layout.of_daemon(["/usr/bin/containerd"]) is None  # the host's own, as systemd starts it
     assert Layout.of_daemon(["containerd", "--root", "/var/lib/containerd", "--state", "/run/containerd",
                              "--address", "/run/containerd/containerd.sock"]) is None  # a node's default paths
-    # the real node's short-lived importer: the lab's store, a state and socket of its own
+    # the kubelet node's short-lived importer: the lab's store, a state and socket of its own
     importer = ["containerd", "--root", "/r/var/lib/containerd", "--state", "/r/var/node/import/state",
                 "--address", "/r/var/node/import/containerd.sock"]
     assert Layout.of_daemon(importer) is None and holds_root(importer, "/r/var/lib/containerd")

@@ -1,4 +1,4 @@
-"""The real node's stand-in images (lab/standin/images.py): an OCI archive ctr can import."""
+"""The kubelet node's stand-in images (lab/standin/images.py): an OCI archive ctr can import."""
 
 import importlib.util
 import io

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lab's real node: a real kubelet for one lab node (lab-node-0), on the lab containerd that
+# The lab's kubelet node: a real kubelet for one lab node (lab-node-0), on the lab containerd that
 # the playbook manages under ROOT, both in a mount namespace of the node's own, so that what the
 # kubelet and the containers write outside ROOT stays inside it:
 #   /run is a tmpfs (the shims' sockets, runc's state); /var/lib, /var/log and /usr/bin are
@@ -8,20 +8,20 @@
 #   bound over them, and /proc/meminfo says the seed's 32Gi. The namespace is held by ROOT/var/node/mnt: the playbook starts its
 #   containerd in it (nsenter --mount), and it outlives any of its processes.
 #
-#   lab/realnode.sh up ROOT NODE CONTAINERD [CLUSTER]
+#   lab/kubeletnode.sh up ROOT NODE CONTAINERD [CLUSTER]
 #       the namespace, the stand-in images in the lab containerd's store (through the daemon
 #       that answers on ROOT's socket, or a short-lived one on its root), and kubelet as NODE of
 #       kwokctl cluster CLUSTER (default gpuop-lab); each only where missing. kubelet runs as a
 #       service would: started again whenever it exits, so it registers NODE once the lab
 #       containerd (which the playbook starts) answers.
-#   lab/realnode.sh stop ROOT      kubelet, every process in the namespace, and the namespace
-#   lab/realnode.sh stop-all CLUSTER [ROOT]  every real node of lab CLUSTER on this host (lab-down), but ROOT's
-#   lab/realnode.sh kubelet ROOT   kubelet's pid, when it runs
+#   lab/kubeletnode.sh stop ROOT      kubelet, every process in the namespace, and the namespace
+#   lab/kubeletnode.sh stop-all CLUSTER [ROOT]  every kubelet node of lab CLUSTER on this host (lab-down), but ROOT's
+#   lab/kubeletnode.sh kubelet ROOT   kubelet's pid, when it runs
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-die() { echo "lab/realnode.sh: $*" >&2; exit 1; }
-log() { echo "lab/realnode[$node]: $*" >&2; }
+die() { echo "lab/kubeletnode.sh: $*" >&2; exit 1; }
+log() { echo "lab/kubeletnode[$node]: $*" >&2; }
 
 # What the seed's manifests run, stood in (templates/gpu-pod.yaml.j2; the toolkit knobs of
 # group_data/all.py), besides the containerd's own sandbox image.
@@ -256,7 +256,7 @@ stop)
   ;;
 stop-all)
   [[ $# -ge 2 ]] || die "usage: stop-all CLUSTER [ROOT]"
-  for d in $(python3 "$here/labproc.py" real-nodes "$2" ${3:+"$3"}); do
+  for d in $(python3 "$here/labproc.py" kubelet-nodes "$2" ${3:+"$3"}); do
     at "${d%/var/node}" "${d%/var/node}"
     stop_node
   done
