@@ -320,14 +320,26 @@ def cri_runtimes(info: dict) -> tuple:
 
 
 def cri_cdi(info: dict) -> tuple:
-    """Whether a running daemon resolves CDI devices, and where it reads their specs (``crictl
-    info``: ``enableCDI``, ``cdiSpecDirs``; containerd 1.7 has it off by default, 2.0 on).
+    """Whether a running daemon says it resolves CDI devices, and where it reads their specs
+    (``crictl info``: ``enableCDI``, ``cdiSpecDirs``); None where it does not say (containerd
+    2.4 has no ``enableCDI``: CDI is always on there, see ``cdi_enabled``).
 
         cri_cdi({"config": {"enableCDI": True, "cdiSpecDirs": ["/etc/cdi", "/var/run/cdi"]}})
         -> (True, ["/etc/cdi", "/var/run/cdi"])
     """
     config = info.get("config") or {}
-    return bool(config.get("enableCDI")), list(config.get("cdiSpecDirs") or [])
+    said = config.get("enableCDI")
+    return (None if said is None else bool(said)), list(config.get("cdiSpecDirs") or [])
+
+
+def cdi_enabled(version: str, said: bool | None) -> bool:
+    """Whether containerd ``version`` resolves CDI devices, from what its CRI status says
+    (``cri_cdi``): its word where it gives one; where it gives none, on from 2.0 (its default
+    since 2.0, and 2.4 dropped the setting: always on), off before (1.7's default).
+
+        cdi_enabled("2.4.2", None) -> True
+    """
+    return said if said is not None else release(version) >= (2,)
 
 
 def restart_lines(version: str, loaded: list, loaded_from: str, forecast: Forecast | None) -> list:

@@ -17,7 +17,7 @@ the API alone. Every audit judges this one shape (``gpuop.rules.findings``).
 import fnmatch
 import posixpath
 
-from .containerd import analyze_merge, import_globs, parsed_toml
+from .containerd import analyze_merge, cdi_enabled, import_globs, parsed_toml
 from .regen import regenerated
 
 RUNTIME = "containerd"  # the subject of a finding about the daemon itself
@@ -87,6 +87,18 @@ def loaded_part(answer: dict | None) -> dict:
             "default_runtime": answer.get("default_runtime", "")}
 
 
+def cdi_part(answer: dict | None, version: str, gpu_specs: list) -> dict:
+    """CDI as the daemon holds it: on or off in its version's terms (``cdi_enabled``), the spec
+    directories it reads, and the GPU specs found there.
+
+        cdi_part({"cdi": None, "cdi_spec_dirs": ["/etc/cdi"]}, "2.4.2", [])
+        -> {"enabled": True, "spec_dirs": ["/etc/cdi"], "gpu_specs": []}
+    """
+    answer = answer or {}
+    return {"enabled": cdi_enabled(version, answer.get("cdi")) if answer.get("cri") == "ok" else False,
+            "spec_dirs": answer.get("cdi_spec_dirs", []), "gpu_specs": list(gpu_specs)}
+
+
 def restart_part(restart: dict | None, version: str, asked: str = "") -> dict:
     """The after-a-restart view's keys from the binary's own merge (``facts.containerd.restart_answer``
     or a ``Forecast``'s fields); ``asked``: the binary, said where it was not there to ask.
@@ -120,8 +132,7 @@ def lab_view(config: str, files: dict, loaded: dict | None, restart: dict | None
         return {**view, "version": "none", "loaded": list(observed), "loaded_from": "recorded"}
     version = restart["version"]
     return {**view, **loaded_part(loaded), **restart_part(restart, version), "version": version, "daemon": daemon,
-            "cdi": {"enabled": (loaded or {}).get("cdi", False), "spec_dirs": (loaded or {}).get("cdi_spec_dirs", []),
-                    "gpu_specs": []}}
+            "cdi": cdi_part(loaded, version, [])}
 
 
 def api_handlers(node: dict) -> list | None:
@@ -171,8 +182,7 @@ def node_view(read: dict) -> dict:
                           "address": daemon["address"], "binary": daemon.get("binary") or daemon["exe"]},
                   written=written["runtimes"], dropins=written["dropins"], unreached=written["unreached"],
                   config_errors=written["errors"], imports=written["imports"], **loaded_part(loaded),
-                  cdi={"enabled": loaded.get("cdi", False), "spec_dirs": loaded.get("cdi_spec_dirs", []),
-                       "gpu_specs": daemon.get("gpu_cdi_specs", [])})
+                  cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])))
     regen = regenerated(daemon["config"], daemon["files"], version, daemon.get("nvidia_runtimes", []))
     if regen is not None:  # k3s or RKE2 writes the file anew at start: that file is what loads
         cri = "unknown" if not regen["known"] else "ok" if regen["default_runtime"] in regen["runtimes"] else "fails"

@@ -242,6 +242,27 @@ def test_the_cdi_view_is_read_from_crictl_and_the_spec_dirs():
     assert cri_answer(["crictl: connection refused", "1"])["cdi"] is False
 
 
+def test_cdi_unsaid_is_on_from_2_0_and_off_before():
+    """containerd 2.4's CRI status has no enableCDI (CDI is always on there): a GPU Pod with no
+    RuntimeClass on it is judged by its specs, not refused as "CDI off"; 1.7 unsaid is off."""
+    from facts.containerd import cri_answer
+
+    unsaid = cri_answer(['{"config": {"cdiSpecDirs": ["/etc/cdi", "/var/run/cdi"],',
+                         ' "containerd": {"runtimes": {"runc": {}}, "defaultRuntimeName": "runc"}}}', "0"])
+    objects = [node(), RC, gpu_pod("cdi")]
+    for version, specs, expected in (("2.4.2", [], [("cdi-spec-missing", "ns/cdi")]),
+                                     ("2.4.2", ["/var/run/cdi/nvidia.yaml"], []),
+                                     ("1.7.35", [], [("gpu-pod-cdi-off", "ns/cdi")])):
+        d = daemon(loaded=("runc",), version=version)
+        d["loaded"] = {**unsaid, "runtimes": ["runc", "nvidia"]}
+        d["gpu_cdi_specs"] = specs
+        view = node_view(read(d))
+        assert view["cdi"]["enabled"] is (version == "2.4.2")
+        assert kinds(findings(view, objects, "gpu-a")) == expected, version
+    said_off = with_cdi(daemon(loaded=("nvidia", "runc"), version="2.2.9"), False)  # enable_cdi = false
+    assert kinds(findings(node_view(read(said_off)), objects, "gpu-a")) == [("gpu-pod-cdi-off", "ns/cdi")]
+
+
 def test_the_api_s_view_of_loaded_handlers_is_held_against_the_node_s_own():
     def reporting(*handlers):
         n = node()
