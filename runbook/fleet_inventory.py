@@ -4,6 +4,7 @@ from the cluster's GPU nodes where the file lists none.
     gpu_nodes = fleet_hosts(sys.argv, os.environ)   # nodes.py
 """
 
+import logging
 import os
 import runpy
 
@@ -15,6 +16,11 @@ from gpuop.nodes_file import cli_data, cluster_hosts, inventory_names, load_node
 
 GROUP_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "group_data", "all.py")
 CLUSTER_KEYS = ("kubeconfig", "kube_context", "cluster_read_timeout_s")
+# An SSH handshake that stalls (a port that accepts and never speaks SSH) is given up by paramiko
+# itself within this, below pyinfra's 10 s connect deadline: the node is then one line, "SSH error
+# (Error reading SSH protocol banner)", where the deadline left "No existing session".
+SSH_HANDSHAKE_S = 8
+SSH_HANDSHAKE = {"banner_timeout": SSH_HANDSHAKE_S, "auth_timeout": SSH_HANDSHAKE_S}
 
 
 def _cluster(nodes, argv) -> dict:
@@ -53,7 +59,10 @@ def fleet_hosts(argv: list, environ) -> list:
                 raise InventoryError(f"{e}; with no hosts in a nodes file, the GPU nodes are listed from the cluster "
                                      "(or list them: see nodes.example.yaml, GPUOP_NODES)") from None
             hosts = cluster_hosts(objects, nodes, NODE_PARSERS, where)
-        found = [(name, {**data, "gpuop_target": "node"}) for name, data in inventory_names(hosts, source)]
+        # paramiko's transport thread logs its own traceback for what pyinfra then says in one line
+        logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
+        found = [(name, {"ssh_paramiko_connect_kwargs": SSH_HANDSHAKE, **data, "gpuop_target": "node"})
+                 for name, data in inventory_names(hosts, source)]
         return found + [("@local", {**nodes.settings(NODE_PARSERS), "gpuop_target": "fleet"})]
     except (HostsFileError, KnobError) as e:
         raise InventoryError(f"{source}: {e}" if isinstance(e, KnobError) else str(e)) from None

@@ -3,7 +3,9 @@ containerd at the default paths and its own sshd, and a kwok Node with Pods boun
 
 import json
 import os
+import re
 import signal
+import socket
 import time
 
 import pytest
@@ -307,7 +309,7 @@ def test_with_no_hosts_listed_the_cluster_lists_its_gpu_nodes_and_the_report_is_
 def test_the_cluster_read_pages_and_reads_the_same(simulated):
     """The fleet's cluster read asks the API in pages (its chunking): small pages, more requests,
     the same objects, each once."""
-    from operations.fleet import read_cluster
+    from gpuop.kubeapi import read_cluster
     whole, how = read_cluster(os.environ.get("KUBECONFIG", ""), "", 20)
     paged, paged_how = read_cluster(os.environ.get("KUBECONFIG", ""), "", 20, page=3)
     key = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in whole]
@@ -319,11 +321,21 @@ def test_the_cluster_read_pages_and_reads_the_same(simulated):
 
 
 def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated):
+    """Nodes that cannot be read, each one line: a refused port, a port that accepts and never
+    speaks SSH, a host key that is not known; none of them a library's traceback."""
     nodes, path, root = simulated
     with open(path) as f:
         doc = yaml.safe_load(f)
-    doc["hosts"] = {"ssh-gpu-healthy": doc["hosts"]["ssh-gpu-healthy"],
+    healthy = doc["hosts"]["ssh-gpu-healthy"]
+    stranger = os.path.join(root, "no_known_hosts")
+    open(stranger, "w").close()
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog), never speaks
+    doc["hosts"] = {"ssh-gpu-healthy": healthy,
                     "ssh-gone": {"ssh_hostname": "127.0.0.1", "ssh_port": free_port(), "node_name": "gpu-gone"},
+                    "ssh-silent": {"ssh_hostname": "127.0.0.1", "ssh_port": silent.getsockname()[1],
+                                   "node_name": "gpu-silent"},
+                    "ssh-stranger": {"ssh_hostname": "127.0.0.1", "ssh_port": healthy["ssh_port"],
+                                     "ssh_known_hosts_file": stranger, "node_name": "gpu-stranger"},
                     # unreachable too, but its Node's kubelet reports what its runtime loaded
                     "ssh-gone-reporting": {"ssh_hostname": "127.0.0.1", "ssh_port": free_port(),
                                            "node_name": "gpu-kubelet"}}
@@ -331,13 +343,20 @@ def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated
     with open(partial, "w") as f:
         yaml.safe_dump(doc, f)
     report = os.path.join(root, "partial.json")
-    run = deploy(None, f"report={report}", env={"GPUOP_NODES": partial}, inventory="nodes.py", script="audit.py")
+    with silent:
+        run = deploy(None, f"report={report}", env={"GPUOP_NODES": partial}, inventory="nodes.py", script="audit.py")
     assert run.code != 0
+    # pyinfra pads each host's name to the longest's
+    assert re.search(r"\[ssh-silent\] +SSH error \(Error reading SSH protocol banner\)\n", run.log), run.log
+    assert re.search(r"\[ssh-stranger\] +SSH error \(StrictPolicy: No host key for \[127\.0\.0\.1\]:\d+ found in "
+                     r"known_hosts\)", run.log)
+    assert re.search(r"\[ssh-gone\] +Could not connect \(", run.log)
+    assert "Traceback" not in run.log
     with open(report) as f:
         got = json.load(f)
     assert sorted(got["nodes"]) == ["gpu-healthy", "gpu-kubelet"] and got["nodes"]["gpu-healthy"]["gaps"] == []
-    assert got["unread"] == ["ssh-gone", "ssh-gone-reporting"]
-    assert "not read, so not judged: ssh-gone\n" in run.log
+    assert got["unread"] == ["ssh-gone", "ssh-gone-reporting", "ssh-silent", "ssh-stranger"]
+    assert "not read, so not judged: ssh-gone, ssh-silent, ssh-stranger\n" in run.log
     assert "not read, judged on what its kubelet reports alone (Node.status.runtimeHandlers): " \
            "ssh-gone-reporting (node gpu-kubelet)" in run.log
     assert got["judged_from_api"] == {"ssh-gone-reporting": "gpu-kubelet"}
