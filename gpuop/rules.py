@@ -13,6 +13,7 @@ from .cluster import allocatable_count, gpus_asked, ready, sandbox_failure
 from .containerd import release
 from .gaps import gap
 from .objects import of_kind, ref
+from .regen import template_to_edit
 from .view import KNOWN, RUNTIME, api_handlers
 
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
@@ -100,7 +101,6 @@ def runtime_findings(view: dict) -> list:
                                 f"runtime handler {handler} is written but not loaded ({_loaded_words(view)})"))
     regen = view.get("regenerated")
     if regen and regen["known"]:
-        from .regen import template_to_edit
         for handler in view["written"]:
             if handler not in regen["runtimes"]:
                 gaps.append(gap("lost-at-regeneration", handler, ["written", "after-restart"],
