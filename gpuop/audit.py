@@ -107,7 +107,7 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
     node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == kubelet_node), None)
     restart = view["cri_after_restart"]
     return {
-        **node_entry(view, gaps, node),
+        **node_entry(view, gaps, node, objects),
         **({"sandboxes": _sandboxes(view, objects, kubelet_node)} if kubelet_node else {}),
         "handlers": {"written": view["written"], "loaded": loaded,
                      **({"runtime_handlers": api_handlers(node) if node else None} if kubelet_node else {}),

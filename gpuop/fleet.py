@@ -18,6 +18,11 @@ def fleet_gaps(nodes: dict, objects: list) -> list:
             for rc in of_kind(objects, "RuntimeClass") if rc.get("handler") not in loaded]
 
 
+def _worst_first(item) -> tuple:
+    name, node = item
+    return (node["cri_after_restart"] != "refuses-start", name)
+
+
 def fleet_table(report: dict) -> list:
     """The fleet as a table, one line per node, then every gap.
 
@@ -34,7 +39,8 @@ def fleet_table(report: dict) -> list:
                      for name, n in sorted(report["nodes"].items())]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines += [f"GAP {name}: [{g['kind']}] {g['detail']}" for name, n in sorted(report["nodes"].items())
+    # a node whose runtime would not start again first: every Pod on it is at risk
+    lines += [f"GAP {name}: [{g['kind']}] {g['detail']}" for name, n in sorted(report["nodes"].items(), key=_worst_first)
               for g in n["gaps"]]
     lines += [f"GAP fleet: [{g['kind']}] {g['detail']}" for g in report["gaps"]]
     total = sum(len(n["gaps"]) for n in report["nodes"].values()) + len(report["gaps"])

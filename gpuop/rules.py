@@ -73,7 +73,7 @@ def runtime_findings(view: dict) -> list:
     if view["cri_after_restart"] == "refuses-start":
         gaps.append(gap("restart-refuses-start", RUNTIME, ["after-restart"],
                         f"containerd {version} would not start at its next restart, so no Pod could start on "
-                        f"this node: {view['restart_reason']}"))
+                        f"this node{_above_root(view)}: {view['restart_reason']}"))
     elif view["cri_after_restart"] == "fails":
         gaps.append(gap("restart-takes-cri-down", RUNTIME, ["after-restart"],
                         f"a restart of containerd on this node takes CRI down: {view['restart_reason']} "
@@ -109,6 +109,17 @@ def runtime_findings(view: dict) -> list:
                                 f"{regen['source']}, and that does not define it: the next start loses it. "
                                 f"Define it in {template_to_edit(config, version, regen)}"))
     return gaps
+
+
+def _above_root(view: dict) -> str:
+    """The files whose ``version`` is above the root config's, in words (containerd 2.2 refuses
+    any version above 3, 2.3.0-2.3.4 a drop-in above its root's): where the refusal comes from."""
+    versions = view.get("versions") or {}
+    config = view["daemon"]["config"] if view["daemon"] else next(iter(versions), "")
+    root = versions.get(config)
+    above = [f"{path} (version {v})" for path, v in versions.items()
+             if path != config and root is not None and isinstance(v, int) and v > root]
+    return f"; {', '.join(above)} beside {config} (version {root})" if above else ""
 
 
 def api_disagrees(node: dict, view: dict) -> list:
@@ -264,14 +275,19 @@ def pods_at_risk(gaps: list) -> int:
     return len({g["subject"] for g in gaps if g["kind"] in AT_RISK})
 
 
-def node_entry(runtime: dict, gaps: list, node: dict | None = None) -> dict:
+def node_entry(runtime: dict, gaps: list, node: dict | None = None, objects: list = ()) -> dict:
     """One node's judgment as JSON, the same for every target: a node of the fleet report (its
     ``nodes.<name>``) and a lab host's audit.json (beside the lab's own readings);
     ``runtime_handlers`` is the API's view of what is loaded (``api_handlers`` of its Node),
-    beside the node's own.
+    beside the node's own. ``pods_at_risk``: the Pods its gaps name, and every active Pod bound
+    to it (``objects``) where its runtime would not start again.
 
-        node_entry(node_view(read), findings(...), node)["cri_after_restart"] -> "fails"
+        node_entry(node_view(read), findings(...), node, objects)["cri_after_restart"] -> "fails"
     """
+    at_risk = pods_at_risk(gaps)
+    if node is not None and any(g["kind"] == "restart-refuses-start" for g in gaps):
+        at_risk = sum(1 for p in of_kind(objects, "Pod") if p["spec"].get("nodeName") == node["metadata"]["name"]
+                      and active(p))
     return {"runtime_handlers": api_handlers(node) if node else None, "version": runtime["version"],
             "daemon": runtime["daemon"], "loaded": runtime["loaded"],
             "loaded_from": runtime["loaded_from"], "written": runtime["written"],
@@ -279,5 +295,5 @@ def node_entry(runtime: dict, gaps: list, node: dict | None = None) -> dict:
             "after_restart": runtime["after_restart"], "cri_after_restart": runtime["cri_after_restart"],
             "regenerated_by": (runtime.get("regenerated") or {}).get("by"),
             "regenerated_from": (runtime.get("regenerated") or {}).get("template"),
-            "kubelet_endpoint": runtime["kubelet_endpoint"], "pods_at_risk": pods_at_risk(gaps),
+            "kubelet_endpoint": runtime["kubelet_endpoint"], "pods_at_risk": at_risk,
             "gaps": gaps}

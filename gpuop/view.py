@@ -7,7 +7,7 @@ the API alone. Every audit judges this one shape (``gpuop.rules.findings``).
      "others": [{"pid", "config", "address"}],       # other containerds on the node
      "kubelet_endpoint": "/run/containerd/containerd.sock" or None,
      "written": ["runc", "nvidia"], "dropins": [...], "unreached": [...], "config_errors": [...],
-     "imports": [...], "regenerated": gpuop.regen's answer or None,
+     "imports": [...], "versions": {path: its top-level version}, "regenerated": gpuop.regen's answer or None,
      "loaded": ["runc"], "loaded_from": LOADED_FROM, "cri_error": "", "default_runtime": "runc",
      "cdi": {"enabled", "spec_dirs", "gpu_specs"} or None,
      "after_restart": ["runc", "nvidia"], "cri_after_restart": "ok" | "fails" | "refuses-start" | "unknown",
@@ -41,24 +41,29 @@ def written_view(config: str, files: dict) -> dict:
 
         written_view("/etc/containerd/config.toml", {path: {"mode": "644", "text": "..."}})
         -> {"runtimes": ["runc", "nvidia"], "dropins": ["/etc/containerd/conf.d/99-nvidia.toml"],
-            "unreached": [], "errors": [], "imports": ["/etc/containerd/conf.d/*.toml"]}
+            "unreached": [], "errors": [], "imports": ["/etc/containerd/conf.d/*.toml"],
+            "versions": {"/etc/containerd/config.toml": 2, "/etc/containerd/conf.d/99-nvidia.toml": 1}}
+
+    ``versions``: each file's top-level ``version`` (1 where it has none, as containerd reads it).
     """
+    nothing = {"runtimes": [], "dropins": [], "unreached": [], "imports": [], "versions": {}}
     if config not in files:
-        return {"runtimes": [], "dropins": [], "unreached": [], "errors": [f"{config} is missing or unreadable"],
-                "imports": []}
+        return {**nothing, "errors": [f"{config} is missing or unreadable"]}
     main, error = parsed_toml(config, files[config]["text"])
     if main is None:
-        return {"runtimes": [], "dropins": [], "unreached": [], "errors": [error], "imports": []}
+        return {**nothing, "errors": [error]}
     globs = import_globs(main, config)
     reached = sorted(p for p in files if p != config and any(fnmatch.fnmatchcase(p, g) for g in globs))
-    docs, errors = [], []
+    docs, errors, versions = [], [], {config: main.get("version", 1)}
     for path in reached:
         doc, error = parsed_toml(path, files[path]["text"])
         docs.append(doc) if doc is not None else errors.append(error)
+        if doc is not None:
+            versions[path] = doc.get("version", 1)
     conf_d = posixpath.join(posixpath.dirname(config), "conf.d")
     unreached = sorted(p for p in files if posixpath.dirname(p) == conf_d and p not in reached)
     return {"runtimes": analyze_merge(main, docs).written, "dropins": reached, "unreached": unreached,
-            "errors": errors, "imports": main.get("imports", [])}
+            "errors": errors, "imports": main.get("imports", []), "versions": versions}
 
 
 def unknown_view(**given) -> dict:
@@ -67,7 +72,8 @@ def unknown_view(**given) -> dict:
         unknown_view(loaded=["runc"], loaded_from="api")["cri_after_restart"] -> "unknown"
     """
     return {"runtime": RUNTIME, "version": "unknown", "daemon": None, "others": [], "kubelet_endpoint": None,
-            "written": [], "dropins": [], "unreached": [], "config_errors": [], "imports": [], "regenerated": None,
+            "written": [], "dropins": [], "unreached": [], "config_errors": [], "imports": [], "versions": {},
+            "regenerated": None,
             "loaded": [], "loaded_from": "none", "cri_error": "", "default_runtime": "", "cdi": None,
             "after_restart": [], "cri_after_restart": "unknown", "restart_reason": "", "restart_from": "", **given}
 
@@ -127,7 +133,7 @@ def lab_view(config: str, files: dict, loaded: dict | None, restart: dict | None
     """
     written = written_view(config, files)
     view = unknown_view(written=written["runtimes"], dropins=written["dropins"], unreached=written["unreached"],
-                  config_errors=written["errors"], imports=written["imports"])
+                  config_errors=written["errors"], imports=written["imports"], versions=written["versions"])
     if restart is None:
         return {**view, "version": "none", "loaded": list(observed), "loaded_from": "recorded"}
     version = restart["version"]
@@ -181,7 +187,8 @@ def node_view(read: dict) -> dict:
                   daemon={"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
                           "address": daemon["address"], "binary": daemon.get("binary") or daemon["exe"]},
                   written=written["runtimes"], dropins=written["dropins"], unreached=written["unreached"],
-                  config_errors=written["errors"], imports=written["imports"], **loaded_part(loaded),
+                  config_errors=written["errors"], imports=written["imports"], versions=written["versions"],
+                  **loaded_part(loaded),
                   cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])))
     regen = regenerated(daemon["config"], daemon["files"], version, daemon.get("nvidia_runtimes", []))
     if regen is not None:  # k3s or RKE2 writes the file anew at start: that file is what loads

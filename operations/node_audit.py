@@ -72,7 +72,7 @@ def _whole(state, fleet: _Fleet) -> dict:
         runtime = api_view(node) if node is not None and name not in nodes else None
         if runtime is not None:
             gaps = findings(runtime, fleet.objects, name, h.data.get("gpu_handler") or "nvidia")
-            nodes[name], from_api[h.name] = node_entry(runtime, gaps, node), name
+            nodes[name], from_api[h.name] = node_entry(runtime, gaps, node, fleet.objects), name
     return {"nodes": dict(sorted(nodes.items())), "gaps": fleet_gaps(nodes, fleet.objects or []),
             "cluster": fleet.cluster, "unread": sorted(h.name for h in unread), "judged_from_api": from_api}
 
@@ -143,7 +143,7 @@ def judge_node(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
             return
         runtime = node_view(read)
         node = next((o for o in objects if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
-        fleet.nodes[name] = node_entry(runtime, findings(runtime, objects, name, gpu_handler), node)
+        fleet.nodes[name] = node_entry(runtime, findings(runtime, objects, name, gpu_handler), node, objects)
         fleet.hosts[host.name] = name
     yield from ()
 
