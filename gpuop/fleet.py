@@ -27,15 +27,17 @@ def fleet_table(report: dict) -> list:
     """The fleet as a table, one line per node, then every gap.
 
         fleet_table({"nodes": {"gpu-a": {...}}, "gaps": []})
-        -> ["NODE   VERSION  LOADED  AFTER RESTART  CRI AFTER RESTART  PODS AT RISK  GAPS", ...]
+        -> ["NODE   VERSION  LOADED  AFTER RESTART  CRI AFTER RESTART  GPU PATH  PODS AT RISK  GAPS", ...]
+
+    GPU PATH: how a GPU reaches a container there (``handler``, ``cdi``, both, or ``-``).
     """
-    head = ("NODE", "VERSION", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "PODS AT RISK", "GAPS")
+    head = ("NODE", "VERSION", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "GPU PATH", "PODS AT RISK", "GAPS")
     def loaded(n):  # what CRI answered; what the kubelet reports where the node was not read; else why not
         handlers = ",".join(n["loaded"]) or "-"
         return {"cri": handlers, "api": f"{handlers} (api)"}.get(n["loaded_from"], n["loaded_from"])
 
     rows = [head] + [(name, n["version"], loaded(n), ",".join(n["after_restart"]) or "-", n["cri_after_restart"],
-                      str(n["pods_at_risk"]), str(len(n["gaps"])))
+                      ",".join(n.get("gpu_path") or []) or "-", str(n["pods_at_risk"]), str(len(n["gaps"])))
                      for name, n in sorted(report["nodes"].items())]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]

@@ -204,6 +204,7 @@ PARSERS = {
 class NodeKnobs:
     node_name: str
     gpu_handler: str
+    gpu_driver: str
     crictl_binary: str
     kube_context: str
     kubeconfig: str
@@ -219,6 +220,7 @@ class NodeKnobs:
 NODE_PARSERS = {
     "node_name": _optional_name,
     "gpu_handler": _name,
+    "gpu_driver": _name,
     "crictl_binary": _command,
     "kube_context": _context,
     "kubeconfig": _controller_path,

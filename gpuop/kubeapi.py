@@ -60,21 +60,28 @@ def in_words(e: Exception, deadline_s: float) -> str:
 # The kinds the findings join, each one list request: one read of the cluster, whatever its size.
 _LISTS = (("Node", "CoreV1Api", "list_node"), ("RuntimeClass", "NodeV1Api", "list_runtime_class"),
           ("Pod", "CoreV1Api", "list_pod_for_all_namespaces"),
-          ("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"))
+          ("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"),
+          # DRA (resource.k8s.io/v1, Kubernetes 1.34+): which devices each claim was allocated, and
+          # the devices each node publishes; a cluster that serves no v1 is read without them
+          ("ResourceClaim", "ResourceV1Api", "list_resource_claim_for_all_namespaces"),
+          ("ResourceSlice", "ResourceV1Api", "list_resource_slice"))
+DRA_KINDS = ("ResourceClaim", "ResourceSlice")
 
 
 def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = PAGE, node_selector: str = "") -> tuple:
     """Every Node (those ``node_selector`` selects: a label selector as kubectl's ``-l`` takes it,
-    set-based terms included, judged by the API server), RuntimeClass, Pod and DaemonSet of the
-    cluster, as plain JSON (the API's own
+    set-based terms included, judged by the API server), RuntimeClass, Pod, DaemonSet,
+    ResourceClaim and ResourceSlice of the cluster, as plain JSON (the API's own
     field names, ``kind`` set), read from the operator's kubeconfig and context on this machine,
     ``page`` objects per list request (the API's chunking, as kubectl's default: a large
     cluster's Pods are never one answer), within ``deadline_s`` for the whole read (no retries:
-    a stalled API server ends the read at its deadline); and how the read went.
+    a stalled API server ends the read at its deadline); and how the read went (``dra``: "read",
+    or why not: a cluster before Kubernetes 1.34 serves no ``resource.k8s.io/v1``).
 
         read_cluster("", "prod-east", 20)[0][0]["kind"] -> "Node"
     """
     started = time.monotonic()
+    dra = "read"
     try:
         objects, requests = [], 0
         with api_client(kubeconfig, context) as api:
@@ -83,8 +90,16 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
                 while True:
                     left = max(0.1, deadline_s - (time.monotonic() - started))
                     selected = {"label_selector": node_selector} if kind == "Node" and node_selector else {}
-                    answer = getattr(getattr(client, group)(api), method)(
-                        limit=page, _continue=token, _request_timeout=(min(CONNECT_TIMEOUT_S, left), left), **selected)
+                    try:
+                        answer = getattr(getattr(client, group)(api), method)(
+                            limit=page, _continue=token, _request_timeout=(min(CONNECT_TIMEOUT_S, left), left),
+                            **selected)
+                    except ApiException as e:
+                        if kind not in DRA_KINDS or e.status != 404:
+                            raise
+                        requests += 1
+                        dra = "not served (no resource.k8s.io/v1: Kubernetes before 1.34)"
+                        break
                     requests += 1
                     objects += [{**api.sanitize_for_serialization(item), "kind": kind} for item in answer.items]
                     token = answer.metadata._continue
@@ -93,7 +108,7 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
     except Exception as e:  # a missing file, a bad context, a refused or stalled API server
         raise ClusterUnreadable(f"the cluster cannot be read ({where(kubeconfig, context)}): {in_words(e, deadline_s)}") from None
     return objects, {"from": where(kubeconfig, context), "requests": requests, "reads": 1,
-                     "seconds": round(time.monotonic() - started, 3)}
+                     "seconds": round(time.monotonic() - started, 3), "dra": dra}
 
 
 # The read the inventory made to list the GPU nodes (nodes.py), by (kubeconfig, context): the

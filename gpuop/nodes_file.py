@@ -10,9 +10,10 @@ them (over SSH, or ``@kubenode/NODE`` through the cluster).
 
 from dataclasses import dataclass
 
-from .cluster import allocatable_count, gpus_asked
+from .cluster import gpus_asked
 from .hosts import HostsFileError, host_data, yaml_document
 from .knobs import REACHES
+from .rules import DRIVER, dra_gpus, node_gpus
 
 
 @dataclass
@@ -60,19 +61,21 @@ def load_nodes(text: str, source: str, knobs, given: dict | None = None) -> Node
     return NodesFile(source, defaults, None, overrides, str(doc.get("node_selector") or ""), given or {})
 
 
-def gpu_nodes(objects: list) -> list:
-    """The cluster's GPU nodes, ``[(node name, address), ...]``: each Node that advertises
-    nvidia.com/gpu or has a Pod bound that asks for GPUs (the Nodes read are those the file's
+def gpu_nodes(objects: list, driver: str = DRIVER) -> list:
+    """The cluster's GPU nodes, ``[(node name, address), ...]``: each Node that offers GPUs
+    (``nvidia.com/gpu``, or devices of the DRA ``driver`` in its ResourceSlices) or has a Pod
+    bound that asks for GPUs (by ``nvidia.com/gpu`` or a claim of ``driver``'s; the Nodes read are those the file's
     ``node_selector`` selects: the API server selects them); its address the InternalIP, else
     its first address, else its name.
 
         gpu_nodes(objects) -> [("ip-10-0-0-7", "10.0.0.7")]
     """
-    bound = {p["spec"].get("nodeName") for p in objects if p["kind"] == "Pod" and gpus_asked(p)}
+    bound = {p["spec"].get("nodeName") for p in objects
+             if p["kind"] == "Pod" and (gpus_asked(p) or dra_gpus(p, objects, driver))}
     found = []
     for node in (o for o in objects if o["kind"] == "Node"):
         name = node["metadata"]["name"]
-        if not (allocatable_count(node) or name in bound):
+        if not (node_gpus(node, objects, driver) or name in bound):
             continue
         addresses = (node.get("status") or {}).get("addresses") or []
         internal = [a["address"] for a in addresses if a.get("type") == "InternalIP"]
@@ -87,7 +90,7 @@ def cluster_hosts(objects: list, nodes: NodesFile, knobs, where: str) -> list:
         cluster_hosts(objects, load_nodes(...), NODE_PARSERS, "kubeconfig ..., context prod")
         -> [("ip-10-0-0-7", {"ssh_hostname": "10.0.0.7", "node_name": "ip-10-0-0-7", ...})]
     """
-    found = gpu_nodes(objects)
+    found = gpu_nodes(objects, nodes.defaults.get("gpu_driver") or DRIVER)
     if not found:
         chosen = f" whose labels match {nodes.node_selector}" if nodes.node_selector else ""
         raise HostsFileError(f"the cluster ({where}) has no GPU node{chosen} (a Node that advertises "

@@ -17,7 +17,8 @@ from .regen import template_to_edit
 from .view import KNOWN, RUNTIME, api_handlers
 
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
-AT_RISK = ("sandbox-fails", "handler-gone-after-restart", "gpu-pod-cdi-off", "cdi-spec-missing")
+DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: the devices it allocates are GPUs
+AT_RISK = ("sandbox-fails", "handler-gone-after-restart", "gpu-pod-cdi-off", "cdi-spec-missing", "dra-claim-cdi-off")
 
 
 def active(pod: dict) -> bool:
@@ -193,17 +194,86 @@ def _gpu_pods_without_a_class(name: str, view: dict, objects: list, gpu_handler:
             continue
         asks = f"Pod {ref(pod)} asks for {gpus} nvidia.com/gpu with no RuntimeClass"
         if not cdi["enabled"]:
-            what = ("drops the Pod's CDI device request silently: it starts without a GPU" if release(version) < (2,)
-                    else "refuses the Pod's CDI device request" if release(version) >= (2, 3)
-                    else "does not resolve the Pod's CDI device request")
+            refusal = _cdi_refusal(version, "the Pod's")
             gaps.append(gap("gpu-pod-cdi-off", ref(pod), ["scheduled", "loaded"],
                             f"{asks}: containerd {version} runs it with its default runtime {default}, and "
-                            f"CDI is off (enable_cdi), so it {what}"))
+                            f"CDI is off (enable_cdi), so it {refusal}"))
         elif not cdi["gpu_specs"]:
             gaps.append(gap("cdi-spec-missing", ref(pod), ["scheduled", "loaded"],
                             f"{asks}: CDI is on in containerd {version}, but no spec of nvidia.com/gpu "
                             f"devices is in {', '.join(cdi['spec_dirs']) or 'its spec directories'}: "
                             "its device request cannot be resolved"))
+    return gaps
+
+
+def dra_gpus(pod: dict, objects: list, driver: str = DRIVER) -> list:
+    """The Pod's ResourceClaims allocated devices of ``driver`` (DRA): ``[(claim, [device, ...])]``,
+    each claim ``namespace/name``, named by the Pod's spec or, made from a template, its status.
+
+        dra_gpus(pod, objects) -> [("ml/train-gpu", ["gpu-0"])]
+    """
+    ns = pod["metadata"].get("namespace")
+    named = [c.get("resourceClaimName") for c in pod["spec"].get("resourceClaims") or []]
+    named += [c.get("resourceClaimName") for c in (pod.get("status") or {}).get("resourceClaimStatuses") or []]
+    claims = {ref(c): c for c in of_kind(objects, "ResourceClaim")}
+    found = []
+    for name in dict.fromkeys(n for n in named if n):
+        allocation = ((claims.get(f"{ns}/{name}") or {}).get("status") or {}).get("allocation") or {}
+        devices = [r.get("device") for r in (allocation.get("devices") or {}).get("results") or []
+                   if r.get("driver") == driver]
+        if devices:
+            found.append((f"{ns}/{name}", devices))
+    return found
+
+
+def node_gpus(node: dict, objects: list, driver: str = DRIVER) -> int:
+    """A node's GPUs: those it advertises (``nvidia.com/gpu``) and the devices of ``driver`` its
+    ResourceSlices publish (DRA).
+
+        node_gpus(node, objects) -> 8
+    """
+    name = node["metadata"]["name"]
+    published = sum(len((s.get("spec") or {}).get("devices") or []) for s in of_kind(objects, "ResourceSlice")
+                    if (s.get("spec") or {}).get("nodeName") == name and s["spec"].get("driver") == driver)
+    return allocatable_count(node) + published
+
+
+def gpu_paths(view: dict, gpu_handler: str = "nvidia") -> list:
+    """How a GPU can reach a container through this runtime: ``handler`` (the GPU handler is
+    loaded), ``cdi`` (CDI is on, with a spec of GPU devices where the daemon reads them: the GPU
+    Operator's CDI and NRI ways, and DRA's).
+
+        gpu_paths(view) -> ["handler", "cdi"]
+    """
+    cdi = view.get("cdi") or {}
+    return ([p for p, on in (("handler", gpu_handler in view["loaded"]),
+                             ("cdi", bool(cdi.get("enabled") and cdi.get("gpu_specs")))) if on])
+
+
+def _cdi_refusal(version: str, whose: str) -> str:
+    """What containerd ``version`` does with ``whose`` CDI device request while CDI is off."""
+    if release(version) < (2,):
+        return f"drops {whose} CDI device request silently: it starts without a GPU"
+    return (f"refuses {whose} CDI device request" if release(version) >= (2, 3)
+            else f"does not resolve {whose} CDI device request")
+
+
+def _dra_findings(name: str, view: dict, objects: list, driver: str) -> list:
+    """Pods bound to the node whose claims were allocated GPUs (DRA): the driver hands containerd
+    CDI devices, which it resolves only with CDI on."""
+    cdi = view.get("cdi")
+    if view["loaded_from"] != "cri" or cdi is None or cdi["enabled"]:
+        return []
+    gaps = []
+    refusal = _cdi_refusal(view["version"], "the claim's")
+    for pod in of_kind(objects, "Pod"):
+        if pod["spec"].get("nodeName") != name or not active(pod):
+            continue
+        for claim, devices in dra_gpus(pod, objects, driver):
+            gaps.append(gap("dra-claim-cdi-off", ref(pod), ["scheduled", "loaded"],
+                            f"Pod {ref(pod)}'s claim {claim} was allocated {driver} device(s) "
+                            f"{', '.join(devices)} on {name}, which its driver hands containerd {view['version']} "
+                            f"as CDI devices, and CDI is off (enable_cdi), so it {refusal}"))
     return gaps
 
 
@@ -213,18 +283,22 @@ def _toolkit_pod(pod) -> bool:
 
 
 def node_bound_findings(name: str, node: dict, view: dict, objects: list, gpu_handler: str,
-                        events: list | None = None) -> list:
+                        events: list | None = None, gpu_driver: str = DRIVER) -> list:
     """The gaps of a runtime joined with the cluster's view of its node: the API's own view of
-    loaded, the Pods bound to it, the GPUs it advertises and the toolkit Pod that is Ready on it."""
+    loaded, the Pods bound to it (by RuntimeClass, by ``nvidia.com/gpu``, by a DRA claim), the
+    GPUs it offers and the toolkit Pod that is Ready on it. A node whose GPUs CDI delivers (the
+    GPU Operator's CDI and NRI ways: CDI on, a GPU spec) needs no GPU handler of its own."""
     gaps = api_disagrees(node, view) + _pod_findings(name, view, objects, events)
     if view["loaded_from"] == "cri":
         gaps += _gpu_pods_without_a_class(name, view, objects, gpu_handler)
-    if view["loaded_from"] in ("cri", "cri-down", "api", "recorded") and gpu_handler not in view["loaded"]:
-        gpus = allocatable_count(node)
+    gaps += _dra_findings(name, view, objects, gpu_driver)
+    knows = view["loaded_from"] in ("cri", "cri-down", "api", "recorded")
+    if knows and not gpu_paths(view, gpu_handler):
+        gpus = node_gpus(node, objects, gpu_driver)
         if gpus:
             gaps.append(gap("gpu-advertised-not-loaded", name, ["scheduled", "loaded"],
-                            f"node {name} advertises {gpus} nvidia.com/gpu but its containerd does not "
-                            f"load {gpu_handler}"))
+                            f"node {name} offers {gpus} GPU(s) but its containerd neither loads "
+                            f"{gpu_handler} nor resolves CDI devices of GPUs"))
         for pod in of_kind(objects, "Pod"):
             if pod["spec"].get("nodeName") == name and _toolkit_pod(pod) and ready(pod):
                 gaps.append(gap("toolkit-ready-not-loaded", ref(pod), ["scheduled", "loaded"],
@@ -235,7 +309,7 @@ def node_bound_findings(name: str, node: dict, view: dict, objects: list, gpu_ha
 
 
 def findings(view: dict, objects: list, node_name: str = "", gpu_handler: str = "nvidia",
-             events: list | None = None) -> list:
+             events: list | None = None, gpu_driver: str = DRIVER) -> list:
     """Every gap of one runtime: its own (``runtime_findings``), and, where it serves a node of
     the cluster (``node_name``), those joined with that node's objects.
 
@@ -245,6 +319,7 @@ def findings(view: dict, objects: list, node_name: str = "", gpu_handler: str = 
     + gpu_handler: the runtime handler GPU Pods need
     + events: the node's Events, where they were read: a failing sandbox is then held against the
       kubelet's own word; None: not read
+    + gpu_driver: the DRA driver whose allocated devices are GPUs
 
         findings(node_view(read), objects, "gpu-a")
         -> [{"kind": "restart-takes-cri-down", "subject": "containerd", ...}, {"kind": "sandbox-fails", ...}]
@@ -265,7 +340,7 @@ def findings(view: dict, objects: list, node_name: str = "", gpu_handler: str = 
                            f"no containerd runs{where}: no Pod can start on this node")]
     gaps += runtime_findings(view)
     if node is not None:
-        gaps += node_bound_findings(node_name, node, view, objects, gpu_handler, events)
+        gaps += node_bound_findings(node_name, node, view, objects, gpu_handler, events, gpu_driver)
     return gaps
 
 
@@ -275,12 +350,14 @@ def pods_at_risk(gaps: list) -> int:
     return len({g["subject"] for g in gaps if g["kind"] in AT_RISK})
 
 
-def node_entry(runtime: dict, gaps: list, node: dict | None = None, objects: list = ()) -> dict:
+def node_entry(runtime: dict, gaps: list, node: dict | None = None, objects: list = (), gpu_handler: str = "nvidia",
+               gpu_driver: str = DRIVER) -> dict:
     """One node's judgment as JSON, the same for every target: a node of the fleet report (its
     ``nodes.<name>``) and a lab host's audit.json (beside the lab's own readings);
     ``runtime_handlers`` is the API's view of what is loaded (``api_handlers`` of its Node),
     beside the node's own. ``pods_at_risk``: the Pods its gaps name, and every active Pod bound
-    to it (``objects``) where its runtime would not start again.
+    to it (``objects``) where its runtime would not start again. ``gpu_path``: how a GPU reaches a
+    container there (``gpu_paths``); ``gpus``: the GPUs it offers (``node_gpus``).
 
         node_entry(node_view(read), findings(...), node, objects)["cri_after_restart"] -> "fails"
     """
@@ -296,4 +373,5 @@ def node_entry(runtime: dict, gaps: list, node: dict | None = None, objects: lis
             "regenerated_by": (runtime.get("regenerated") or {}).get("by"),
             "regenerated_from": (runtime.get("regenerated") or {}).get("template"),
             "kubelet_endpoint": runtime["kubelet_endpoint"], "pods_at_risk": at_risk,
+            "gpu_path": gpu_paths(runtime, gpu_handler), "gpus": node_gpus(node, objects, gpu_driver) if node else None,
             "gaps": gaps}

@@ -31,6 +31,7 @@ kubelet_node = ""  # the lab node a real kubelet runs on the lab containerd (mak
 # from the machine that runs pyinfra.
 node_name = ""  # the node's name in the cluster; empty: the host's own hostname
 gpu_handler = "nvidia"  # the runtime handler GPU Pods need (RuntimeClass nvidia's)
+gpu_driver = "gpu.nvidia.com"  # the DRA driver whose allocated devices are GPUs (NVIDIA's DRA driver): a Pod with such a claim is a GPU Pod
 kubeconfig = ""  # the operator's kubeconfig on this machine; empty: $KUBECONFIG or ~/.kube/config (kube_context picks its context)
 report = ""  # the fleet's JSON, written on this machine; empty: none
 textfile = ""  # the fleet in Prometheus' text format for node_exporter's textfile collector, written on this machine; empty: none

@@ -31,6 +31,10 @@ IMAGES=(
   "nvcr.io/nvidia/k8s/container-toolkit:v1.17.0=container-toolkit-v1.17.0"
 )
 SYSCTLS="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
+# The cluster reach's read image (group_data's node_pod_image, busybox:1.37, as the runtime names
+# it): Debian's static busybox packed as an image, so that `nodes.py audit.py --data reach=cluster`
+# reads this node as it reads a real one (nothing can be pulled here).
+READ_IMAGE=docker.io/library/busybox:1.37
 MEMORY_KIB=33554432  # the seed's node memory, 32Gi: what kubelet reads in the node's /proc/meminfo
 OVERLAYS="/var/lib /var/log /usr/bin"
 
@@ -105,7 +109,8 @@ JSON
   mv "$dir/kubelet.yaml.new" "$dir/kubelet.yaml"
 }
 
-# The sandbox image the containerd binary defaults to (its `config default`), and the seed's.
+# The sandbox image the containerd binary defaults to (its `config default`), the seed's, and
+# the cluster reach's read image.
 ensure_images() {
   local sandbox archive=$dir/images.tar sock=$root/run/containerd/containerd.sock want=() missing=()
   sandbox=$("$containerd" config default 2>/dev/null |
@@ -117,6 +122,9 @@ ensure_images() {
   standin=$("$here/build.sh" standin)/standin
   python3 "$here/standin/images.py" "$archive.new" "$standin" "${specs[@]}"
   mv "$archive.new" "$archive"
+  python3 "$here/standin/images.py" --busybox "$dir/read.tar.new" /bin/busybox "$READ_IMAGE"
+  mv "$dir/read.tar.new" "$dir/read.tar"
+  want+=("$READ_IMAGE")
   local tmp="" ctr=(ctr --namespace k8s.io --timeout 10s)
   if ! ctr --address "$sock" --timeout 3s version >/dev/null 2>&1; then
     local holder
@@ -140,6 +148,7 @@ ensure_images() {
   for s in "${want[@]}"; do grep -qxF "$s" <<<"$have" || missing+=("$s"); done
   if [[ ${#missing[@]} -gt 0 ]]; then
     inside "${ctr[@]}" --address "$sock" images import --all-platforms "$archive" >/dev/null
+    inside "${ctr[@]}" --address "$sock" images import --all-platforms "$dir/read.tar" >/dev/null
     log "stand-in images imported: ${missing[*]}"
   fi
   if [[ -n $tmp ]]; then

@@ -17,7 +17,7 @@ from pyinfra.api.exceptions import DeployError
 
 from facts.node import NodeRuntime
 from gpuop.fleet import fleet_gaps, fleet_table
-from gpuop.rules import findings, node_entry
+from gpuop.rules import DRIVER, findings, node_entry
 from gpuop.view import api_view, node_view
 from gpuop.kubeapi import ClusterUnreadable, inventory_read, read_cluster
 from gpuop.textfile import write_textfile
@@ -56,7 +56,7 @@ def cluster_objects(state, kubeconfig: str, context: str, deadline_s: float) -> 
                 raise fleet.unreadable from None
             logger.info(f"--> cluster read once for the fleet{' (it listed the GPU nodes)' if listed else ''}: "
                         f"{len(fleet.objects)} objects, {fleet.cluster['requests']} list requests, "
-                        f"{fleet.cluster['seconds']}s ({fleet.cluster['from']})")
+                        f"{fleet.cluster['seconds']}s ({fleet.cluster['from']}); DRA {fleet.cluster['dra']}")
     return fleet.objects
 
 
@@ -71,8 +71,9 @@ def _whole(state, fleet: _Fleet) -> dict:
         node = next((o for o in fleet.objects or [] if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
         runtime = api_view(node) if node is not None and name not in nodes else None
         if runtime is not None:
-            gaps = findings(runtime, fleet.objects, name, h.data.get("gpu_handler") or "nvidia")
-            nodes[name], from_api[h.name] = node_entry(runtime, gaps, node, fleet.objects), name
+            gpu = {"gpu_handler": h.data.get("gpu_handler") or "nvidia", "gpu_driver": h.data.get("gpu_driver") or DRIVER}
+            gaps = findings(runtime, fleet.objects, name, **gpu)
+            nodes[name], from_api[h.name] = node_entry(runtime, gaps, node, fleet.objects, **gpu), name
     return {"nodes": dict(sorted(nodes.items())), "gaps": fleet_gaps(nodes, fleet.objects or []),
             "cluster": fleet.cluster, "unread": sorted(h.name for h in unread), "judged_from_api": from_api}
 
@@ -103,7 +104,7 @@ def _report_once(state, report_path: str, textfile_path: str) -> dict:
 
 
 @operation()
-def judge_node(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, context: str,
+def judge_node(node_name: str, gpu_handler: str, gpu_driver: str, crictl: str, kubeconfig: str, context: str,
                read_timeout_s: int, cluster_timeout_s: int):
     """
     Audit one real node, read-only: its containerd's three views, in one command on the node
@@ -113,6 +114,7 @@ def judge_node(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
 
     + node_name: the node's name in the cluster; empty: the node's hostname
     + gpu_handler: the runtime handler GPU Pods need
+    + gpu_driver: the DRA driver whose allocated devices are GPUs
     + crictl: crictl on the node
     + kubeconfig: the operator's kubeconfig on this machine; empty: the default
     + context: its context; empty: the current one
@@ -121,7 +123,7 @@ def judge_node(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
 
     .. code:: python
 
-        judge_node(node_name="", gpu_handler="nvidia", crictl="crictl", kubeconfig="",
+        judge_node(node_name="", gpu_handler="nvidia", gpu_driver="gpu.nvidia.com", crictl="crictl", kubeconfig="",
                    context="prod", read_timeout_s=150, cluster_timeout_s=20)
     """
     fleet = _fleet(host.state)
@@ -143,7 +145,8 @@ def judge_node(node_name: str, gpu_handler: str, crictl: str, kubeconfig: str, c
             return
         runtime = node_view(read)
         node = next((o for o in objects if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
-        fleet.nodes[name] = node_entry(runtime, findings(runtime, objects, name, gpu_handler), node, objects)
+        gaps = findings(runtime, objects, name, gpu_handler, gpu_driver=gpu_driver)
+        fleet.nodes[name] = node_entry(runtime, gaps, node, objects, gpu_handler, gpu_driver)
         fleet.hosts[host.name] = name
     yield from ()
 

@@ -16,7 +16,7 @@ def audit_node(node, reporter: bool = False):
     this machine, nodes.py) only reports, after every node."""
     if not reporter:
         node_audit.judge_node(name="Read the node and the cluster", node_name=node.node_name,
-                         gpu_handler=node.gpu_handler, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
+                         gpu_handler=node.gpu_handler, gpu_driver=node.gpu_driver, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
                          context=node.kube_context, read_timeout_s=node.node_read_timeout_s,
                          cluster_timeout_s=node.cluster_read_timeout_s)
     node_audit.report_fleet(name="Findings", report=node.report, textfile=node.textfile, kubeconfig=node.kubeconfig,

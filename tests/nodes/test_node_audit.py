@@ -314,8 +314,9 @@ def test_the_cluster_read_pages_and_reads_the_same(simulated):
     paged, paged_how = read_cluster(os.environ.get("KUBECONFIG", ""), "", 20, page=3)
     key = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in whole]
     assert [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in paged] == key
-    assert len(set(key)) == len(key) and how["requests"] == 4
-    counts = [sum(1 for o in whole if o["kind"] == k) for k in ("Node", "RuntimeClass", "Pod", "DaemonSet")]
+    assert len(set(key)) == len(key) and how["requests"] == 6 and how["dra"] == "read"  # DRA's two kinds too
+    counts = [sum(1 for o in whole if o["kind"] == k)
+              for k in ("Node", "RuntimeClass", "Pod", "DaemonSet", "ResourceClaim", "ResourceSlice")]
     # a full last page may still carry a continue token: one more request, answering none
     assert sum(max(1, -(-n // 3)) for n in counts) <= paged_how["requests"] <= sum(n // 3 + 1 for n in counts)
 

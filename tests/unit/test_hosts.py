@@ -85,7 +85,7 @@ def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
     hosts = load_hosts(node, "nodes.yaml", "the node", NODE_PARSERS)
     (name, data), = hosts
     assert data["_sudo"] is True and data["ssh_strict_host_key_checking"] == "yes"
-    knobs = parse_node_knobs({"gpu_handler": "nvidia", "crictl_binary": "crictl", "node_read_timeout_s": 150,
+    knobs = parse_node_knobs({"gpu_handler": "nvidia", "gpu_driver": "gpu.nvidia.com", "crictl_binary": "crictl", "node_read_timeout_s": 150,
                               "cluster_read_timeout_s": 20, "reach": "ssh", "node_pod_image": "busybox:1.37",
                               "node_pod_namespace": "default", **data})
     assert knobs.node_name == "ip-10-0-0-1" and knobs.report == ""
@@ -98,7 +98,7 @@ def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
         load_hosts("hosts:\n  a:\n    ssh_hostname: 10.0.0.1\n    gpuop_root: /root/gpuop\n", "nodes.yaml",
                    "the node", NODE_PARSERS)
     with pytest.raises(Exception, match="node_read_timeout_s"):
-        parse_node_knobs({"gpu_handler": "nvidia", "crictl_binary": "crictl", "node_read_timeout_s": 1})
+        parse_node_knobs({"gpu_handler": "nvidia", "gpu_driver": "gpu.nvidia.com", "crictl_binary": "crictl", "node_read_timeout_s": 1})
 
 
 def cluster():

@@ -173,9 +173,9 @@ def test_fleet_table_json_and_textfile_from_one_report():
                                                        "gpu-advertised-not-loaded"]
     lines = fleet_table(report)
     assert lines[0].split() == ["NODE", "VERSION", "LOADED", "AFTER", "RESTART", "CRI", "AFTER", "RESTART",
-                                "PODS", "AT", "RISK", "GAPS"]
-    assert lines[1].split() == ["a", "1.6.20", "runc,nvidia", "runc,nvidia", "ok", "0", "0"]
-    assert lines[2].split() == ["b", "1.6.20", "runc", "nvidia", "fails", "1", "3"]
+                                "GPU", "PATH", "PODS", "AT", "RISK", "GAPS"]
+    assert lines[1].split() == ["a", "1.6.20", "runc,nvidia", "runc,nvidia", "ok", "handler", "0", "0"]
+    assert lines[2].split() == ["b", "1.6.20", "runc", "nvidia", "fails", "-", "1", "3"]
     assert lines[-1] == "4 gap(s) on 2 node(s)"  # b's three and the fleet's own
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in text_string_to_metric_families(textfile(report)) for s in f.samples}
@@ -327,3 +327,65 @@ def test_a_node_not_read_is_judged_on_what_its_kubelet_reports_alone():
     assert entry["runtime_handlers"] == ["", "runc"] and entry["loaded_from"] == "api"
     assert "runc (api)" in fleet_table({"nodes": {"gpu-a": entry}, "gaps": []})[1]
     assert api_view(node()) is None  # a node that reports none (containerd 1.x): only its read judges it
+
+
+def claim(name, node_name="gpu-a", driver="gpu.nvidia.com", devices=("gpu-0",)):
+    """A ResourceClaim as the scheduler leaves it once it allocated devices (resource.k8s.io/v1)."""
+    results = [{"request": "gpu", "driver": driver, "pool": node_name, "device": d} for d in devices]
+    return {"kind": "ResourceClaim", "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+            "status": {"allocation": {"devices": {"results": results}, "nodeSelector": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}}}}
+
+
+def dra_pod(name, claim_name, template=False):
+    p = pod(name, runtime_class=None)
+    p["spec"]["containers"] = [{"name": "cuda", "resources": {"claims": [{"name": "gpu"}]}}]
+    if template:  # made from a ResourceClaimTemplate: the claim's name is in the Pod's status
+        p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+        p["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    else:
+        p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    return p
+
+
+def resource_slice(node_name="gpu-a", driver="gpu.nvidia.com", devices=2):
+    return {"kind": "ResourceSlice", "metadata": {"name": f"{node_name}-{driver}"},
+            "spec": {"driver": driver, "nodeName": node_name, "pool": {"name": node_name, "generation": 1,
+                                                                        "resourceSliceCount": 1},
+                     "devices": [{"name": f"gpu-{i}"} for i in range(devices)]}}
+
+
+def test_a_node_in_the_operators_cdi_way_needs_no_handler():
+    """The GPU Operator's CDI (and NRI) way: CDI on with a GPU spec, no nvidia handler. The node
+    offers GPUs and its toolkit Pod is Ready: no gap of its own; a Pod that still asks for
+    RuntimeClass nvidia cannot start, and is named."""
+    cdi_way = with_cdi(daemon(loaded=("runc",), version="2.2.9"), True, specs=["/var/run/cdi/nvidia.yaml"])
+    view = node_view(read(cdi_way))
+    toolkit = pod("toolkit-x", runtime_class=None, owner="nvidia-container-toolkit-daemonset")
+    assert findings(view, [node(), toolkit, gpu_pod("cdi")], "gpu-a") == []
+    assert kinds(findings(view, [node(), toolkit, RC, pod("asks-nvidia")], "gpu-a")) == [("sandbox-fails", "ns/asks-nvidia")]
+    entry = node_entry(view, [], node(), [node()])
+    assert (entry["gpu_path"], entry["gpus"]) == (["cdi"], 4)
+    no_spec = node_view(read(with_cdi(daemon(loaded=("runc",), version="2.2.9"), True)))
+    assert kinds(findings(no_spec, [node(), toolkit], "gpu-a")) == [("gpu-advertised-not-loaded", "gpu-a"),
+                                                                   ("toolkit-ready-not-loaded", "ns/toolkit-x")]
+
+
+def test_a_dra_gpu_pod_needs_cdi_and_is_named_with_its_claim():
+    objects = [node(gpus=0), resource_slice(), claim("train-gpu"), dra_pod("train", "train-gpu"),
+               claim("tmpl-gpu-x1"), dra_pod("tmpl", "tmpl-gpu-x1", template=True),
+               claim("other", driver="example.com/fpga"), dra_pod("fpga", "other")]
+    off = node_view(read(with_cdi(daemon(loaded=("runc", "nvidia"), version="1.7.35"), False)))
+    gaps = findings(off, objects, "gpu-a")
+    assert kinds(gaps) == [("dra-claim-cdi-off", "ns/tmpl"), ("dra-claim-cdi-off", "ns/train")]
+    train = next(g for g in gaps if g["subject"] == "ns/train")
+    assert train["detail"] == ("Pod ns/train's claim ns/train-gpu was allocated gpu.nvidia.com device(s) gpu-0 on "
+                               "gpu-a, which its driver hands containerd 1.7.35 as CDI devices, and CDI is off "
+                               "(enable_cdi), so it drops the claim's CDI device request silently: it starts "
+                               "without a GPU")
+    assert node_entry(off, gaps, node(gpus=0), objects)["pods_at_risk"] == 2
+    assert node_entry(off, gaps, node(gpus=0), objects)["gpus"] == 2  # its ResourceSlice's devices
+    on = node_view(read(with_cdi(daemon(loaded=("runc", "nvidia"), version="2.4.2"), True,
+                                 specs=["/var/run/cdi/k8s.gpu.nvidia.com-claim_train.yaml"])))
+    assert findings(on, objects, "gpu-a") == []
