@@ -37,7 +37,8 @@ KNOWN = ("cri", "recorded")
 
 def written_view(config: str, files: dict) -> dict:
     """What a daemon's files say: runtimes of its config and of the drop-ins its imports reach,
-    which files those are, and the conf.d files beside the config that no import reaches.
+    which files those are, and the TOML files of the conf.d beside the config that no import
+    reaches.
 
         written_view("/etc/containerd/config.toml", {path: {"mode": "644", "text": "..."}})
         -> {"runtimes": ["runc", "nvidia"], "dropins": ["/etc/containerd/conf.d/99-nvidia.toml"],
@@ -60,8 +61,9 @@ def written_view(config: str, files: dict) -> dict:
         docs.append(doc) if doc is not None else errors.append(error)
         if doc is not None:
             versions[path] = doc.get("version", 1)
+    # a drop-in is a TOML file; a backup beside one (99-nvidia.toml.bak) is no drop-in
     conf_d = posixpath.join(posixpath.dirname(config), "conf.d")
-    unreached = sorted(p for p in files if posixpath.dirname(p) == conf_d and p not in reached)
+    unreached = sorted(p for p in files if posixpath.dirname(p) == conf_d and p.endswith(".toml") and p not in reached)
     return {"runtimes": analyze_merge(main, docs).written, "dropins": reached, "unreached": unreached,
             "errors": errors, "imports": main.get("imports", []), "versions": versions}
 

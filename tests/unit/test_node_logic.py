@@ -82,7 +82,9 @@ def test_written_view_follows_imports_and_names_unreached_dropins():
         "errors": [], "imports": ["/etc/containerd/conf.d/*.toml"],
         "versions": {CONFIG: 2, "/etc/containerd/conf.d/99-nvidia.toml": 1}}
     missed = tomli_w.dumps(main_config("/etc/containerd/config.d/*.toml"))
-    view = written_view(CONFIG, {**files, CONFIG: {"mode": "644", "text": missed}})
+    backup = {"/etc/containerd/conf.d/99-nvidia.toml.gpuop-bak.20261203T093812": {"mode": "644", "text": DROPIN}}
+    assert written_view(CONFIG, {**files, **backup})["unreached"] == []  # a backup is no drop-in
+    view = written_view(CONFIG, {**files, **backup, CONFIG: {"mode": "644", "text": missed}})
     assert view["runtimes"] == ["runc"] and view["unreached"] == ["/etc/containerd/conf.d/99-nvidia.toml"]
     broken = written_view(CONFIG, {CONFIG: {"mode": "644", "text": "version = ["}})
     assert broken["errors"] and "is not valid TOML" in broken["errors"][0]
