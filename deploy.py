@@ -17,7 +17,7 @@ lab, at = target.checked(host)  # every knob parsed and checked: a bad one stops
 preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
 if lab.replay:
     incident.reset_lab(lab, at)  # 0. back to before step 1, to replay the whole incident
-incident.main_config(lab, at)  # 1. the node's containerd config.toml
+incident.containerd_config(lab, at)  # 1. the node's containerd config.toml
 incident.nvidia_dropin(lab, at)  # 2. the drop-in the NVIDIA toolkit wrote
 incident.merge_report(lab, at)  # 3. what the files define against what containerd loaded
 incident.check_script(lab, at)  # 4. the 3-second check: ask containerd, not the disk

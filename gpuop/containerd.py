@@ -11,14 +11,14 @@ CRI_PLUGIN = "io.containerd.grpc.v1.cri"
 RUNTIMES_SUFFIX = ("containerd", "runtimes")
 
 
-def main_config(imports_glob: str, default_runtime: str = "runc", node_cri: dict | None = None) -> dict:
+def seed_config(imports_glob: str, default_runtime: str = "runc", node_cri: dict | None = None) -> dict:
     """The node's main config.toml as data (tomli-w quotes the dotted plugin key by construction).
 
     + imports_glob: where drop-ins are found, e.g. "/root/gpuop/etc/containerd/conf.d/*.toml"
     + default_runtime: the runtime containerd uses when a Pod names none
     + node_cri: where a real kubelet runs Pods on it, what its machine needs (``kubelet_node_cri``)
 
-        tomli_w.dumps(main_config("/etc/containerd/conf.d/*.toml"))
+        tomli_w.dumps(seed_config("/etc/containerd/conf.d/*.toml"))
     """
     cri = {
         **(node_cri or {}),
@@ -36,7 +36,7 @@ def main_config(imports_glob: str, default_runtime: str = "runc", node_cri: dict
 
 
 def kubelet_node_cri(cni_bin_dir: str, cni_conf_dir: str) -> dict:
-    """The CRI settings a real kubelet's Pods need on the lab's kind of machine (``main_config``'s
+    """The CRI settings a real kubelet's Pods need on the lab's kind of machine (``seed_config``'s
     ``node_cri``): the lab node's own CNI; a Pod's ``oom_score_adj`` no lower than containerd's
     own (this machine refuses to lower it, and runc would fail every sandbox); and, there being
     no systemd, runc's cgroupfs driver.
@@ -49,7 +49,7 @@ def kubelet_node_cri(cni_bin_dir: str, cni_conf_dir: str) -> dict:
 def systemd_cgroup(main_doc: dict) -> bool:
     """Whether the main config's runc uses systemd's cgroup driver (the toolkit's runtime follows it).
 
-        systemd_cgroup(main_config("/x")) -> True
+        systemd_cgroup(seed_config("/x")) -> True
     """
     runc = main_doc.get("plugins", {}).get(CRI_PLUGIN, {}).get("containerd", {}).get("runtimes", {}).get("runc", {})
     return bool(runc.get("options", {}).get("SystemdCgroup", False))
@@ -90,7 +90,7 @@ def dropin_keeping_cri(main_doc: dict, dropin_doc: dict) -> dict:
     carried whole, the main config's own settings of it included (runc, the default runtime), with
     the drop-in's added, as the NVIDIA toolkit 1.18 writes it. 1.x then loads both runtimes.
 
-        dropin_keeping_cri(main_config("/x"), nvidia_dropin())  # runtimes runc and nvidia
+        dropin_keeping_cri(seed_config("/x"), nvidia_dropin())  # runtimes runc and nvidia
     """
     main_plugins, plugins = main_doc.get("plugins", {}), dropin_doc.get("plugins", {})
     return {**dropin_doc, "plugins": {name: _deep_merge(main_plugins.get(name, {}), section)
@@ -113,7 +113,7 @@ def runtime_names(doc: dict) -> list:
     Any table ending in ``containerd.runtimes`` counts, so both the v2 CRI plugin path and
     containerd 2's ``io.containerd.cri.v1.runtime`` path are read.
 
-        runtime_names(main_config("/x/*.toml")) -> ["runc"]
+        runtime_names(seed_config("/x/*.toml")) -> ["runc"]
     """
     names = []
     for _, table in find_tables(doc, RUNTIMES_SUFFIX):
@@ -131,7 +131,7 @@ class MergeAnalysis:
     def written(self) -> list:
         """Every runtime the files name: the main config's, then the drop-ins' new ones.
 
-            analyze_merge(main_config("/x"), [nvidia_dropin()]).written -> ["runc", "nvidia"]
+            analyze_merge(seed_config("/x"), [nvidia_dropin()]).written -> ["runc", "nvidia"]
         """
         return self.main_runtimes + [n for n in self.dropin_runtimes if n not in self.main_runtimes]
 
@@ -146,7 +146,7 @@ def conflict_table(main_doc: dict, dropin_docs: list):
     containerd merges the top-level ``plugins`` map plugin by plugin, so a table counts from
     ``plugins.<plugin>`` down: two drop-ins for different plugins do not conflict.
 
-        conflict_table(main_config("/x"), [nvidia_dropin()])
+        conflict_table(seed_config("/x"), [nvidia_dropin()])
         -> ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes")
     """
     main_paths = _tables_with_entries(main_doc)
@@ -174,7 +174,7 @@ def parsed_toml(path: str, text: str) -> tuple:
 def analyze_merge(main_doc: dict, dropin_docs: list) -> MergeAnalysis:
     """What the main config and its drop-ins define, and where they collide.
 
-        analyze_merge(main_config("/x"), [nvidia_dropin()]).dropin_runtimes -> ["nvidia"]
+        analyze_merge(seed_config("/x"), [nvidia_dropin()]).dropin_runtimes -> ["nvidia"]
     """
     dropin_runtimes = []
     for doc in dropin_docs:
@@ -369,8 +369,8 @@ def repaired_dropin(version: str, main_doc: dict) -> dict:
     sections deeply, so the toolkit's minimal drop-in is enough; 1.x replaces a plugin's whole
     section with the drop-in's, so the drop-in carries the main config's CRI section too.
 
-        repaired_dropin("1.6.20", main_config("/x"))  # runc, the default runtime, and nvidia
-        repaired_dropin("2.4.2", main_config("/x")) == nvidia_dropin()
+        repaired_dropin("1.6.20", seed_config("/x"))  # runc, the default runtime, and nvidia
+        repaired_dropin("2.4.2", seed_config("/x")) == nvidia_dropin()
     """
     dropin = nvidia_dropin(systemd=systemd_cgroup(main_doc))
     if release(version) >= (2,):

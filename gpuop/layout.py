@@ -30,7 +30,7 @@ def holds_root(args: list, store: str) -> bool:
 class Layout:
     """Every path the playbook writes, derived from the root.
 
-        Layout("/root/gpuop").main_config -> "/root/gpuop/etc/containerd/config.toml"
+        Layout("/root/gpuop").config_toml -> "/root/gpuop/etc/containerd/config.toml"
     """
 
     root: str
@@ -39,7 +39,7 @@ class Layout:
         return posixpath.join(self.root, *parts)
 
     @property
-    def main_config(self):
+    def config_toml(self):
         return self._at("etc", "containerd", "config.toml")
 
     @property
@@ -132,6 +132,6 @@ class Layout:
 
     def owned_files(self, manifests, reports):
         """Every file the playbook writes (backups excluded: those are never removed)."""
-        return ([self.main_config, self.nvidia_dropin, self.check_script, self.check_loaded_script]
+        return ([self.config_toml, self.nvidia_dropin, self.check_script, self.check_loaded_script]
                 + [self.manifest(m) for m in manifests]
                 + [p for r in reports for p in (self.report(r), self.stamp(r))])

@@ -14,7 +14,7 @@ from .reports import Unobservable, containerd_views
 
 
 @operation()
-def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, context: str = "",
+def findings(path: str, config: str, observed, daemon, time_slicing: dict, context: str = "",
              kubelet_node: str = ""):
     """
     Audit a lab host, read-only: handlers written against loaded (live through CRI, or recorded)
@@ -25,7 +25,7 @@ def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, 
     table; any gap fails the host, so the run's exit status gates a cron job or CI.
 
     + path: the audit report on the target
-    + main_config: the containerd main config whose drop-ins are followed
+    + config: the containerd main config (config.toml) whose drop-ins are followed
     + observed: handlers recorded on the incident day, for a host without a lab containerd
     + daemon: the lab's containerd (``LabDaemon``), or None
     + time_slicing: {"node", "physical_gpus", "configmap": "namespace/name"}
@@ -34,12 +34,12 @@ def findings(path: str, main_config: str, observed, daemon, time_slicing: dict, 
 
     .. code:: python
 
-        findings(path="/root/gpuop/out/audit.json", main_config=".../config.toml",
+        findings(path="/root/gpuop/out/audit.json", config=".../config.toml",
                  observed=("runc",), daemon=LabDaemon(...), time_slicing={"node": "lab-node-1", "physical_gpus": 4,
                                                    "configmap": "gpu-operator/time-slicing-config"})
     """
     try:
-        views = containerd_views(main_config, observed, daemon)
+        views = containerd_views(config, observed, daemon)
     except Unobservable as e:
         yield failure(f"audit: {e}")
         return

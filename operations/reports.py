@@ -118,7 +118,7 @@ class ContainerdViews:
     view: dict  # all of it as the one view of a node's runtime (gpuop.view), which the audit judges
 
 
-def containerd_views(main_config: str, observed, daemon: LabDaemon | None) -> ContainerdViews:
+def containerd_views(config: str, observed, daemon: LabDaemon | None) -> ContainerdViews:
     """
     What containerd was given and what it holds, read on the target now:
     - written: the main config and the drop-ins its imports reach (expanded on the target),
@@ -134,31 +134,31 @@ def containerd_views(main_config: str, observed, daemon: LabDaemon | None) -> Co
 
         containerd_views("/root/gpuop/etc/containerd/config.toml", ("runc",), LabDaemon(...))
     """
-    main = reads.files((main_config,)).get(main_config)
+    main = reads.files((config,)).get(config)
     if main is None:
-        raise Unobservable(f"{main_config} is missing")
-    main_doc = _toml(main_config, main["text"])
-    globs = import_globs(main_doc, main_config)
+        raise Unobservable(f"{config} is missing")
+    main_doc = _toml(config, main["text"])
+    globs = import_globs(main_doc, config)
     dropins = reads.files(globs)
     dropin_docs = [_toml(p, f["text"]) for p, f in sorted(dropins.items())]
-    beside = reads.files((posixpath.join(posixpath.dirname(main_config), "conf.d", "*"),))
-    files = {main_config: main, **beside, **dropins}
+    beside = reads.files((posixpath.join(posixpath.dirname(config), "conf.d", "*"),))
+    files = {config: main, **beside, **dropins}
     views = reads.containerd() if daemon else {"restart": None}
     restart = views["restart"]
     if restart is None:
         return ContainerdViews(main_doc, dropin_docs, list(observed), "recorded", "none", None,
-                               lab_view(main_config, files, None, None, observed))
+                               lab_view(config, files, None, None, observed))
     loaded = views["loaded"]
     forecast = Forecast(**{k: restart[k] for k in ("runtimes", "default_runtime", "cri_ok", "reason", "starts")})
     running = {"pid": loaded.get("pid"), "exe": loaded.get("exe") or daemon.binary, "config": daemon.config,
                "address": daemon.socket, "binary": daemon.binary}
     return ContainerdViews(main_doc, dropin_docs, loaded["runtimes"],
                            "cri" if loaded["cri"] == "ok" else "cri-down", restart["version"], forecast,
-                           lab_view(main_config, files, loaded, restart, observed, running))
+                           lab_view(config, files, loaded, restart, observed, running))
 
 
 @operation()
-def containerd(merge: str, restart: str, main_config: str, observed, daemon: LabDaemon | None):
+def containerd(merge: str, restart: str, config: str, observed, daemon: LabDaemon | None):
     """
     Ensure merge.txt and restart.txt hold what the three views say now, read once for both (see
     ``containerd_views``): what the files define and the daemon holds, and what a restart loads.
@@ -166,17 +166,17 @@ def containerd(merge: str, restart: str, main_config: str, observed, daemon: Lab
 
     + merge: merge.txt's path
     + restart: restart.txt's path
-    + main_config: the lab's main config
+    + config: the lab's main config (config.toml)
     + observed: the recorded handlers, for a host without a lab containerd
     + daemon: the lab's containerd (``LabDaemon``), or None
 
     .. code:: python
 
         containerd(merge=".../out/merge.txt", restart=".../out/restart.txt",
-                   main_config=".../etc/containerd/config.toml", observed=("runc",), daemon=daemon)
+                   config=".../etc/containerd/config.toml", observed=("runc",), daemon=daemon)
     """
     try:
-        views = containerd_views(main_config, observed, daemon)
+        views = containerd_views(config, observed, daemon)
     except Unobservable as e:
         yield _unreadable(merge, str(e))
         return

@@ -1,7 +1,7 @@
 """The incident's eight steps, each a named deploy (see deploy.py for the runbook order), with
 the replay's reset before them and the kubelet node's reboot after.
 
-    main_config(lab, at); nvidia_dropin(lab, at); ...; toolkit_rollout(lab, at)
+    containerd_config(lab, at); nvidia_dropin(lab, at); ...; toolkit_rollout(lab, at)
 """
 
 import os
@@ -54,8 +54,8 @@ def reset_lab(lab, at: Layout):
 
 
 @deploy("Step 1: containerd main config")
-def main_config(lab, at: Layout):
-    text(name="config.toml", path=at.main_config, content=tomli_w.dumps(target.main_config(lab, at)))
+def containerd_config(lab, at: Layout):
+    text(name="config.toml", path=at.config_toml, content=tomli_w.dumps(target.lab_config(lab, at)))
 
 
 @deploy("Step 2: the toolkit's nvidia drop-in, and nobody restarts containerd")
@@ -66,7 +66,7 @@ def nvidia_dropin(lab, at: Layout):
             name="The lab containerd runs, started before the drop-in existed",
             daemon=daemon, dropin_glob=at.dropin_glob, aside=at.dropins_aside,
             timeout_s=lab.wait_timeout_s)
-    systemd = containerd.systemd_cgroup(target.main_config(lab, at))  # the toolkit follows runc's driver
+    systemd = containerd.systemd_cgroup(target.lab_config(lab, at))  # the toolkit follows runc's driver
     text(name="conf.d/99-nvidia.toml", path=at.nvidia_dropin,
          content=tomli_w.dumps(containerd.nvidia_dropin(systemd=systemd)))
 
@@ -74,7 +74,7 @@ def nvidia_dropin(lab, at: Layout):
 @deploy("Step 3: what merges, what is loaded, and what a restart would load")
 def merge_report(lab, at: Layout):
     reports.containerd(name="merge.txt and restart.txt", merge=at.report("merge.txt"),
-                       restart=at.report("restart.txt"), main_config=at.main_config,
+                       restart=at.report("restart.txt"), config=at.config_toml,
                        observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at))
 
 

@@ -14,7 +14,7 @@ from .target import lab_daemon
 
 @deploy("Audit: written against loaded against scheduled")
 def audit_lab(lab, at: Layout):
-    audits.findings(name="Findings", path=at.report("audit.json"), main_config=at.main_config,
+    audits.findings(name="Findings", path=at.report("audit.json"), config=at.config_toml,
                     observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at),
                     context=lab.kube_context, kubelet_node=lab.kubelet_node,
                     time_slicing={"node": lab.timeslice_node, "physical_gpus": lab.physical_gpus,

@@ -29,8 +29,8 @@ def preflight(lab):
 @deploy("Repair 1: a drop-in containerd keeps whole, loaded by one restart")
 def runtime(lab, at: Layout):
     daemon = lab_daemon(lab, at)
-    main = target.main_config(lab, at)
-    text(name="config.toml", path=at.main_config, content=tomli_w.dumps(main))
+    main = target.lab_config(lab, at)
+    text(name="config.toml", path=at.config_toml, content=tomli_w.dumps(main))
     lab_containerd.surviving_dropin(name="conf.d/99-nvidia.toml, as this containerd's merge keeps it",
                                     path=at.nvidia_dropin, daemon=daemon, main_doc=main,
                                     runtimes=NODE_RUNTIMES, nvidia_ctk=lab.nvidia_ctk_binary,

@@ -24,20 +24,20 @@ def lab_daemon(lab, at: Layout):
     """
     if not lab.containerd_binary:
         return None
-    return LabDaemon(binary=lab.containerd_binary, crictl=lab.crictl_binary, config=at.main_config,
+    return LabDaemon(binary=lab.containerd_binary, crictl=lab.crictl_binary, config=at.config_toml,
                      socket=at.containerd_socket, state=at.containerd_state,
                      root=at.containerd_root, pidfile=at.containerd_pid, log=at.containerd_log,
                      namespace=at.kubelet_node_namespace if lab.kubelet_node else "")
 
 
-def main_config(lab, at: Layout) -> dict:
+def lab_config(lab, at: Layout) -> dict:
     """The lab node's main config.toml: the seed's, and on the kubelet node (``kubelet_node``) with what
     its kubelet's Pods need on this kind of machine (``gpuop.containerd.kubelet_node_cri``).
 
-        main_config(lab, Layout("/root/gpuop"))["imports"] -> ["/root/gpuop/etc/containerd/conf.d/*.toml"]
+        lab_config(lab, Layout("/root/gpuop"))["imports"] -> ["/root/gpuop/etc/containerd/conf.d/*.toml"]
     """
     node_cri = containerd.kubelet_node_cri(*at.kubelet_node_cni) if lab.kubelet_node else None
-    return containerd.main_config(at.dropin_glob, node_cri=node_cri)
+    return containerd.seed_config(at.dropin_glob, node_cri=node_cri)
 
 
 def checked(host):
@@ -48,7 +48,7 @@ def checked(host):
 
     .. code:: python
 
-        lab, at = checked(host)   # lab.replicas -> 5, at.main_config -> "/root/gpuop/etc/..."
+        lab, at = checked(host)   # lab.replicas -> 5, at.config_toml -> "/root/gpuop/etc/..."
     """
     try:
         lab = parse_knobs(host.data)

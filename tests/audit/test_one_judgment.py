@@ -14,7 +14,7 @@ import posixpath
 import pytest
 import tomli_w
 
-from gpuop.containerd import main_config, nvidia_dropin
+from gpuop.containerd import seed_config, nvidia_dropin
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
 from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.simnodes import Node
@@ -67,7 +67,7 @@ def plant_on_lab(root, state: str):
                         f"--drop-in-config={dropin} >/dev/null 2>&1")
         assert out == 0 and dropin.exists()
     elif state.startswith("missed-import"):
-        config.write_text(tomli_w.dumps(main_config(str(root / "etc/containerd" / MISSED_IMPORTS))))
+        config.write_text(tomli_w.dumps(seed_config(str(root / "etc/containerd" / MISSED_IMPORTS))))
 
 
 def runtime_findings(gaps: list, config: str) -> list:

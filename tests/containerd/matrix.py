@@ -118,7 +118,7 @@ def cell(version: str, dropin: str, binary: str, crictl: str, nvidia_ctk: str, b
     os.makedirs(f"{conf}/conf.d", exist_ok=True)
     main = f"{conf}/config.toml"
     with open(main, "w") as f:
-        f.write(tomli_w.dumps(containerd.main_config(f"{conf}/conf.d/*.toml")))
+        f.write(tomli_w.dumps(containerd.seed_config(f"{conf}/conf.d/*.toml")))
     if DROPINS[dropin] is None:
         nvidia_ctk_dropin(nvidia_ctk, main, f"{conf}/conf.d/99-nvidia.toml")
     else:

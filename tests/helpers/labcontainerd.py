@@ -95,7 +95,7 @@ def restart(root, containerd_binary):
 
 def write_dropin_keeping_runc(root):
     """Replace the drop-in with one in the toolkit 1.18 style: the whole CRI section, runc kept."""
-    main = containerd.main_config(f"{root}/etc/containerd/conf.d/*.toml")
+    main = containerd.seed_config(f"{root}/etc/containerd/conf.d/*.toml")
     text = tomli_w.dumps(containerd.dropin_keeping_cri(main, containerd.nvidia_dropin()))
     (root / "etc/containerd/conf.d/99-nvidia.toml").write_text(text)
 

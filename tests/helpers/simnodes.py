@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import tomli_w
 
-from gpuop.containerd import main_config
+from gpuop.containerd import seed_config
 from lab import labproc
 from tests.helpers import ROOT as HERE  # the project
 from tests.helpers.fleetobjects import delete_cluster_objects
@@ -72,7 +72,7 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     node_cri, store, imports = pod_ready(node) if node.registered else (None, [], [])
     after = node.after + imports + (kubelet(node.dir, node.kubelet, node.kubelet_layout, node.name if node.registered else "")
                                     if node.kubelet else [])
-    files = {CONFIG: tomli_w.dumps(main_config(node.imports, node_cri=node_cri)), **node.files}
+    files = {CONFIG: tomli_w.dumps(seed_config(node.imports, node_cri=node_cri)), **node.files}
     for path, text in files.items():
         with open(os.path.join(node.dir, "etc", os.path.relpath(path, "/etc/containerd")), "w") as f:
             f.write(text)

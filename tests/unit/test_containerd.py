@@ -16,12 +16,12 @@ def roundtrip(doc):
     return tomllib.loads(tomli_w.dumps(doc))
 
 
-MAIN = roundtrip(containerd.main_config("/root/gpuop/etc/containerd/conf.d/*.toml"))
+MAIN = roundtrip(containerd.seed_config("/root/gpuop/etc/containerd/conf.d/*.toml"))
 DROPIN = roundtrip(containerd.nvidia_dropin())
 
 
 def test_written_main_config_has_the_quoted_plugin_hierarchy():
-    text = tomli_w.dumps(containerd.main_config("/r/conf.d/*.toml"))
+    text = tomli_w.dumps(containerd.seed_config("/r/conf.d/*.toml"))
     assert '[plugins."io.containerd.grpc.v1.cri".containerd]' in text
     cri = MAIN["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
     assert MAIN["version"] == 2
@@ -226,7 +226,7 @@ def test_repaired_dropin_follows_the_version_s_merge():
 
 def test_a_kubelet_node_s_main_config_and_the_toolkit_follow_its_cgroup_driver():
     node_cri = containerd.kubelet_node_cri("/r/var/node/cni/bin", "/r/var/node/cni/net.d")
-    real = roundtrip(containerd.main_config("/r/conf.d/*.toml", node_cri=node_cri))
+    real = roundtrip(containerd.seed_config("/r/conf.d/*.toml", node_cri=node_cri))
     cri = real["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["restrict_oom_score_adj"] is True  # this machine refuses a lower oom_score_adj
     assert cri["cni"] == {"bin_dir": "/r/var/node/cni/bin", "conf_dir": "/r/var/node/cni/net.d"}

@@ -8,7 +8,7 @@ import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
 from facts.node import NodeRuntime
-from gpuop.containerd import main_config, nvidia_dropin
+from gpuop.containerd import seed_config, nvidia_dropin
 from gpuop.fleet import fleet_gaps, fleet_table
 from gpuop.rules import findings, node_entry, sandbox_error
 from gpuop.view import api_view, node_view, written_view
@@ -16,7 +16,7 @@ from gpuop.textfile import textfile
 
 CONFIG = "/etc/containerd/config.toml"
 SOCKET = "/run/containerd/containerd.sock"
-MAIN = tomli_w.dumps(main_config("/etc/containerd/conf.d/*.toml"))
+MAIN = tomli_w.dumps(seed_config("/etc/containerd/conf.d/*.toml"))
 DROPIN = tomli_w.dumps(nvidia_dropin())
 
 
@@ -81,7 +81,7 @@ def test_written_view_follows_imports_and_names_unreached_dropins():
         "runtimes": ["runc", "nvidia"], "dropins": ["/etc/containerd/conf.d/99-nvidia.toml"], "unreached": [],
         "errors": [], "imports": ["/etc/containerd/conf.d/*.toml"],
         "versions": {CONFIG: 2, "/etc/containerd/conf.d/99-nvidia.toml": 1}}
-    missed = tomli_w.dumps(main_config("/etc/containerd/config.d/*.toml"))
+    missed = tomli_w.dumps(seed_config("/etc/containerd/config.d/*.toml"))
     backup = {"/etc/containerd/conf.d/99-nvidia.toml.gpuop-bak.20261203T093812": {"mode": "644", "text": DROPIN}}
     assert written_view(CONFIG, {**files, **backup})["unreached"] == []  # a backup is no drop-in
     view = written_view(CONFIG, {**files, **backup, CONFIG: {"mode": "644", "text": missed}})
