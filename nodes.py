@@ -18,6 +18,11 @@ sentence, never a traceback.
 import os
 import sys
 
-from runbook.fleet_inventory import fleet_hosts
+from pyinfra.api.exceptions import InventoryError
 
-gpu_nodes = fleet_hosts(sys.argv, os.environ)
+from runbook.fleet_inventory import NodesUnusable, fleet_hosts
+
+try:
+    gpu_nodes = fleet_hosts(sys.argv, os.environ)
+except NodesUnusable as e:
+    raise InventoryError(str(e)) from None  # pyinfra says it in one line, naming this file

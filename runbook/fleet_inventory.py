@@ -8,8 +8,6 @@ import logging
 import os
 import runpy
 
-from pyinfra.api.exceptions import InventoryError
-
 from gpuop.hosts import HostsFileError, read_text
 from gpuop.knobs import NODE_PARSERS, KnobError
 from gpuop.nodes_file import cli_data, cluster_hosts, inventory_names, load_nodes
@@ -31,11 +29,15 @@ def _cluster(nodes, argv) -> dict:
     return {k: NODE_PARSERS[k](k, asked.get(k)) for k in CLUSTER_KEYS}
 
 
+class NodesUnusable(ValueError):
+    """The nodes file or the cluster cannot give the fleet's hosts: one sentence, saying why."""
+
+
 def fleet_hosts(argv: list, environ) -> list:
     """The inventory's hosts, ``[(name, data), ...]``: every node to audit (``gpuop_target``
     "node"), and the fleet's reporter on this machine (``gpuop_target`` "fleet": it reports the
     fleet whether or not any node answers, with the file's settings for all). A file or a
-    cluster that cannot be used is one sentence (``InventoryError``), never a traceback.
+    cluster that cannot be used is one sentence (``NodesUnusable``), never a traceback.
 
         fleet_hosts(["pyinfra", "nodes.py", "audit.py"], {"GPUOP_NODES": "nodes.yaml"})
         -> [("gpu-a", {..., "gpuop_target": "node"}), ("@local", {"gpuop_target": "fleet"})]
@@ -56,8 +58,8 @@ def fleet_hosts(argv: list, environ) -> list:
             try:
                 objects, where = read_for_inventory(*(cluster[k] for k in CLUSTER_KEYS), nodes.node_selector)
             except ClusterUnreadable as e:
-                raise InventoryError(f"{e}; with no hosts in a nodes file, the GPU nodes are listed from the cluster "
-                                     "(or list them: see nodes.example.yaml, GPUOP_NODES)") from None
+                raise NodesUnusable(f"{e}; with no hosts in a nodes file, the GPU nodes are listed from the cluster "
+                                    "(or list them: see nodes.example.yaml, GPUOP_NODES)") from None
             hosts = cluster_hosts(objects, nodes, NODE_PARSERS, where)
         # paramiko's transport thread logs its own traceback for what pyinfra then says in one line
         logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
@@ -65,4 +67,4 @@ def fleet_hosts(argv: list, environ) -> list:
                  for name, data in inventory_names(hosts, source)]
         return found + [("@local", {**nodes.settings(NODE_PARSERS), "gpuop_target": "fleet"})]
     except (HostsFileError, KnobError) as e:
-        raise InventoryError(f"{source}: {e}" if isinstance(e, KnobError) else str(e)) from None
+        raise NodesUnusable(f"{source}: {e}" if isinstance(e, KnobError) else str(e)) from None

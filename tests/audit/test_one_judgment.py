@@ -34,7 +34,7 @@ STATES = {
     "incident-1-6": ("1.6.20", [("restart-takes-cri-down", "containerd"), ("handler-not-loaded", "nvidia")],
                      'default_runtime_name "runc" has no runtime'),
     "v4-dropin-2-2": ("2.2.9", [("restart-refuses-start", "containerd"), ("handler-not-loaded", "nvidia")],
-                      "expected containerd config version equal to or less than 3, got 4"),
+                      "expected containerd config version equal to or less than `3`, got `4`"),
     "v4-dropin-2-3": ("2.3.3", [("restart-refuses-start", "containerd"), ("handler-not-loaded", "nvidia")],
                       "drop-in config version 4 higher than root config version 2"),
     "ctk-unrestarted-1-7": ("1.7.35", [("handler-not-loaded", "nvidia")], None),

@@ -55,7 +55,8 @@ def audited(tmp_path_factory):
                 eventually(f"Pod train-{n.name} bound by the scheduler",
                            lambda n=n: get(f"pod/train-{n.name}", fleetobjects.NAMESPACE)["spec"].get("nodeName") == n.name,
                            timeout=60)
-            claims = {n.name: get(f"resourceclaim/train-{n.name}", fleetobjects.NAMESPACE) for n in NODES}
+            claims = {n.name: json.loads(kubectl("get", "resourceclaim", f"train-{n.name}", "-n", fleetobjects.NAMESPACE,
+                                                 "-o", "json")) for n in NODES}
             path = nodesfiles.nodes_file(list(NODES), key, os.path.join(root, "nodes.yaml"), {})
             report = os.path.join(root, "fleet.json")
             run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
