@@ -125,7 +125,11 @@ class KubeNodeConnector(BaseConnector):
             created = self._ask(self.core.create_namespaced_pod, self.namespace, manifest,
                                 _request_timeout=self._timeout(deadline_s))
             name = created.metadata.name
-            pod = self._wait(created, started, deadline_s)
+            pod, pull_failed = self._wait(created, started, deadline_s)
+            if pull_failed:
+                return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} given up: its image "
+                                    f"{self.knobs.node_pod_image} cannot be pulled there ({nodepod.PULL_TRIES} tries; "
+                                    f"node_pod_image names another): {self._state(name, pod)}")
             if not nodepod.finished(pod):
                 return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} did not "
                                     f"complete within {deadline_s}s: {self._state(name, pod)}")
@@ -157,15 +161,17 @@ class KubeNodeConnector(BaseConnector):
         ok = status in (control.get("_success_exit_codes") or (0,))
         return ok, CommandOutput(lines)
 
-    def _wait(self, created, started: float, deadline_s: int) -> dict:
-        """The read Pod once it has ended, else as last seen at its deadline: watched (one
-        request per ``PROGRESS_S`` window, each window's end saying where it is), from the
+    def _wait(self, created, started: float, deadline_s: int) -> tuple:
+        """The read Pod once it has ended, else as last seen at its deadline or once its image
+        failed to pull for good (``nodepod.pull_given_up``), and whether that is why: watched
+        (one request per ``PROGRESS_S`` window, each window's end saying where it is), from the
         version its creation returned, so that no change is missed."""
         from kubernetes import watch
 
         pod = self.api.sanitize_for_serialization(created)
         name = pod["metadata"]["name"]
-        while not nodepod.finished(pod):
+        reasons = []  # the container's waiting reasons, as they came
+        while not nodepod.finished(pod) and not nodepod.pull_given_up(reasons):
             left = deadline_s - (time.monotonic() - started)
             if left <= 0:
                 break
@@ -182,14 +188,17 @@ class KubeNodeConnector(BaseConnector):
                                              _request_timeout=self._timeout(left + 5)):
                     if event["type"] in ("ADDED", "MODIFIED"):
                         pod = self.api.sanitize_for_serialization(event["object"])
-                        if nodepod.finished(pod):
+                        reason = nodepod.waiting_reason(pod)
+                        if reason and (not reasons or reasons[-1] != reason):
+                            reasons.append(reason)
+                        if nodepod.finished(pod) or nodepod.pull_given_up(reasons):
                             watching.stop()
             except Exception as e:  # a watch the API server ends early (410 Gone): look once
                 if getattr(e, "status", None) != 410:
                     raise
                 pod = self.api.sanitize_for_serialization(self._ask(
                     self.core.read_namespaced_pod, name, self.namespace, _request_timeout=self._timeout(left)))
-        return pod
+        return pod, nodepod.pull_given_up(reasons) and not nodepod.finished(pod)
 
     def _state(self, name: str, pod: dict) -> str:
         """The read Pod's state, with its newest event."""

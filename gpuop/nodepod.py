@@ -88,6 +88,38 @@ def ran(pod: dict) -> bool:
     return any((cs.get("state") or {}).get("terminated") for cs in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
+# A pull that fails for good at once (no retry can help), and one the kubelet retries after a back-off.
+_PULL_REFUSED = ("InvalidImageName", "ErrImageNeverPull")
+_PULL_FAILED = "ErrImagePull"
+PULL_TRIES = 2  # a read Pod whose image failed to pull this many times is given up on
+
+
+def waiting_reason(pod: dict) -> str:
+    """The read container's waiting reason, or empty.
+
+        waiting_reason({"status": {"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]}})
+        -> "ErrImagePull"
+    """
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        if reason:
+            return reason
+    return ""
+
+
+def pull_given_up(reasons: list) -> bool:
+    """Whether the read Pod's image is not to be waited for any more, from its container's waiting
+    reasons in the order seen: refused outright, or failed ``PULL_TRIES`` times (each failure is
+    an ErrImagePull after something else, the kubelet's ImagePullBackOff between them).
+
+        pull_given_up(["ContainerCreating", "ErrImagePull", "ImagePullBackOff", "ErrImagePull"]) -> True
+    """
+    if any(r in _PULL_REFUSED for r in reasons):
+        return True
+    failures = sum(1 for i, r in enumerate(reasons) if r == _PULL_FAILED and (i == 0 or reasons[i - 1] != r))
+    return failures >= PULL_TRIES
+
+
 def pod_state(pod: dict, events: list) -> str:
     """Where a read Pod is, in words, for a read that did not complete: its phase, its
     container's waiting or end reason, and the newest of its events.

@@ -80,3 +80,12 @@ def test_leftovers_are_ended_pods_and_those_past_their_deadline_not_a_live_read(
     pods = [pod("done", "Succeeded", 5), pod("failed", "Failed", 5), pod("live", "Running", 20),
             pod("stuck", "Pending", 400)]
     assert nodepod.leftovers(pods, time.time()) == ["done", "failed", "stuck"]
+
+
+def test_a_read_pod_whose_image_cannot_be_pulled_is_given_up_after_two_tries():
+    assert not nodepod.pull_given_up([])
+    assert not nodepod.pull_given_up(["ContainerCreating", "ErrImagePull", "ImagePullBackOff"])
+    assert nodepod.pull_given_up(["ContainerCreating", "ErrImagePull", "ImagePullBackOff", "ErrImagePull"])
+    assert nodepod.pull_given_up(["InvalidImageName"])  # no retry can help
+    pulling = {"status": {"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull", "message": "x"}}}]}}
+    assert nodepod.waiting_reason(pulling) == "ErrImagePull" and nodepod.waiting_reason({"status": {}}) == ""
