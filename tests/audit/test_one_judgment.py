@@ -10,6 +10,7 @@ in a subject is compared from the config's own folder (the lab's is under its ro
 import json
 import os
 import posixpath
+import tomllib
 
 import pytest
 import tomli_w
@@ -117,3 +118,22 @@ def test_a_lab_host_and_a_node_in_one_state_get_one_judgment(state, lab_root, no
         for gaps in (lab["gaps"], node["gaps"]):
             restart = next(g for g in gaps if g["kind"].startswith("restart-"))
             assert words in restart["detail"], restart
+
+
+@pytest.mark.parametrize("version", ["2.2.9", "2.3.3"])
+def test_fix_replaces_a_drop_in_the_binary_refuses_and_never_restarts_into_the_refusal(version, lab_root):
+    """A version-4 drop-in that containerd 2.2 and 2.3 refuse at their next start: fix.py writes
+    one the running binary takes, and restarts only once the binary's own merge says it starts."""
+    data = (f"containerd_binary={binary(version)}", f"nvidia_ctk_binary={nvidia_ctk()}")
+    assert deploy(lab_root, *data).code == 0
+    plant_on_lab(lab_root, "v4-dropin")
+    log = lab_root / "var/log/containerd.log"
+    before = log.read_text()
+    fixed = deploy(lab_root, *data, script="fix.py")
+    assert fixed.code == 0, fixed.log[-3000:]
+    dropin = tomllib.loads((lab_root / "etc/containerd/conf.d/99-nvidia.toml").read_text())
+    assert dropin.get("version", 1) <= 2  # no higher than the root config's
+    audit = json.loads((lab_root / "out/audit.json").read_text())
+    assert (audit["gaps"], audit["cri_after_restart"], sorted(audit["loaded"])) == ([], "ok", ["nvidia", "runc"])
+    said = log.read_text()[len(before):]
+    assert "higher than root config version" not in said and "equal to or less than" not in said, said[-2000:]
