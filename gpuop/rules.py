@@ -14,7 +14,7 @@ from .containerd import release
 from .gaps import gap
 from .objects import of_kind, ref
 from .regen import template_to_edit
-from .view import KNOWN, RUNTIME, api_handlers
+from .view import JUDGED, KNOWN, RUNTIME, api_handlers
 
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
 DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: the devices it allocates are GPUs
@@ -145,7 +145,7 @@ def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> 
     the version's words and, where Events were read, against the kubelet's own), or will not be
     after a restart."""
     gaps, version, loaded_from = [], view["version"], view["loaded_from"]
-    knows = loaded_from in ("cri", "cri-down", "api", "recorded")
+    knows = loaded_from in JUDGED
     handlers = {rc["metadata"]["name"]: rc.get("handler") for rc in of_kind(objects, "RuntimeClass")}
     restart_ok = view["cri_after_restart"] == "ok"
     for pod in of_kind(objects, "Pod"):
@@ -292,7 +292,7 @@ def node_bound_findings(name: str, node: dict, view: dict, objects: list, gpu_ha
     if view["loaded_from"] == "cri":
         gaps += _gpu_pods_without_a_class(name, view, objects, gpu_handler)
     gaps += _dra_findings(name, view, objects, gpu_driver)
-    knows = view["loaded_from"] in ("cri", "cri-down", "api", "recorded")
+    knows = view["loaded_from"] in JUDGED
     if knows and not gpu_paths(view, gpu_handler):
         gpus = node_gpus(node, objects, gpu_driver)
         if gpus:

@@ -31,8 +31,10 @@ LOADED_FROM = {
     "api": "the node's kubelet report (Node.status.runtimeHandlers); the node was not read",
     "none": "no containerd runs",
 }
-# A finding about loaded holds only where loaded was seen.
+# A finding about loaded holds only where loaded was seen; one about the Pods of a node also
+# where CRI was seen down, or the kubelet reported it.
 KNOWN = ("cri", "recorded")
+JUDGED = ("cri", "cri-down", "api", "recorded")
 
 
 def written_view(config: str, files: dict) -> dict:
