@@ -44,7 +44,7 @@ LAYOUTS = (
     ("RKE2", lambda name: simnodes.Node(name, "1.7.35", after=layouts.rke2_containerd("2.4.2"),
                                      kubelet=f"unix://{layouts.K3S_SOCKET}", kubelet_layout="rke2")),
 )
-LISTED = ("nodes", "pods", "runtimeclasses", "daemonsets")
+LISTED = ("nodes", "pods", "runtimeclasses", "daemonsets", "resourceclaims", "resourceslices")
 _LIST = re.compile(r'^apiserver_request_total\{(.*)\} (\S+)$')
 
 
