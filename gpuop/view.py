@@ -8,10 +8,16 @@ the API alone. Every audit judges this one shape (``gpuop.rules.findings``).
      "kubelet_endpoint": "/run/containerd/containerd.sock" or None,
      "written": ["runc", "nvidia"], "dropins": [...], "unreached": [...], "config_errors": [...],
      "imports": [...], "versions": {path: its top-level version}, "regenerated": gpuop.regen's answer or None,
-     "loaded": ["runc"], "loaded_from": LOADED_FROM, "cri_error": "", "default_runtime": "runc",
+     "loaded": ["runc"], "loaded_from": "cri", "cri_error": "", "default_runtime": "runc",
      "cdi": {"enabled", "spec_dirs", "gpu_specs"} or None,
      "after_restart": ["runc", "nvidia"], "cri_after_restart": "ok" | "fails" | "refuses-start" | "unknown",
      "restart_reason": "...", "restart_from": "containerd 1.6.20's own merge of the files"}
+
+Where "loaded" comes from, one vocabulary for every target: ``cri`` (the daemon answered through
+CRI), ``cri-down`` (it runs, its CRI does not answer), ``no-crictl`` (no crictl on the node to
+ask), ``recorded`` (the incident day's observation: a lab host without a lab containerd), ``api``
+(the node's kubelet report, Node.status.runtimeHandlers: the node was not read), ``none`` (no
+containerd runs).
 """
 
 import fnmatch
@@ -22,15 +28,6 @@ from .regen import regenerated
 
 RUNTIME = "containerd"  # the subject of a finding about the daemon itself
 
-# Where "loaded" comes from, one vocabulary for every target.
-LOADED_FROM = {
-    "cri": "the daemon answered through CRI",
-    "cri-down": "the daemon runs, its CRI does not answer",
-    "no-crictl": "no crictl on the node to ask",
-    "recorded": "the incident day's observation (a lab host without a lab containerd)",
-    "api": "the node's kubelet report (Node.status.runtimeHandlers); the node was not read",
-    "none": "no containerd runs",
-}
 # A finding about loaded holds only where loaded was seen; one about the Pods of a node also
 # where CRI was seen down, or the kubelet reported it.
 KNOWN = ("cri", "recorded")
