@@ -8,25 +8,19 @@ the fleet audit's, naming the views it joins; everything else the audit reads
 from .cluster import allocatable_count, gpus_asked, rollout_complete, rollout_settled, rollout_status
 from .gaps import gap
 from .objects import of_kind, ref
-from .rules import active, findings, kubelet_agrees, node_entry, sandbox_error
+from .rules import active, classed_pods, findings, kubelet_agrees, node_entry, sandbox_error
 from .scheduling import pod_scheduled, reasons, unschedulable
 from .slots import replicas_of
 from .view import api_handlers
 
 
-def _sandboxes(view: dict, objects: list, kubelet_node: str) -> list:
+def _sandboxes(view: dict, objects: list, events: list, kubelet_node: str) -> list:
     """For each Pod bound to the kubelet node whose RuntimeClass's handler is not loaded: the sandbox
     failure containerd's version gives, held against the kubelet's live event for that Pod."""
-    handlers = {rc["metadata"]["name"]: rc["handler"] for rc in of_kind(objects, "RuntimeClass")}
-    found = []
-    for pod in of_kind(objects, "Pod"):
-        handler = handlers.get(pod["spec"].get("runtimeClassName"))
-        if pod["spec"].get("nodeName") != kubelet_node or handler is None or handler in view["loaded"]:
-            continue
-        said = kubelet_agrees(pod, of_kind(objects, "Event"), view["version"], handler)
-        found.append({"pod": ref(pod), "node": kubelet_node, "handler": handler,
-                      "forecast": sandbox_error(view["version"], handler), **said})
-    return found
+    return [{"pod": ref(pod), "node": kubelet_node, "handler": handler,
+             "forecast": sandbox_error(view["version"], handler),
+             **kubelet_agrees(pod, events, view["version"], handler)}
+            for pod, _, handler in classed_pods(kubelet_node, objects) if handler not in view["loaded"]]
 
 
 def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "") -> dict:
@@ -108,7 +102,7 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
     restart = view["cri_after_restart"]
     return {
         **node_entry(view, gaps, node, objects),
-        **({"sandboxes": _sandboxes(view, objects, kubelet_node)} if kubelet_node else {}),
+        **({"sandboxes": _sandboxes(view, objects, events, kubelet_node)} if kubelet_node else {}),
         "handlers": {"written": view["written"], "loaded": loaded,
                      **({"runtime_handlers": api_handlers(node) if node else None} if kubelet_node else {}),
                      "loaded_source": {"cri": "live"}.get(view["loaded_from"], view["loaded_from"]),

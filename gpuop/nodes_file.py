@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .cluster import gpus_asked
 from .hosts import HostsFileError, host_data, yaml_document
 from .knobs import REACHES
-from .rules import DRIVER, dra_gpus, node_gpus
+from .rules import DRIVER, claims_of, dra_gpus, node_gpus
 
 
 @dataclass
@@ -70,8 +70,9 @@ def gpu_nodes(objects: list, driver: str = DRIVER) -> list:
 
         gpu_nodes(objects) -> [("ip-10-0-0-7", "10.0.0.7")]
     """
+    claims = claims_of(objects)
     bound = {p["spec"].get("nodeName") for p in objects
-             if p["kind"] == "Pod" and (gpus_asked(p) or dra_gpus(p, objects, driver))}
+             if p["kind"] == "Pod" and (gpus_asked(p) or dra_gpus(p, claims, driver))}
     found = []
     for node in (o for o in objects if o["kind"] == "Node"):
         name = node["metadata"]["name"]

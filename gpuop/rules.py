@@ -140,19 +140,27 @@ def api_disagrees(node: dict, view: dict) -> list:
                 f"{','.join(view['loaded']) or 'none'} through CRI")]
 
 
+def classed_pods(name: str, objects: list) -> list:
+    """The active Pods bound to node ``name`` that name a RuntimeClass, each with its class and
+    the handler it asks for (the class's, or its own name where the class is gone).
+
+        classed_pods("gpu-a", objects) -> [(pod, "nvidia", "nvidia")]
+    """
+    handlers = {rc["metadata"]["name"]: rc.get("handler") for rc in of_kind(objects, "RuntimeClass")}
+    return [(pod, pod["spec"]["runtimeClassName"], handlers.get(pod["spec"]["runtimeClassName"],
+                                                                pod["spec"]["runtimeClassName"]))
+            for pod in of_kind(objects, "Pod")
+            if pod["spec"].get("nodeName") == name and active(pod) and pod["spec"].get("runtimeClassName")]
+
+
 def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> list:
     """Pods bound to the node whose RuntimeClass's handler is not loaded (their sandbox fails, in
     the version's words and, where Events were read, against the kubelet's own), or will not be
     after a restart."""
     gaps, version, loaded_from = [], view["version"], view["loaded_from"]
     knows = loaded_from in JUDGED
-    handlers = {rc["metadata"]["name"]: rc.get("handler") for rc in of_kind(objects, "RuntimeClass")}
     restart_ok = view["cri_after_restart"] == "ok"
-    for pod in of_kind(objects, "Pod"):
-        rc = pod["spec"].get("runtimeClassName")
-        if pod["spec"].get("nodeName") != name or not active(pod) or not rc:
-            continue
-        handler = handlers.get(rc, rc)
+    for pod, rc, handler in classed_pods(name, objects):
         if knows and handler not in view["loaded"]:
             if loaded_from == "cri-down":
                 why = "its CRI is down"
@@ -206,16 +214,21 @@ def _gpu_pods_without_a_class(name: str, view: dict, objects: list, gpu_handler:
     return gaps
 
 
-def dra_gpus(pod: dict, objects: list, driver: str = DRIVER) -> list:
-    """The Pod's ResourceClaims allocated devices of ``driver`` (DRA): ``[(claim, [device, ...])]``,
-    each claim ``namespace/name``, named by the Pod's spec or, made from a template, its status.
+def claims_of(objects: list) -> dict:
+    """The cluster's ResourceClaims by ``namespace/name``, for ``dra_gpus`` (built once a read)."""
+    return {ref(c): c for c in of_kind(objects, "ResourceClaim")}
 
-        dra_gpus(pod, objects) -> [("ml/train-gpu", ["gpu-0"])]
+
+def dra_gpus(pod: dict, claims: dict, driver: str = DRIVER) -> list:
+    """The Pod's ResourceClaims allocated devices of ``driver`` (DRA): ``[(claim, [device, ...])]``,
+    each claim ``namespace/name``, named by the Pod's spec or, made from a template, its status;
+    ``claims``: ``claims_of`` the cluster's objects.
+
+        dra_gpus(pod, claims_of(objects)) -> [("ml/train-gpu", ["gpu-0"])]
     """
     ns = pod["metadata"].get("namespace")
     named = [c.get("resourceClaimName") for c in pod["spec"].get("resourceClaims") or []]
     named += [c.get("resourceClaimName") for c in (pod.get("status") or {}).get("resourceClaimStatuses") or []]
-    claims = {ref(c): c for c in of_kind(objects, "ResourceClaim")}
     found = []
     for name in dict.fromkeys(n for n in named if n):
         allocation = ((claims.get(f"{ns}/{name}") or {}).get("status") or {}).get("allocation") or {}
@@ -265,11 +278,11 @@ def _dra_findings(name: str, view: dict, objects: list, driver: str) -> list:
     if view["loaded_from"] != "cri" or cdi is None or cdi["enabled"]:
         return []
     gaps = []
-    refusal = _cdi_refusal(view["version"], "the claim's")
+    refusal, claims = _cdi_refusal(view["version"], "the claim's"), claims_of(objects)
     for pod in of_kind(objects, "Pod"):
         if pod["spec"].get("nodeName") != name or not active(pod):
             continue
-        for claim, devices in dra_gpus(pod, objects, driver):
+        for claim, devices in dra_gpus(pod, claims, driver):
             gaps.append(gap("dra-claim-cdi-off", ref(pod), ["scheduled", "loaded"],
                             f"Pod {ref(pod)}'s claim {claim} was allocated {driver} device(s) "
                             f"{', '.join(devices)} on {name}, which its driver hands containerd {view['version']} "

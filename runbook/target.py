@@ -57,8 +57,8 @@ def checked(host):
     for notice in renamed(host.data):
         logger.warning(f"{host.print_prefix}{notice}")
     at = Layout(lab.gpuop_root)
-    lab_files = (*at.owned_files(MANIFESTS, REPORTS + KUBELET_NODE_REPORTS), at.report("audit.json"), at.dropin_glob,
-                 posixpath.join(posixpath.dirname(at.dropin_glob), "*"),
+    lab_files = (*at.owned_files(MANIFESTS, REPORTS + KUBELET_NODE_REPORTS), at.report("audit.json"),
+                 posixpath.join(posixpath.dirname(at.dropin_glob), "*"),  # the drop-ins and what else conf.d holds
                  posixpath.join(at.dropins_aside, "*"))
     reads.declare(host, files=lab_files, context=lab.kube_context, daemon=lab_daemon(lab, at))
     return lab, at

@@ -22,6 +22,7 @@ from tests.helpers.simnodes import Node
 from tests.helpers.kube import lab_up, reset_lab
 from tests.helpers.labcontainerd import binary, nvidia_ctk
 from tests.helpers.playbook import deploy
+from tests.helpers.proc import run
 
 pytestmark = [pytest.mark.beside, pytest.mark.every_containerd]  # see pytest.ini
 
@@ -64,9 +65,9 @@ def plant_on_lab(root, state: str):
         dropin.write_text(V4_DROPIN)
     elif state.startswith("ctk-unrestarted"):
         dropin.unlink()
-        out = os.system(f"{nvidia_ctk()} runtime configure --runtime=containerd --config={config} "
-                        f"--drop-in-config={dropin} >/dev/null 2>&1")
-        assert out == 0 and dropin.exists()
+        run([nvidia_ctk(), "runtime", "configure", "--runtime=containerd", f"--config={config}",
+             f"--drop-in-config={dropin}"], timeout_s=60, check=True)
+        assert dropin.exists()
     elif state.startswith("missed-import"):
         config.write_text(tomli_w.dumps(seed_config(str(root / "etc/containerd" / MISSED_IMPORTS))))
 
