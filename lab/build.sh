@@ -10,7 +10,8 @@
 #   lab/build.sh shim V     its runc shim, beside it (the kubelet node runs Pods: lab/kubeletnode.sh) -> the same bin
 #   lab/build.sh multicall V  a k3s-like multicall of that containerd (lab/multicall), as k3s with a
 #                           containerd symlink to it -> ~/.cache/gpuop-lab/multicall-V/bin
-#   lab/build.sh nvidia-ctk -> ~/.cache/gpuop-lab/nvidia-ctk-1.19.1/bin (nvidia-ctk, nvidia-ctk-installer)
+#   lab/build.sh nvidia-ctk [V] (V one of NVIDIA_CTK_VERSIONS, NVIDIA_CTK_VERSION by default)
+#                           -> ~/.cache/gpuop-lab/nvidia-ctk-V/bin (nvidia-ctk, nvidia-ctk-installer)
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the kubelet node's stand-in images' program)
 #   lab/build.sh all        everything `make test` needs (prints nothing)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
@@ -22,12 +23,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|kubelet|crictl|containerd VERSION|shim VERSION|multicall VERSION|containerds|nvidia-ctk|standin|all]; VERSION one of: $CONTAINERD_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|containerd VERSION|shim VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
 crictl) cache=$cache_root/cri-tools-$CRICTL_VERSION ;;
-nvidia-ctk) cache=$cache_root/nvidia-ctk-$NVIDIA_CTK_VERSION ;;
+nvidia-ctk)
+  ctk_version=${2:-$NVIDIA_CTK_VERSION}
+  [[ " $NVIDIA_CTK_VERSIONS " == *" $ctk_version "* ]] || { echo "$usage" >&2; exit 2; }
+  cache=$cache_root/nvidia-ctk-$ctk_version
+  ;;
 standin) cache=$cache_root/standin-$(sha256sum "$here/standin/standin.c" | cut -c1-12) ;;
 containerd | shim | multicall)
   containerd_version=${2:-}
@@ -46,9 +51,11 @@ all)
   # kubelet right after the other Kubernetes binaries: it reuses their compiled packages from Go's
   # build cache. Two lanes side by side were measured no faster here: the builds are CPU-bound.
   newest=${CONTAINERD_VERSIONS##* }
-  for c in cluster kubelet crictl nvidia-ctk containerds "shim $newest" "multicall $newest" standin; do
-    # shellcheck disable=SC2086 # "shim VERSION" is two words
-    "$0" $c >/dev/null
+  ctks=""
+  for v in $NVIDIA_CTK_VERSIONS; do ctks+=" nvidia-ctk:$v"; done
+  # shellcheck disable=SC2086 # word lists
+  for c in cluster kubelet crictl $ctks containerds "shim:$newest" "multicall:$newest" standin; do
+    "$0" ${c/:/ } >/dev/null
   done
   exit 0
   ;;
@@ -133,7 +140,7 @@ build_nvidia_ctk() {  # the CLI, and the GPU Operator's installer of the same re
   # cgo on: NVML's bindings are cgo (dlopen'ed at run time; nothing of it is needed to configure).
   local m=github.com/NVIDIA/nvidia-container-toolkit/cmd
   CGO_ENABLED=1 GOBIN=$bin go install -trimpath -ldflags "-s -w" \
-    "$m/nvidia-ctk@v$NVIDIA_CTK_VERSION" "$m/nvidia-ctk-installer@v$NVIDIA_CTK_VERSION"
+    "$m/nvidia-ctk@v$ctk_version" "$m/nvidia-ctk-installer@v$ctk_version"
 }
 
 build_containerd() {  # CMD: containerd or containerd-shim-runc-v2
@@ -172,7 +179,7 @@ cluster)
   ;;
 kubelet) have_all kubelet || built "kubelet v$K8S_VERSION" build_kubernetes kubelet ;;
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
-nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer || built "nvidia-ctk and nvidia-ctk-installer v$NVIDIA_CTK_VERSION" build_nvidia_ctk ;;
+nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer || built "nvidia-ctk and nvidia-ctk-installer v$ctk_version" build_nvidia_ctk ;;
 standin) have_all standin || built "the stand-in program" build_standin ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd containerd ;;
 shim) have_all containerd-shim-runc-v2 || built "containerd v$containerd_version's runc shim" build_containerd containerd-shim-runc-v2 ;;

@@ -5,7 +5,8 @@ import json
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from gpuop.audit import audit, table
+from gpuop.audit import audit
+from gpuop.tables import host_table
 
 from .files import text
 from .kube import found
@@ -49,7 +50,7 @@ def findings(path: str, config: str, observed, daemon, time_slicing: dict, conte
     yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n",
                            backup=False)
     if host.state.is_executing:
-        for line in table(result):
+        for line in host_table(result):
             logger.info(f"{host.print_prefix}{line}")
     if result["gaps"]:
         yield failure(f"audit: {len(result['gaps'])} gap(s) between written and live; see {path}")

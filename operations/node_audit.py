@@ -16,7 +16,8 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.node import NodeRuntime
-from gpuop.fleet import fleet_gaps, fleet_table
+from gpuop.fleet import fleet_gaps
+from gpuop.tables import fleet_table
 from gpuop.rules import DRIVER, findings, node_entry
 from gpuop.view import api_view, node_view
 from gpuop.kubeapi import ClusterUnreadable, inventory_read, read_cluster

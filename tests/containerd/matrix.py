@@ -3,7 +3,11 @@ restart (the ``ContainerdRestart`` fact, its real command), then the restart its
 CRI. ``python -m tests.containerd.matrix`` prints the table the README quotes.
 
 A cell's outcome is one of ``ok <runtimes>`` (CRI answers and holds those handlers), ``fails``
-(the daemon runs, its CRI does not answer) or ``refuses-start`` (the daemon exits).
+(the daemon runs, its CRI does not answer) or ``refuses-start`` (the daemon exits). The toolkit's
+drop-ins are written by each nvidia-ctk of the lab (``NVIDIA_CTK_VERSIONS``) from each source it
+takes the config from: ``file`` (the CLI's default: the root config, so the root's version) and
+``command`` (the GPU Operator installer's first: ``containerd config dump``, so the version that
+binary writes); a cell says the ``version`` the toolkit wrote.
 """
 
 import json
@@ -12,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 
 import tomli_w
@@ -20,16 +25,25 @@ from facts.containerd import ContainerdRestart
 from gpuop import containerd
 from tests.helpers.proc import run
 
-VERSIONS = ("1.6.20", *open(os.path.join(os.path.dirname(__file__), "../../lab/versions.env")).read()
-            .split('CONTAINERD_VERSIONS="', 1)[1].split('"', 1)[0].split())
+def _listed(name: str) -> list:
+    """A list of lab/versions.env, as lab/build.sh reads it."""
+    text = open(os.path.join(os.path.dirname(__file__), "../../lab/versions.env")).read()
+    return text.split(f'\n{name}="', 1)[1].split('"', 1)[0].split()
+
+
+VERSIONS = ("1.6.20", *_listed("CONTAINERD_VERSIONS"))
+CTK_VERSIONS = tuple(_listed("NVIDIA_CTK_VERSIONS"))
 NVIDIA = {"runtime_type": "io.containerd.runc.v2",
           "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True}}
 
-# The drop-ins of the matrix, by name: (text, or None for the one nvidia-ctk writes).
+# The drop-ins of the matrix, by name: their text, or (nvidia-ctk's version, its config source) for
+# the one that nvidia-ctk writes.
 DROPINS = {
     "seed": tomli_w.dumps(containerd.nvidia_dropin()),
-    "nvidia-ctk": None,
+    **{f"ctk-{v}-{source}": (v, source) for v in CTK_VERSIONS for source in ("file", "command")},
     "version-3": tomli_w.dumps({"version": 3, "plugins": {"io.containerd.cri.v1.runtime": {
+        "containerd": {"runtimes": {"nvidia": NVIDIA}}}}}),
+    "version-4": tomli_w.dumps({"version": 4, "plugins": {"io.containerd.cri.v1.runtime": {
         "containerd": {"runtimes": {"nvidia": NVIDIA}}}}}),
     "default-unconfigured": tomli_w.dumps({"version": 2, "plugins": {"io.containerd.grpc.v1.cri": {
         "containerd": {"default_runtime_name": "crun"}}}}),
@@ -47,6 +61,7 @@ class Cell:
     observed: str  # what the restart did
     said: str  # the daemon's own words when it failed
     read: str  # what the forecast's command printed on the target (the unit tests' data)
+    written: int  # the drop-in's own ``version`` (2 where it says none)
 
     @property
     def agrees(self) -> bool:
@@ -59,10 +74,12 @@ def outcome(forecast: dict) -> str:
     return f"ok {','.join(sorted(forecast['runtimes']))}" if forecast["cri_ok"] else "fails"
 
 
-def nvidia_ctk_dropin(nvidia_ctk: str, main: str, dropin: str):
-    """The drop-in (and main config) the real toolkit CLI writes, as an operator would run it."""
+def nvidia_ctk_dropin(nvidia_ctk: str, source: str, binary: str, main: str, dropin: str):
+    """The drop-in (and main config) the real toolkit CLI writes, as an operator would run it;
+    ``source`` ``command``: from ``binary``'s own ``config dump`` (the one on its PATH)."""
+    env = {**os.environ, "PATH": f"{os.path.dirname(binary)}:{os.environ['PATH']}"}
     run([nvidia_ctk, "runtime", "configure", "--runtime=containerd", f"--config={main}",
-         f"--drop-in-config={dropin}", "--config-source=file"], timeout_s=60, check=True)
+         f"--drop-in-config={dropin}", f"--config-source={source}"], timeout_s=60, check=True, env=env)
 
 
 def forecast_of(binary: str, config: str) -> tuple:
@@ -112,34 +129,49 @@ def last_error(log_path: str) -> str:
     return lines[-1][-300:] if lines else ""
 
 
-def cell(version: str, dropin: str, binary: str, crictl: str, nvidia_ctk: str, base: str) -> Cell:
+def written_version(path: str) -> int:
+    """A drop-in's own ``version`` (2 where it says none, or is not TOML)."""
+    try:
+        with open(path, "rb") as f:
+            return int(tomllib.load(f).get("version", 2))
+    except tomllib.TOMLDecodeError:
+        return 2
+
+
+def cell(version: str, dropin: str, binary: str, crictl: str, nvidia_ctk, base: str) -> Cell:
+    """One cell, on real daemons; ``nvidia_ctk(v)``: the path of nvidia-ctk ``v``."""
     d = os.path.join(base, f"{version}-{dropin}")
     conf = f"{d}/etc/containerd"
     os.makedirs(f"{conf}/conf.d", exist_ok=True)
-    main = f"{conf}/config.toml"
+    main, path = f"{conf}/config.toml", f"{conf}/conf.d/99-nvidia.toml"
     with open(main, "w") as f:
         f.write(tomli_w.dumps(containerd.seed_config(f"{conf}/conf.d/*.toml")))
-    if DROPINS[dropin] is None:
-        nvidia_ctk_dropin(nvidia_ctk, main, f"{conf}/conf.d/99-nvidia.toml")
+    if isinstance(DROPINS[dropin], tuple):
+        ctk, source = DROPINS[dropin]
+        nvidia_ctk_dropin(nvidia_ctk(ctk), source, binary, main, path)
     else:
-        with open(f"{conf}/conf.d/99-nvidia.toml", "w") as f:
+        with open(path, "w") as f:
             f.write(DROPINS[dropin])
     forecast, read = forecast_of(binary, main)
     observed, said = restarted(binary, crictl, d)
     return Cell(version, dropin, outcome(forecast), forecast["reason"], observed, said,
-                read.replace(d, "/root/gpuop"))
+                read.replace(d, "/root/gpuop"), written_version(path))
 
 
 def table(cells) -> list:
-    """The README's table: one row a version, one column a drop-in, the observed outcome (and
-    the forecast where it differs)."""
+    """The docs' table: one row a version, one column a drop-in, the observed outcome (and
+    the forecast where it differs); a toolkit's cell says the version it wrote (``v4``)."""
     names = list(DROPINS)
     rows = ["| containerd | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+
+    def shown(c: Cell) -> str:
+        said = c.observed if c.agrees else f"{c.observed} (forecast: {c.forecast})"
+        return f"v{c.written}: {said}" if isinstance(DROPINS[c.dropin], tuple) else said
+
     for version in VERSIONS:
         got = {c.dropin: c for c in cells if c.version == version}
-        shown = [(got[n].observed if got[n].agrees else f"{got[n].observed} (forecast: {got[n].forecast})")
-                 if n in got else "" for n in names]
-        rows.append(f"| {version} | " + " | ".join(shown) + " |")
+        shown_cells = [shown(got[n]) if n in got else "" for n in names]
+        rows.append(f"| {version} | " + " | ".join(shown_cells) + " |")
     return rows
 
 
@@ -151,9 +183,9 @@ def recorded(version: str, dropin: str) -> str:
 if __name__ == "__main__":  # the table, as the README shows it; --record: the unit tests' data too
     import tempfile
 
-    from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk
+    from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk_of
     base = tempfile.mkdtemp(prefix="gpuop-matrix-")
-    cells = [cell(v, n, binary(v), crictl(), nvidia_ctk(), base) for v in VERSIONS for n in DROPINS]
+    cells = [cell(v, n, binary(v), crictl(), nvidia_ctk_of, base) for v in VERSIONS for n in DROPINS]
     print(f"containerd restart matrix, {time.strftime('%Y-%m-%d')}: observed outcome per cell")
     print("\n".join(table(cells)))
     if "--record" in sys.argv:

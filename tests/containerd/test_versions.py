@@ -8,8 +8,9 @@ import tempfile
 import pytest
 
 from tests.containerd.matrix import DROPINS, VERSIONS, cell
-from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk
+from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk_of
 from tests.helpers.proc import run
+from tests.unit.test_containerd import DROPINS as SEEN_DROPINS, OBSERVED
 
 pytestmark = pytest.mark.daemons  # real containerd daemons of its own, no cluster: see pytest.ini
 
@@ -18,20 +19,22 @@ CELLS = [(v, d) for v in VERSIONS for d in DROPINS]
 
 @pytest.fixture(scope="module")
 def tools():
-    """The lab's crictl and nvidia-ctk, and a short directory for the cells' daemons (a unix
+    """The lab's crictl, and a short directory for the cells' daemons (a unix
     socket path has at most 104 bytes; pytest's temporary paths are longer)."""
     base = tempfile.mkdtemp(prefix="gpuop-m-", dir="/tmp")
-    yield {"crictl": crictl(), "nvidia_ctk": nvidia_ctk(), "base": base}
+    yield {"crictl": crictl(), "base": base}
     shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.parametrize("version,dropin", CELLS, ids=[f"{v}-{d}" for v, d in CELLS])
 def test_the_forecast_equals_what_the_restart_did(tools, version, dropin):
-    got = cell(version, dropin, binary(version), tools["crictl"], tools["nvidia_ctk"], tools["base"])
+    got = cell(version, dropin, binary(version), tools["crictl"], nvidia_ctk_of, tools["base"])
     assert got.forecast == got.observed, (f"{version} {dropin}: forecast {got.forecast} ({got.reason}), "
                                           f"the restart: {got.observed} ({got.said})")
     if not got.observed.startswith("ok "):
         assert f"containerd {'.'.join(version.split('.')[:2])}:" in got.reason  # its version's rule
+    seen = dict(zip(SEEN_DROPINS, OBSERVED[version]))[dropin]  # as recorded for the unit tests
+    assert (got.written, got.observed) == seen if isinstance(seen, tuple) else got.observed == seen
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -26,9 +26,9 @@ def binary(version: str) -> str:
     return os.path.join(out.stdout.strip(), "containerd")
 
 
-def built(component: str, name: str) -> str:
+def built(component: str, name: str, *version: str) -> str:
     """A lab binary as lab/build.sh builds it (cached after the first build)."""
-    out = run([os.path.join(HERE, "lab/build.sh"), component], timeout_s=1800, check=True)
+    out = run([os.path.join(HERE, "lab/build.sh"), component, *version], timeout_s=1800, check=True)
     return os.path.join(out.stdout.strip(), name)
 
 
@@ -39,6 +39,11 @@ def crictl() -> str:
 def nvidia_ctk(name: str = "nvidia-ctk") -> str:
     """The toolkit's CLI, or its installer (``nvidia-ctk-installer``) of the same release."""
     return built("nvidia-ctk", name)
+
+
+def nvidia_ctk_of(version: str) -> str:
+    """The toolkit's CLI of one of the lab's releases (``NVIDIA_CTK_VERSIONS``)."""
+    return built("nvidia-ctk", "nvidia-ctk", version)
 
 
 def lab_daemons(root) -> list:

@@ -3,7 +3,8 @@
 import pytest
 import yaml
 
-from gpuop.audit import audit, table
+from gpuop.audit import audit
+from gpuop.tables import host_table
 from gpuop.gaps import gap
 from gpuop.slots import sharing_config
 from gpuop.view import restart_part, unknown_view
@@ -59,7 +60,7 @@ def test_written_but_not_loaded_and_the_runtimeclass_that_needs_it():
     assert kinds(result) == [("handler-not-loaded", "nvidia"), ("runtimeclass-handler-not-loaded", "nvidia")]
     assert result["runtimeclasses"][0]["pods"] == ["ns/probe"]
     assert "(recorded: the incident day's observation" in result["gaps"][0]["detail"]
-    assert any(line.startswith("after restart") and "unknown" in line for line in table(result))
+    assert any(line.startswith("after restart") and "unknown" in line for line in host_table(result))
 
 
 def test_a_restart_that_takes_cri_down_is_the_first_gap():
@@ -72,7 +73,7 @@ def test_a_restart_that_takes_cri_down_is_the_first_gap():
         'a restart of containerd on this node takes CRI down: default_runtime_name "runc" has no runtime')
     assert "(loaded, live through CRI of containerd 1.6.20)" in result["gaps"][1]["detail"]
     assert result["handlers"]["after_restart"] == ["nvidia"] and result["handlers"]["restart_cri"] == "fails"
-    rows = {line.split("  ")[0].strip(): line for line in table(result)}
+    rows = {line.split("  ")[0].strip(): line for line in host_table(result)}
     assert "runc (live, through CRI of containerd 1.6.20)" in rows["loaded"]
     assert "nvidia; CRI FAILS" in rows["after restart"]
     assert "runc,nvidia (the main config and its drop-ins)" in rows["written"]
@@ -119,9 +120,9 @@ def test_pending_pods_grouped_by_reason_and_a_healthy_lab_has_no_gap():
     # Time-slicing shares memory by design: a warning, never a gap.
     assert [(w["kind"], w["subject"]) for w in result["warnings"]] == [("time-sliced-memory-shared", "n1")]
     assert "a slot is guaranteed 0 GiB" in result["warnings"][0]["detail"]
-    assert any(line.startswith("warning") and "share the GPU's whole 40 GiB" in line for line in table(result))
+    assert any(line.startswith("warning") and "share the GPU's whole 40 GiB" in line for line in host_table(result))
     assert result["pending"]["Insufficient memory"] == ["ns/p1", "ns/p2"]
-    assert table(result)[-1].endswith("no gap: written is loaded is scheduled")
+    assert host_table(result)[-1].endswith("no gap: written is loaded is scheduled")
 
 
 def test_on_a_kubelet_node_the_sandbox_forecast_is_held_against_the_kubelet_s_event():

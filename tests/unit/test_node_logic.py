@@ -9,7 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from facts.node import NodeRuntime
 from gpuop.containerd import seed_config, nvidia_dropin
-from gpuop.fleet import fleet_gaps, fleet_table
+from gpuop.fleet import fleet_gaps
+from gpuop.tables import fleet_table
 from gpuop.rules import findings, node_entry, sandbox_error
 from gpuop.view import api_view, node_view, written_view
 from gpuop.textfile import textfile
