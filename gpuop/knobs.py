@@ -69,6 +69,14 @@ def _abs_path(key, value):
     return posixpath.normpath(value)
 
 
+def _optional_file(key, value):
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or not value.startswith("/") or value.endswith("/") or "\0" in value:
+        raise KnobError(key, value, "an absolute file path on the lab host, or empty for none")
+    return posixpath.normpath(value)
+
+
 def _tag(key, value):
     if not isinstance(value, str) or not _TAG.match(value):
         raise KnobError(key, value, "an image tag such as v1.17.0")
@@ -170,6 +178,7 @@ class Knobs:
     replay: bool
     kubelet_node: str
     reboot: bool
+    textfile: str
 
 
 PARSERS = {
@@ -197,6 +206,7 @@ PARSERS = {
     "replay": _bool,
     "kubelet_node": _optional_name,
     "reboot": _bool,
+    "textfile": _optional_file,
 }
 
 
@@ -269,7 +279,7 @@ def parse_knobs(data) -> Knobs:
     old = {new: data.get(o) for o, new in RENAMED.items() if data.get(o)}
     for field in fields(Knobs):
         raw = data.get(field.name) or old.get(field.name, data.get(field.name))
-        if raw is None and field.name not in ("kube_context", "containerd_binary", "kubelet_node"):
+        if raw is None and field.name not in ("kube_context", "containerd_binary", "kubelet_node", "textfile"):
             raise KnobError(field.name, raw, "a value (set in group_data/all.py or with --data)")
         values[field.name] = PARSERS[field.name](field.name, raw)
     for key in ("gpu_node", "timeslice_node"):

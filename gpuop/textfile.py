@@ -1,4 +1,5 @@
-"""The fleet report in Prometheus' text format, for node_exporter's textfile collector.
+"""The audit in Prometheus' text format, for node_exporter's textfile collector: one writer for
+every target, a fleet's report or a lab host's (``host_report``), the same series.
 
 Prometheus' own client writes the format (escaping, HELP and TYPE lines, an atomic rename), so
 a cron job that runs the audit on a schedule feeds alerts without a parser of ours.
@@ -7,6 +8,12 @@ a cron job that runs the audit on a schedule feeds alerts without a parser of ou
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 
 CRI_STATES = ("ok", "fails", "refuses-start", "unknown")
+
+
+def host_report(node: str, result: dict) -> dict:
+    """A lab host's audit (``gpuop.audit.audit``, whose keys hold its node entry) as a report of
+    one node, the fleet report's shape: ``host_report("lab-node-0", result)["nodes"]``."""
+    return {"nodes": {node: result}, "gaps": []}
 
 
 def registry_of(report: dict) -> CollectorRegistry:

@@ -16,7 +16,7 @@ from .reports import Unobservable, containerd_views
 
 @operation()
 def findings(path: str, config: str, observed, daemon, time_slicing: dict, context: str = "",
-             kubelet_node: str = ""):
+             kubelet_node: str = "", textfile: str = ""):
     """
     Audit a lab host, read-only: handlers written against loaded (live through CRI, or recorded)
     against what a restart of containerd would load, RuntimeClasses whose handler
@@ -32,6 +32,8 @@ def findings(path: str, config: str, observed, daemon, time_slicing: dict, conte
     + time_slicing: {"node", "physical_gpus", "configmap": "namespace/name"}
     + context: kubeconfig context, empty for the current one
     + kubelet_node: the lab node a real kubelet runs (its sandbox failures are held against its events)
+    + textfile: the audit in Prometheus' text format on the target (the fleet's series, its node the
+      kubelet node or else this host); empty: none
 
     .. code:: python
 
@@ -49,6 +51,10 @@ def findings(path: str, config: str, observed, daemon, time_slicing: dict, conte
     result = audit(views.view, objects, time_slicing, kubelet_node)
     yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n",
                            backup=False)
+    if textfile:  # the fleet's writer, so a lab host and a real node feed the same alerts
+        from gpuop.textfile import host_report, textfile as prometheus_text
+        yield from text._inner(path=textfile, content=prometheus_text(host_report(kubelet_node or host.name, result)),
+                               backup=False)
     if host.state.is_executing:
         for line in host_table(result):
             logger.info(f"{host.print_prefix}{line}")

@@ -16,7 +16,7 @@ from .target import lab_daemon
 def audit_lab(lab, at: Layout):
     audits.findings(name="Findings", path=at.report("audit.json"), config=at.config_toml,
                     observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at),
-                    context=lab.kube_context, kubelet_node=lab.kubelet_node,
+                    context=lab.kube_context, kubelet_node=lab.kubelet_node, textfile=lab.textfile,
                     time_slicing={"node": lab.timeslice_node, "physical_gpus": lab.physical_gpus,
                                   "vram_per_gpu_gib": lab.vram_per_gpu_gib,
                                   "configmap": f"{OPERATOR_NAMESPACE}/{TIME_SLICING}"})

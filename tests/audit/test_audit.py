@@ -82,6 +82,33 @@ def test_incident_end_state_names_exactly_its_four_gaps(incident):
     assert (root / "out/audit.json").stat().st_mtime_ns == mtime
 
 
+def test_a_lab_host_s_textfile_holds_the_fleet_s_series_for_its_audit(incident):
+    """``--data textfile=PATH``: the lab host's audit in the fleet audit's series (one writer), on
+    the lab host, written once and left alone by a rerun that finds the same."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    root, prom = incident, incident / "out/gpuop.prom"
+    try:
+        assert audit(root, f"textfile={prom}").code != 0
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(prom.read_text()) for s in f.samples}
+        assert samples[("gpuop_node_gap_count", (("node", "@local"),))] == 4
+        for kind in ("restart-takes-cri-down", "handler-not-loaded", "runtimeclass-handler-not-loaded",
+                     "rollout-stalled"):
+            assert samples[("gpuop_node_gaps", (("kind", kind), ("node", "@local")))] == 1
+        assert samples[("gpuop_node_runtime_handler", (("handler", "nvidia"), ("node", "@local"), ("view", "written")))] == 1
+        assert ("gpuop_node_runtime_handler", (("handler", "nvidia"), ("node", "@local"), ("view", "loaded"))) not in samples
+        assert samples[("gpuop_node_cri_after_restart", (("node", "@local"), ("state", "fails")))] == 1
+        assert samples[("gpuop_node_containerd_info", (("node", "@local"), ("version", "1.6.20")))] == 1
+        mtime = prom.stat().st_mtime_ns
+        assert "[@local] Error: executed 0 commands" in audit(root, f"textfile={prom}").log
+        assert prom.stat().st_mtime_ns == mtime
+        refused = audit(root, "textfile=gpuop.prom")
+        assert refused.code != 0 and "textfile" in refused.log and "an absolute file path on the lab host" in refused.log
+    finally:
+        prom.unlink(missing_ok=True)
+
+
 def test_drift_shows_up_as_its_own_gap(incident):
     root = incident
     set_gpus("lab-node-1", 4)
