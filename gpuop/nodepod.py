@@ -130,14 +130,14 @@ def pod_state(pod: dict, events: list) -> str:
     """
     status = pod.get("status") or {}
     words = [f"phase {status.get('phase') or 'unknown'}"]
-    if status.get("reason"):
-        words.append(f"reason {status['reason']}")
+    if status.get("reason"):  # the Pod's own end (evicted, its deadline), in the words of who ended it
+        words.append(f"reason {status['reason']}" + (f" ({status['message'].strip()})" if status.get("message") else ""))
     for cs in status.get("containerStatuses") or []:
         for how, state in (cs.get("state") or {}).items():
             if state and how in ("waiting", "terminated"):
                 said = state.get("reason") or ("exit %s" % state.get("exitCode") if how == "terminated" else "")
                 words.append(f"container {how}: {said}" + (f" ({state['message'].strip()})" if state.get("message") else ""))
-    if not status.get("containerStatuses") and not status.get("conditions"):
+    if status.get("phase", "Pending") == "Pending" and not status.get("containerStatuses") and not status.get("conditions"):
         words.append("no kubelet has taken it")
     newest = sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
     if newest:

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The lab's kubelet node: a real kubelet for one lab node (lab-node-0), on the lab containerd that
-# the playbook manages under ROOT, both in a mount namespace of the node's own, so that what the
-# kubelet and the containers write outside ROOT stays inside it:
+# the playbook manages under ROOT, both in mount and PID namespaces of the node's own, so that what
+# the kubelet and the containers write outside ROOT stays inside it, and a host-PID Pod on the node
+# (the node audit's cluster reach) finds the node's own init as PID 1 (nsenter -t 1), as on a real
+# node (this machine's own PID 1 is not ours to enter):
 #   /run is a tmpfs (the shims' sockets, runc's state); /var/lib, /var/log and /usr/bin are
 #   overlays whose writes land in ROOT/var/node (kubelet's /var/lib/kubelet, Pod logs, and the
 #   stand-in /usr/bin/nvidia-container-runtime); the global sysctls kubelet sets land in files
-#   bound over them, and /proc/meminfo says the seed's 32Gi. The namespace is held by ROOT/var/node/mnt: the playbook starts its
-#   containerd in it (nsenter --mount), and it outlives any of its processes.
+#   bound over them, and /proc/meminfo says the seed's 32Gi. The namespaces are held by
+#   ROOT/var/node/mnt and ROOT/var/node/pid and by the node's init (PID 1 there, a shell that
+#   reaps what is left to it): the playbook starts its containerd in them (nsenter --mount --pid).
 #
 #   lab/kubeletnode.sh up ROOT NODE CONTAINERD [CLUSTER]
 #       the namespace, the stand-in images in the lab containerd's store (through the daemon
@@ -44,7 +47,10 @@ quietly() { "$@" >/dev/null 2>&1; }
 
 kubelet_pid() { pids_with_arg "$dir/kubelet.yaml" kubelet | head -n 1; }
 
-held() { [[ $(stat -f -c %T "$dir/mnt" 2>/dev/null) == nsfs ]]; }
+# The node's init: PID 1 of its namespaces, found by what it is (its command line names $dir).
+init_pid() { pids_with_arg "$dir" bash | head -n 1; }
+
+held() { [[ $(stat -f -c %T "$dir/mnt" 2>/dev/null) == nsfs && -n $(init_pid) ]]; }
 
 # Every process in the namespace ROOT/var/node/mnt holds (by its mount namespace's identity).
 ns_pids() {
@@ -56,21 +62,24 @@ ns_pids() {
   return 0
 }
 
-inside() { nsenter --mount="$dir/mnt" -- "$@"; }
+inside() { nsenter --mount="$dir/mnt" --pid="$dir/pid" -- "$@"; }
 
 make_namespace() {
   local d f
   mkdir -p "$dir"
   # The namespace file must sit on a private mount (a shared one refuses it): $dir bound on itself.
   mountpoint -q "$dir" || { mount --bind "$dir" "$dir"; mount --make-private "$dir"; }
-  touch "$dir/mnt"
+  touch "$dir/mnt" "$dir/pid"
   for d in $OVERLAYS; do mkdir -p "$dir/overlay$d/upper" "$dir/overlay$d/work"; done
   for f in $SYSCTLS; do cat "/proc/sys/$f" >"$dir/sysctl-${f//\//.}"; done
   # The seed's node has 32Gi: kubelet's capacity is MemTotal (cAdvisor). Its CPUs come from
   # sysfs' topology, which stays this machine's.
   sed "s/^MemTotal: .*/MemTotal:       $MEMORY_KIB kB/" /proc/meminfo >"$dir/meminfo"
-  # The mounts are made inside, by a script that gets its words as data (environment), not spliced in.
-  OVERLAYS=$OVERLAYS SYSCTLS=$SYSCTLS unshare --mount="$dir/mnt" --propagation private sh -euc '
+  # The mounts are made inside (on the node's own /proc), by a script that gets its words as data
+  # (environment), not spliced in; it then becomes the node's init, which outlives every process
+  # entered into the namespaces and reaps those left to it.
+  OVERLAYS=$OVERLAYS SYSCTLS=$SYSCTLS setsid unshare --mount="$dir/mnt" --pid="$dir/pid" --fork --mount-proc \
+    --propagation private bash -euc '
     dir=$1
     mount -t tmpfs -o mode=755 tmpfs /run
     for d in $OVERLAYS; do
@@ -78,8 +87,10 @@ make_namespace() {
     done
     for f in $SYSCTLS; do mount --bind "$dir/sysctl-$(echo "$f" | tr / .)" "/proc/sys/$f"; done
     mount --bind "$dir/meminfo" /proc/meminfo
-  ' sh "$dir"
-  log "namespace $dir/mnt made"
+    exec bash -c "trap exit TERM; while :; do sleep 3600 & wait \$!; done" gpuop-node-init "$dir"
+  ' sh "$dir" </dev/null >"$dir/init.log" 2>&1 &
+  wait_until 10 0.1 "the node's init in $dir/mnt" held || die "the node's namespaces were not made: $(tail -n 3 "$dir/init.log")"
+  log "namespaces $dir/mnt and $dir/pid made"
 }
 
 # The stand-in nvidia runtime, the Pod network and kubelet's configuration, as files.
@@ -228,7 +239,8 @@ stop_node() {
   done
   for c in "${cgroups[@]}"; do [[ ! -d $c ]] || rmdir "$c" 2>/dev/null || true; done
   rmdir /sys/fs/cgroup/*/k8s.io 2>/dev/null || true  # only where no other containerd's Pods are
-  ! held || umount "$dir/mnt"
+  local f
+  for f in mnt pid; do ! mountpoint -q "$dir/$f" || umount "$dir/$f"; done
   ! mountpoint -q "$dir" || umount "$dir"
 }
 
@@ -249,7 +261,8 @@ up)
   mkdir -p "$dir"
   echo "$cluster" >"$dir/lab"  # which lab's node it is: lab/labproc.py
   write_files
-  held || make_namespace
+  # A namespace without its init (made before the node had one, or its init killed) is made anew.
+  held || { stop_node; make_namespace; }
   ensure_images
   [[ -n $(service_pid) ]] || start_kubelet
   ;;

@@ -93,11 +93,20 @@ KWOK_SELECTOR=kwok.x-k8s.io/node=fake
 # InternalIP, as a client of the cluster's CA: no lab node's name resolves.
 APISERVER_TO_KUBELET="kubelet-preferred-address-types=InternalIP"  # one: kwokctl splits its --extra-args at commas
 
-# A cluster made before kwok was told so (its controller manages every node), or before its API
-# server could reach a kubelet, is made again.
+# The lab's own kwok stage (lab/read-pod-stage.yaml), beside kwokctl's defaults: kept under
+# ~/.kwok, where the cluster is, so the controller finds it after the clone that made it is gone.
+READ_POD_STAGE=$HOME/.kwok/gpuop-read-pod-stage.yaml
+install_stage() {
+  mkdir -p "${READ_POD_STAGE%/*}"
+  cmp -s "$here/read-pod-stage.yaml" "$READ_POD_STAGE" || cp "$here/read-pod-stage.yaml" "$READ_POD_STAGE"
+}
+
+# A cluster made before kwok was told so (its controller manages every node), before its API
+# server could reach a kubelet, or before its controller had the lab's stage, is made again.
 made_current() {
   grep -q -- "--manage-nodes-with-annotation-selector=$KWOK_SELECTOR" "$cluster_dir/kwok.yaml" 2>/dev/null &&
-    grep -q -- "$APISERVER_TO_KUBELET" "$cluster_dir/kwok.yaml" 2>/dev/null
+    grep -q -- "$APISERVER_TO_KUBELET" "$cluster_dir/kwok.yaml" 2>/dev/null &&
+    grep -q -- "$READ_POD_STAGE" "$cluster_dir/kwok.yaml" 2>/dev/null
 }
 
 # Each component's first --extra-args come first, in this order: kwokctl 0.8 files a component's
@@ -122,6 +131,7 @@ create_cluster() {
     --extra-args kwok-controller=manage-all-nodes=false \
     --extra-args "kube-apiserver=$APISERVER_TO_KUBELET" \
     --extra-args "kwok-controller=manage-nodes-with-annotation-selector=$KWOK_SELECTOR" \
+    --extra-args "kwok-controller=config=$READ_POD_STAGE" \
     --extra-args "kube-apiserver=kubelet-client-certificate=$cluster_dir/pki/admin.crt" \
     --extra-args "kube-apiserver=kubelet-client-key=$cluster_dir/pki/admin.key" \
     --timeout 3m --wait 3m >"$log_file" 2>&1 || {
@@ -193,8 +203,9 @@ wait_working() {
 
 start_cluster() {
   log_file=$(mktemp)
+  install_stage
   if exists && ! made_current; then
-    log "made before kwok left kubelet nodes alone or its API server could reach a kubelet; recreating it (the lab's state is disposable)"
+    log "made before kwok left kubelet nodes alone, its API server could reach a kubelet or kwok had the lab's stage; recreating it (the lab's state is disposable)"
     kwokctl delete cluster --name "$name" --kubeconfig "$kubeconfig" >>"$log_file" 2>&1 || true
   fi
   if ! exists; then

@@ -34,8 +34,8 @@ class LabDaemon:
                   ".../run/containerd", ".../var/lib/containerd", ".../containerd.pid", ".../containerd.log")
 
     ``namespace``: the mount namespace (an nsfs file) it runs in, the lab's kubelet node's where a real
-    kubelet runs Pods on it (their shims and the stand-in nvidia runtime are the node's); empty:
-    the host's own.
+    kubelet runs Pods on it (their shims and the stand-in nvidia runtime are the node's), with the
+    node's PID namespace beside it (``pid``, in the same folder); empty: the host's own.
     """
 
     binary: str
@@ -66,14 +66,23 @@ class LabDaemon:
         """Start the daemon in a session of its own (it outlives the run), recording its pid; in
         its namespace, where it has one."""
         dirs = [self.state, self.root, posixpath.dirname(self.pidfile), posixpath.dirname(self.log)]
-        inner = (f"echo $$ >{shlex.quote(self.pidfile)}; exec {shlex.join(self.args())} "
-                 f">>{shlex.quote(self.log)} 2>&1 </dev/null")
-        if self.namespace:  # the kubelet node's: its Pods' shims are its own release's, found beside it first
-            shims = shlex.quote(posixpath.dirname(self.binary))
-            inner = f'PATH={shims}:"$PATH"; export PATH; {inner}'
-        enter = f"nsenter --mount={shlex.quote(self.namespace)} -- " if self.namespace else ""
-        return reads.containerd_changes(
-            StringCommand(f"mkdir -p {shlex.join(dirs)} && {enter}setsid -f sh -c {shlex.quote(inner)}"))
+        daemon = f"exec {shlex.join(self.args())} >>{shlex.quote(self.log)} 2>&1 </dev/null"
+        if not self.namespace:
+            inner = f"echo $$ >{shlex.quote(self.pidfile)}; {daemon}"
+            return reads.containerd_changes(
+                StringCommand(f"mkdir -p {shlex.join(dirs)} && setsid -f sh -c {shlex.quote(inner)}"))
+        # The kubelet node's: its Pods' shims are its own release's, found beside it first. In the
+        # node's PID namespace, $$ is not the pid the host sees: the host's is recorded once the
+        # daemon runs (found by its --root, as LabContainerd finds it), within 5 s.
+        shims = shlex.quote(posixpath.dirname(self.binary))
+        inner = f'PATH={shims}:"$PATH"; export PATH; {daemon}'
+        pid_ns = posixpath.join(posixpath.dirname(self.namespace), "pid")
+        record = (f"for i in $(seq 50); do f=$(grep -lxzF -- {shlex.quote(self.root)} /proc/[0-9]*/cmdline 2>/dev/null "
+                  f"| head -n 1); [ -z \"$f\" ] || break; sleep 0.1; done; f=${{f#/proc/}}; "
+                  f"echo ${{f%/cmdline}} >{shlex.quote(self.pidfile)}")
+        return reads.containerd_changes(StringCommand(
+            f"mkdir -p {shlex.join(dirs)} && nsenter --mount={shlex.quote(self.namespace)} --pid={shlex.quote(pid_ns)} "
+            f"-- setsid -f sh -c {shlex.quote(inner)} && {record}"))
 
     def adopt(self, pid: int) -> StringCommand:
         """Record ``pid``, found holding the root, as the lab daemon's in its pid file."""

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from gpuop import nodepod
 from gpuop.containerd import cri_runtimes
 from tests.helpers import simnodes
 from tests.helpers.kube import LAB, eventually, get, lab_up, reset_lab
 from tests.helpers.labcontainerd import binary, crictl_info, lab_daemons, nvidia_ctk
-from tests.helpers.playbook import deploy, stop_daemons_under
+from tests.helpers.playbook import PYINFRA, deploy, stop_daemons_under
 from tests.helpers.proc import run
 from tests.helpers.ssh import free_port
 
@@ -166,6 +167,36 @@ def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(kubelet
         assert (entry["loaded_from"], entry["loaded"]) == ("api", ["runc"])
         assert ("sandbox-fails", "gpu-lab/cuda-probe") in [(g["kind"], g["subject"]) for g in entry["gaps"]]
     assert sandboxes[0]["event"] in [e["message"] for e in sandbox_events(pod)]
+
+
+# What the incident leaves on the kubelet node, as the fleet table's cells: loaded, after a
+# restart, CRI after a restart (1.x: the drop-in replaces the runtimes; 2.x merges it).
+INCIDENT_ROW = {"1.6.20": ("runc", "nvidia", "fails"), "2.4.2": ("runc", "nvidia,runc", "ok")}
+
+
+def test_the_readme_s_one_line_cluster_reach_reads_the_kubelet_node(kubelet_lab):
+    """The README's line as a new user types it after `make run NODE=kubelet`: every GPU node of
+    the current context, each read by a short-lived Pod. The kubelet node's read Pod really runs
+    (its image is in the node's store): its full report. kwok's GPU nodes have no runtime: each
+    is named once with why, at once (lab/read-pod-stage.yaml), never waited on to its deadline."""
+    env = {k: v for k, v in os.environ.items() if k != "GPUOP_NODES"}
+    said = run([PYINFRA, "nodes.py", "audit.py", "-y", "--data", "reach=cluster"], timeout_s=300, env=env)
+    log = said.stderr
+    assert said.returncode != 0, log[-3000:]  # the incident's gaps fail it
+    row = next((line.split() for line in log.splitlines() if line.split()[:1] == [NODE]), None)
+    assert row is not None, log[-3000:]
+    version, loaded, after, cri = row[1:5]  # the fleet table's node row
+    assert version == kubelet_lab.version and (loaded, after, cri) == INCIDENT_ROW[kubelet_lab.version], row
+    assert f"GAP {NODE}: [handler-not-loaded]" in log and f"GAP {NODE}: [sandbox-fails] " in log
+    kwok_gpu_nodes = sorted(n["metadata"]["name"] for n in get("nodes")["items"]
+                            if int((n["status"].get("allocatable") or {}).get("nvidia.com/gpu", "0")) > 0
+                            and n["metadata"]["name"] != NODE)
+    assert kwok_gpu_nodes  # the lab's time-sliced node at least
+    for name in kwok_gpu_nodes:
+        (ended,) = [line for line in log.splitlines() if f"on node {name} ended before its command ran" in line]
+        assert f"reason NoContainerRuntime (kwok's node {name} has no container runtime to run it)" in ended
+    assert "did not complete within 150s" not in log and "Traceback" not in log  # not waited on
+    assert [p for p in get("pods", "default")["items"] if nodepod.NODE_LABEL in p["metadata"].get("labels", {})] == []
 
 
 def test_reboot_takes_the_node_where_restart_txt_said(kubelet_lab):

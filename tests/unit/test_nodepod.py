@@ -64,6 +64,11 @@ def test_a_pod_that_did_not_start_is_said_with_its_wait_and_newest_event():
     assert nodepod.pod_state({"status": {"phase": "Pending"}}, []) == "phase Pending, no kubelet has taken it"
 
 
+def test_a_pod_ended_before_it_ran_is_said_with_who_ended_it():
+    evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory. "}}
+    assert nodepod.pod_state(evicted, []) == "phase Failed, reason Evicted (The node was low on resource: memory.)"
+
+
 def test_a_pod_ran_only_once_its_container_ended():
     ended = {"status": {"phase": "Failed", "reason": "DeadlineExceeded", "containerStatuses": [
         {"state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}
