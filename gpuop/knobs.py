@@ -143,6 +143,12 @@ def _image_ref(key, value):
     return value
 
 
+def _shell_line(key, value):
+    if not isinstance(value, str) or not value.strip() or "\n" in value:
+        raise KnobError(key, value, "one shell command line, such as systemctl restart containerd")
+    return value
+
+
 def _bool(key, value):
     text = str(value).strip().lower()
     if text in ("1", "true", "yes", "on"):
@@ -225,6 +231,11 @@ class NodeKnobs:
     reach: str
     node_pod_image: str
     node_pod_namespace: str
+    containerd_restart: str
+    drain: bool
+    drain_unmanaged: bool
+    drain_timeout_s: int
+    restart_timeout_s: int
 
 
 NODE_PARSERS = {
@@ -241,6 +252,11 @@ NODE_PARSERS = {
     "reach": _reach,
     "node_pod_image": _image_ref,
     "node_pod_namespace": _name,
+    "containerd_restart": _shell_line,
+    "drain": _bool,
+    "drain_unmanaged": _bool,
+    "drain_timeout_s": _int(1),
+    "restart_timeout_s": _int(1),
 }
 
 

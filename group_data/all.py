@@ -39,4 +39,11 @@ node_read_timeout_s = 150  # the deadline of a node's one read (crictl and confi
 cluster_read_timeout_s = 20  # the deadline of the fleet's one cluster read, every page of it (a cluster of many thousand Pods needs more)
 reach = "ssh"  # how a node is read: ssh (its SSH login), or cluster (a short-lived privileged Pod on it, its log read through the API server: no SSH needed)
 node_pod_image = "busybox:1.37"  # the cluster reach's Pod image: any with a shell and nsenter (the lab imports one built from Debian's busybox-static)
-node_pod_namespace = "default"  # where the cluster reach's Pods are made (its Pod Security level must allow a privileged host-PID Pod)
+node_pod_namespace = "default"  # where gpuop makes its short-lived Pods (the cluster reach's reads: its Pod Security level must allow a privileged host-PID Pod; the repair's probes) and the repair's Lease
+
+# Real nodes repaired (pyinfra nodes.py fix.py): one node at a time, from the audit's own judgment.
+containerd_restart = "systemctl restart containerd"  # the command that restarts containerd on a node (k3s: systemctl restart k3s; RKE2: systemctl restart rke2-server or rke2-agent); a nodes file may set it per node
+drain = True  # evict a node's Pods (PodDisruptionBudgets honoured) before its containerd restarts; false: only cordon, as teams that restart under running Pods do
+drain_unmanaged = False  # true: delete Pods no controller owns (kubectl drain --force); false: such a Pod stops the node's drain, named
+drain_timeout_s = 300  # the drain's deadline: a budget that still blocks then leaves the node uncordoned untouched and stops the rollout
+restart_timeout_s = 120  # the deadline of each proof after the restart: CRI loads the handler, kubelet Ready, the probe Pod runs

@@ -6,7 +6,8 @@
 # an overlay whose writes land in DIR/varlib, all private to the namespace and gone with it.
 #
 #   lab/simnode.sh start DIR CONTAINERD HOSTNAME [CLUSTER]   DIR holds etc/ (the node's
-#       /etc/containerd) and sshd_config; optional hooks run inside: DIR/before.sh before
+#       /etc/containerd) and sshd_config; optionally usr-bin/ (files the node's /usr/bin has
+#       beside the host's: a stand-in nvidia-container-runtime); optional hooks run inside: DIR/before.sh before
 #       containerd starts, DIR/after.sh once its socket is there. Returns once sshd listens.
 #       The node is lab CLUSTER's (default gpuop-lab): that lab's down stops it. With
 #       SIMNODE_RESTART=always its containerd is supervised as systemd's Restart=always does:
@@ -46,6 +47,8 @@ inside() {  # runs as the namespace's pid 1
   mkdir -p /run/containerd /run/sshd "$dir/varlib/upper" "$dir/varlib/work"
   mount --bind "$dir/etc" /etc/containerd
   mount -t overlay overlay -o "lowerdir=/var/lib,upperdir=$dir/varlib/upper,workdir=$dir/varlib/work" /var/lib
+  # What a package would have installed in /usr/bin (DIR/usr-bin: a stand-in runtime), over the host's, read-only
+  [[ ! -d $dir/usr-bin ]] || mount -t overlay overlay -o "lowerdir=$dir/usr-bin:/usr/bin" /usr/bin
   hostname "$3"
   [[ ! -x $dir/before.sh ]] || "$dir/before.sh"
   # Its Pods' runc shim is its own release's, found beside it first (a package installs them together).

@@ -25,6 +25,8 @@ _RESOURCES = {
     "namespace": ("/api/v1", "namespaces", False), "configmap": ("/api/v1", "configmaps", True),
     "event": ("/api/v1", "events", True), "runtimeclass": ("/apis/node.k8s.io/v1", "runtimeclasses", False),
     "daemonset": ("/apis/apps/v1", "daemonsets", True),
+    "lease": ("/apis/coordination.k8s.io/v1", "leases", True),
+    "poddisruptionbudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
 }
 _RESOURCES.update({where[1]: where for where in list(_RESOURCES.values())})  # "pods" as "pod"
 _clients = {}  # context -> (the kubeconfig's mtime and size when made, its client)

@@ -44,6 +44,7 @@ class Node:
     knobs: dict = field(default_factory=dict)  # its own keys in the nodes file (gpu_handler...)
     registered: bool = False  # its kubelet (on its own containerd) registers it in the lab cluster: Pods run on it
     files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
+    nvidia_runtime: bool = False  # a stand-in /usr/bin/nvidia-container-runtime (logs each call, runs runc)
     dir: str = ""
     port: int = 0
     host_key: str = ""
@@ -73,6 +74,12 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     after = node.after + imports + (kubelet(node.dir, node.kubelet, node.kubelet_layout, node.name if node.registered else "")
                                     if node.kubelet else [])
     files = {CONFIG: tomli_w.dumps(seed_config(node.imports, node_cri=node_cri)), **node.files}
+    if node.nvidia_runtime:  # as the toolkit's package installs it (lab/simnode.sh lays usr-bin over /usr/bin)
+        stand_in = os.path.join(node.dir, "usr-bin", "nvidia-container-runtime")
+        os.makedirs(os.path.dirname(stand_in), exist_ok=True)
+        with open(stand_in, "w") as f:
+            f.write(f'#!/bin/sh\necho "$*" >>{node.dir}/nvidia-container-runtime.log\nexec runc "$@"\n')
+        os.chmod(stand_in, 0o755)
     for path, text in files.items():
         with open(os.path.join(node.dir, "etc", os.path.relpath(path, "/etc/containerd")), "w") as f:
             f.write(text)
@@ -160,11 +167,16 @@ def tree(path: str) -> dict:
     return found
 
 
+def etc_containerd(node: Node) -> dict:
+    """The node's /etc/containerd as it sees it (``tree``)."""
+    return tree(f"/proc/{ns_pid(node)}/root/etc/containerd")
+
+
 def node_files(node: Node) -> dict:
     """Every file the node's processes may write, read from the host: its /etc/containerd and
     /run as the node sees them, and everything written to its /var/lib and /var/log."""
     root = f"/proc/{ns_pid(node)}/root"
-    return {"/etc/containerd": tree(root + "/etc/containerd"), "/run": tree(root + "/run"),
+    return {"/etc/containerd": etc_containerd(node), "/run": tree(root + "/run"),
             "/var/lib": tree(os.path.join(node.dir, "varlib", "upper")),
             "/var/log": tree(os.path.join(node.dir, "varlog", "upper"))}
 

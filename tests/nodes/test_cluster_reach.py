@@ -91,7 +91,7 @@ def node_state(n: Node) -> dict:
     """What a read must leave as it was on the node: its containerd's files, its processes (by
     command line), and the Pods its kubelet keeps."""
     pods = sorted(os.listdir(os.path.join(n.dir, "varlib/upper/kubelet/pods")))
-    return {"etc": simnodes.tree(f"/proc/{simnodes.ns_pid(n)}/root/etc/containerd"),
+    return {"etc": simnodes.etc_containerd(n),
             "processes": sorted(args for _, args in in_node(n)), "pods": pods}
 
 

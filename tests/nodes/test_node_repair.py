@@ -1,0 +1,262 @@
+"""The fleet repair (``pyinfra nodes.py fix.py``) on real kubelets: three simulated nodes, each in
+its own mount, pid and UTS namespaces with its own containerd (supervised, as systemd's
+Restart=always: the node's restart command kills it), whose kubelet registers it in the lab
+cluster; a Deployment's GPU Pod pinned to each, of RuntimeClass fleet-nvidia. One node at a time,
+from the audit's own judgment: the incident on 1.6.20 and nvidia-ctk's drop-in unrestarted on
+1.7.35 are drained, fixed, restarted, proven by a probe Pod and put back; the healthy 2.4.2 is
+never touched."""
+
+import json
+import os
+import signal
+import subprocess
+from datetime import datetime, timezone
+
+import pytest
+import tomli_w
+
+from gpuop.containerd import nvidia_dropin
+from gpuop.drain import LEASE
+from gpuop.repair_plan import CORDONED_BY, REPAIR_FAILED
+from tests.helpers import layouts, nodesfiles, simnodes
+from tests.helpers.fleetobjects import MARK, NAMESPACE
+from tests.helpers.kube import eventually, get, kubectl
+from tests.helpers.kubelets import READ_IMAGE
+from tests.helpers.layouts import DROPIN, write_file
+from tests.helpers.playbook import PYINFRA, deploy
+from tests.helpers.simnodes import Node
+
+pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
+
+ENDPOINT = "unix:///run/containerd/containerd.sock"
+RESTART = {"containerd_restart": "pkill -x containerd"}  # its supervisor starts it again, as systemd would
+
+
+def planted():
+    common = {"kubelet": ENDPOINT, "registered": True, "supervised": True, "nvidia_runtime": True, "knobs": RESTART}
+    return [Node("fix-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))], **common),
+            Node("fix-ctk", "1.7.35", after=[layouts.nvidia_ctk_configure()], **common),
+            Node("fix-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], **common)]
+
+
+def workloads(nodes) -> str:
+    """RuntimeClass fleet-nvidia, and a Deployment of one GPU Pod pinned to each node."""
+    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-nvidia"}, "handler": "nvidia"}]
+    steady = {"app": "steady-fix-ctk"}  # a Pod that runs now (no RuntimeClass), which a budget can hold
+    docs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "steady-fix-ctk", "namespace": NAMESPACE},
+                 "spec": {"replicas": 1, "selector": {"matchLabels": steady},
+                          "template": {"metadata": {"labels": steady},
+                                       "spec": {"nodeSelector": {"kubernetes.io/hostname": "fix-ctk"},
+                                                "terminationGracePeriodSeconds": 0,
+                                                "tolerations": [{"key": MARK, "operator": "Exists"}],
+                                                "containers": [{"name": "steady", "image": READ_IMAGE,
+                                                                "imagePullPolicy": "IfNotPresent",
+                                                                "command": ["/bin/sh", "-c", "sleep 3600"]}]}}}})
+    for n in nodes:
+        labels = {"app": f"work-{n.name}"}
+        docs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"work-{n.name}", "namespace": NAMESPACE},
+                     "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                              "template": {"metadata": {"labels": labels},
+                                           "spec": {"nodeSelector": {"kubernetes.io/hostname": n.name},
+                                                    "runtimeClassName": "fleet-nvidia", "terminationGracePeriodSeconds": 0,
+                                                    "tolerations": [{"key": MARK, "operator": "Exists"}],
+                                                    "containers": [{"name": "work", "image": READ_IMAGE,
+                                                                    "imagePullPolicy": "IfNotPresent",
+                                                                    "command": ["/bin/sh", "-c", "sleep 3600"]}]}}}})
+    return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+def ready(name) -> bool:
+    node = get(f"node/{name}")
+    return bool(node) and any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
+
+
+def work_pods(node) -> list:
+    return get("pods", NAMESPACE, labelSelector=f"app=work-{node}")["items"]
+
+
+def running(app) -> bool:
+    """Whether Deployment ``app``'s Pod runs (on the node it is pinned to)."""
+    return any(p["status"].get("phase") == "Running" for p in get("pods", NAMESPACE, labelSelector=f"app={app}")["items"])
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("repair"))
+    nodes = planted()
+    with simnodes.running(nodes, root) as key:
+        for n in nodes:
+            eventually(f"node {n.name}'s kubelet to register it Ready", lambda: ready(n.name), timeout=120)
+        kubectl("apply", "-f", "-", stdin=workloads(nodes))
+        for app in ("work-fix-healthy", "steady-fix-ctk"):
+            eventually(f"{app}'s Pod running", lambda: running(app), timeout=120)
+        path = nodesfiles.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {n.name: n.name for n in nodes})
+        try:
+            yield nodes, path, root
+        finally:
+            kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+def fix(path, *data, dry=False):
+    return deploy(None, *data, env={"GPUOP_NODES": path}, inventory="nodes.py", script="fix.py", dry=dry)
+
+
+def test_the_plan_first_changes_nothing(fleet):
+    nodes, path, root = fleet
+    before = {n.name: simnodes.etc_containerd(n) for n in nodes}
+    containerds = {n.name: simnodes.node_containerd(n) for n in nodes}
+    run = fix(path, dry=True)
+    assert "fix-incident: repair: a restart takes CRI down" in run.log, run.log[-3000:]
+    assert "fix-incident:   write /etc/containerd/conf.d/99-nvidia.toml (the file before kept beside it):" in run.log
+    assert "fix-ctk: repair: nvidia is written and a restart loads it with CRI up" in run.log
+    assert "fix-healthy: nothing to do: nvidia is loaded now and after a restart" in run.log
+    assert {n.name: simnodes.etc_containerd(n) for n in nodes} == before
+    assert {n.name: simnodes.node_containerd(n) for n in nodes} == containerds
+    assert not any(get(f"node/{n.name}")["spec"].get("unschedulable") for n in nodes)
+
+
+def test_a_pod_no_controller_owns_stops_the_drain_and_the_rollout_named(fleet):
+    """A bare Pod on the first node to repair: its drain stops there, named; the node is put back
+    untouched, and the node after it (the incident's) is not touched at all."""
+    nodes, path, root = fleet
+    bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": NAMESPACE},
+            "spec": {"nodeName": "fix-ctk", "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "c", "image": READ_IMAGE, "command": ["/bin/sh", "-c", "sleep 3600"]}]}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(bare))
+    containerds = {n.name: simnodes.node_containerd(n) for n in nodes}
+    files = {n.name: simnodes.etc_containerd(n) for n in nodes}
+    try:
+        run = fix(path)
+    finally:
+        kubectl("delete", "pod", "bare", "-n", NAMESPACE, "--grace-period=0", "--force", "--ignore-not-found")
+    assert run.code != 0
+    # the inventory's order (by name): fix-ctk first, the rollout stops there
+    assert ("the repair stopped: node fix-ctk, step drain: drain of fix-ctk: Pod(s) gpuop-fleet/bare "
+            "are owned by no controller") in run.log, run.log[-3000:]
+    assert "node fix-incident untouched: the rollout stopped at node fix-ctk, step drain" in run.log, run.log[-3000:]
+    # the node back in service untouched, the nodes after it untouched
+    assert not get("node/fix-ctk")["spec"].get("unschedulable")
+    assert {n.name: simnodes.node_containerd(n) for n in nodes} == containerds
+    assert {n.name: simnodes.etc_containerd(n) for n in nodes} == files
+    assert get("leases", "default", fieldSelector="metadata.name=gpuop-fleet-repair")["items"] == []
+
+
+def test_a_second_run_on_the_cluster_is_refused_by_name(fleet):
+    """Another run holds the repair's Lease, renewed just now: this one touches nothing."""
+    nodes, path, root = fleet
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEASE, "namespace": "default"},
+             "spec": {"holderIdentity": "gpuop on ops-2 pid 77", "leaseDurationSeconds": 60, "renewTime": now}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(lease))
+    containerds = {n.name: simnodes.node_containerd(n) for n in nodes}
+    try:
+        run = fix(path)
+    finally:
+        kubectl("delete", "lease", LEASE, "-n", "default", "--ignore-not-found")
+    assert run.code != 0
+    assert ("the repair stopped at the lock: another repair runs on this cluster: Lease default/gpuop-fleet-repair "
+            "is held by gpuop on ops-2 pid 77, renewed") in run.log, run.log[-3000:]
+    assert {n.name: simnodes.node_containerd(n) for n in nodes} == containerds
+    assert not any(get(f"node/{n.name}")["spec"].get("unschedulable") for n in nodes)
+
+
+def test_a_budget_that_blocks_stops_the_rollout_and_a_run_killed_mid_drain_is_finished_by_the_next(fleet):
+    """A PodDisruptionBudget that allows no disruption of the first node's GPU Pod: the drain gives
+    up at drain_timeout_s naming it, the node back in service untouched. Then a run killed while
+    that drain waits: the next run, the budget gone, finds the node gpuop cordoned and repairs it."""
+    nodes, path, root = fleet
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "hold", "namespace": NAMESPACE},
+           "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "steady-fix-ctk"}}}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(pdb))
+    eventually("the budget to count its Pod", lambda: (get("poddisruptionbudget/hold", NAMESPACE).get("status") or {})
+               .get("currentHealthy") == 1, timeout=30)
+    files = {n.name: simnodes.etc_containerd(n) for n in nodes}
+    run = fix(path, "drain_timeout_s=6")
+    assert run.code != 0
+    said = next(line for line in run.log.splitlines() if "the repair stopped: node fix-ctk, step drain" in line)
+    assert ("the eviction of Pod gpuop-fleet/steady-fix-ctk-" in said and "not within 6s; last seen: Pod gpuop-fleet/"
+            "steady-fix-ctk-" in said and "held by PodDisruptionBudget gpuop-fleet/hold (disruptions allowed: 0)" in said), said
+    assert not get("node/fix-ctk")["spec"].get("unschedulable")  # back in service, untouched
+    assert {n.name: simnodes.etc_containerd(n) for n in nodes} == files
+    # a run killed while the budget holds its drain
+    proc = subprocess.Popen([PYINFRA, "nodes.py", "fix.py", "-y", "--data", "drain_timeout_s=300"],
+                            env={**os.environ, "GPUOP_NODES": path}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        eventually("the killed run's cordon", lambda: CORDONED_BY in get("node/fix-ctk")["metadata"].get("annotations", {}),
+                   timeout=60)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    kubectl("delete", "pdb", "hold", "-n", NAMESPACE)
+    assert get("node/fix-ctk")["spec"].get("unschedulable")  # left cordoned by the killed run, with its Lease
+
+
+def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(fleet):
+    nodes, path, root = fleet
+    healthy = next(n for n in nodes if n.name == "fix-healthy")
+    healthy_pod = work_pods("fix-healthy")[0]["metadata"]["uid"]
+    healthy_containerd = simnodes.node_containerd(healthy)
+    run = fix(path)
+    assert run.code == 0, run.log[-4000:]
+    assert run.log.index("node fix-ctk: repaired") < run.log.index("node fix-incident: cordoned")  # one at a time, by name
+    for name in ("fix-incident", "fix-ctk"):
+        assert f"node {name}: repaired and back in service" in run.log
+        assert f"node {name}: a probe Pod of RuntimeClass fleet-nvidia ran there" in run.log
+        node = get(f"node/{name}")
+        assert not node["spec"].get("unschedulable") and CORDONED_BY not in node["metadata"].get("annotations", {})
+        # the evicted GPU Pod runs again, through the stand-in nvidia runtime
+        eventually(f"{name}'s GPU Pod running again", lambda: running(f"work-{name}"), timeout=120)
+        node_dir = next(n.dir for n in nodes if n.name == name)
+        assert os.path.exists(os.path.join(node_dir, "nvidia-container-runtime.log"))  # through the handler
+    incident = next(n for n in nodes if n.name == "fix-incident")
+    backups = [f for f in simnodes.etc_containerd(incident) if ".gpuop-bak." in f]
+    assert len(backups) == 1 and backups[0].startswith("conf.d/99-nvidia.toml.gpuop-bak."), backups
+    assert "repair: fix-healthy" not in run.log  # never cordoned, its Pod never evicted, its containerd never restarted
+    assert work_pods("fix-healthy")[0]["metadata"]["uid"] == healthy_pod
+    assert simnodes.node_containerd(healthy) == healthy_containerd
+    # the audit after is clean, and a rerun changes nothing
+    audited = deploy(None, env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
+    assert audited.code == 0, audited.log[-3000:]
+    again = fix(path)
+    assert again.code == 0 and again.changed == 0, again.log[-3000:]
+
+
+def test_a_node_whose_containerd_does_not_come_back_stays_cordoned_and_stops_the_rollout(fleet):
+    """Last: the incident planted again on the first and the last node (the seed's drop-in over
+    the repaired one, their daemons still holding nvidia), and a restart that leaves containerd
+    frozen: the first node stays cordoned, saying why on it, the last untouched. Unfrozen, the
+    next run finds the first healthy and cordoned by gpuop, and puts it back; the last, cordoned
+    by someone else meanwhile, is repaired and left cordoned."""
+    nodes, path, root = fleet
+    by_name = {n.name: n for n in nodes}
+    for name in ("fix-ctk", "fix-incident"):
+        with open(f"/proc/{simnodes.ns_pid(by_name[name])}/root{DROPIN}", "w") as f:
+            f.write(tomli_w.dumps(nvidia_dropin()))
+    incident_files = simnodes.etc_containerd(by_name["fix-incident"])
+    frozen = simnodes.node_containerd(by_name["fix-ctk"])
+    run = fix(path, "containerd_restart=kill -STOP $(pidof containerd)", "restart_timeout_s=10")
+    try:
+        assert run.code != 0
+        said = next(line for line in run.log.splitlines() if "the repair stopped: node fix-ctk, step CRI" in line)
+        assert "containerd on fix-ctk to load nvidia: not within 10s; last seen: loaded -" in said, said
+        node = get("node/fix-ctk")
+        assert node["spec"].get("unschedulable") and CORDONED_BY in node["metadata"]["annotations"]
+        assert node["metadata"]["annotations"][REPAIR_FAILED].startswith("CRI: containerd on fix-ctk to load nvidia")
+        assert "node fix-incident untouched: the rollout stopped at node fix-ctk, step CRI" in run.log
+        assert simnodes.etc_containerd(by_name["fix-incident"]) == incident_files
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    kubectl("cordon", "fix-incident")  # someone else's
+    try:
+        again = fix(path)
+        assert again.code == 0, again.log[-4000:]
+        assert "node fix-ctk: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log
+        assert "node fix-incident: cordoned already by someone else: it stays so after the repair" in again.log
+        assert "node fix-incident: repaired and back in service" in again.log
+        assert not get("node/fix-ctk")["spec"].get("unschedulable")
+        node = get("node/fix-incident")
+        assert node["spec"].get("unschedulable") and CORDONED_BY not in node["metadata"].get("annotations", {})
+    finally:
+        kubectl("uncordon", "fix-incident")
