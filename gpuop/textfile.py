@@ -5,6 +5,9 @@ Prometheus' own client writes the format (escaping, HELP and TYPE lines, an atom
 a cron job that runs the audit on a schedule feeds alerts without a parser of ours.
 """
 
+import json
+import os
+
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 
 CRI_STATES = ("ok", "fails", "refuses-start", "unknown")
@@ -55,6 +58,35 @@ def textfile(report: dict) -> str:
     return generate_latest(registry_of(report)).decode()
 
 
-def write_textfile(path: str, report: dict):
-    """Write the report where node_exporter's textfile collector reads it (atomically)."""
-    write_to_textfile(path, registry_of(report))
+def write_textfile(path: str, registry: CollectorRegistry):
+    """Write gauges (``registry_of``, ``repair_registry``) where node_exporter's textfile collector
+    reads them (atomically)."""
+    write_to_textfile(path, registry)
+
+
+def repair_registry(report: dict) -> CollectorRegistry:
+    """The fleet repair's report as gauges: one series per node, its outcome.
+
+        generate_latest(repair_registry({"nodes": {"gpu-a": {"outcome": "repaired", ...}}})).decode()
+        -> '... gpuop_node_repaired{node="gpu-a",outcome="repaired"} 1.0 ...'
+    """
+    registry = CollectorRegistry()
+    repaired = Gauge("gpuop_node_repaired", "What the last fleet repair did to a node: 1 for its outcome",
+                     ["node", "outcome"], registry=registry)
+    for name, node in report["nodes"].items():
+        repaired.labels(name, node["outcome"]).set(1)
+    return registry
+
+
+def write_reports(doc: dict, json_path: str, textfile_path: str, gauges):
+    """A run's report on this machine: the JSON at ``json_path`` and ``gauges(doc)``
+    (``registry_of``, ``repair_registry``) at ``textfile_path``, each written whole; empty: none.
+
+        write_reports(report, "fleet.json", "", registry_of)
+    """
+    if json_path:
+        with open(json_path + ".tmp", "w") as f:
+            f.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        os.replace(json_path + ".tmp", json_path)
+    if textfile_path:
+        write_textfile(textfile_path, gauges(doc))

@@ -6,8 +6,6 @@ kept for the run; the first host to execute writes the fleet's JSON and textfile
 table, so they hold every node of the run.
 """
 
-import json
-import os
 import weakref
 
 from gevent.lock import Semaphore
@@ -21,7 +19,7 @@ from gpuop.tables import fleet_table
 from gpuop.rules import DRIVER, findings, node_entry
 from gpuop.view import api_view, node_view
 from gpuop.kubeapi import ClusterUnreadable, inventory_read, read_cluster
-from gpuop.textfile import write_textfile
+from gpuop.textfile import registry_of, write_reports
 
 _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
 
@@ -84,12 +82,7 @@ def _report_once(state, report_path: str, textfile_path: str) -> dict:
     report = _whole(state, fleet)
     if not fleet.reported:
         fleet.reported = True
-        if report_path:
-            with open(report_path + ".tmp", "w") as f:
-                f.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
-            os.replace(report_path + ".tmp", report_path)
-        if textfile_path:
-            write_textfile(textfile_path, report)
+        write_reports(report, report_path, textfile_path, registry_of)
         for line in fleet_table(report):
             logger.info(line)
         alone = report["judged_from_api"]

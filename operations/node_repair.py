@@ -22,6 +22,7 @@ from gpuop import drain as nodes
 from gpuop.kubeapi import api_client, in_words
 from gpuop.layout import backup_of
 from gpuop.repair_plan import plan_lines, plan_node
+from gpuop.textfile import repair_registry, write_reports
 from gpuop.view import node_view
 
 from .files import inline_write
@@ -42,7 +43,8 @@ class _Node:
 
 @dataclass
 class _Rollout:
-    nodes: dict = field(default_factory=dict)  # node name -> _Node, planned
+    plans: dict = field(default_factory=dict)  # node name -> its plan, every node read
+    nodes: dict = field(default_factory=dict)  # node name -> _Node, to put through the rollout
     outcomes: dict = field(default_factory=dict)  # node name -> what happened to it
     stopped: str = ""  # the node, step and what was seen where the rollout stopped
     holder: str = field(default_factory=lambda: nodes.holder_of(socket.gethostname(), os.getpid()))
@@ -87,6 +89,7 @@ def planned_repair(knobs):
         return
     name = knobs.node_name or read["hostname"] or host.name
     plan = plan_node(name, read, node_view(read), objects, knobs.gpu_handler)
+    rollout_of(host.state).plans[name] = plan
     for line in plan_lines(plan):
         logger.info(f"{host.print_prefix}{line}")
     try:
@@ -103,8 +106,29 @@ def planned_repair(knobs):
         rollout_of(host.state).nodes[name] = _Node(this, plan, knobs, _gpu_class(objects, knobs.gpu_handler), left)
 
 
+def outcome(rollout: _Rollout, name: str) -> str:
+    """What the run did to node ``name``, in one word or a few."""
+    plan = rollout.plans[name]
+    if name in rollout.outcomes:
+        return rollout.outcomes[name]
+    if plan["action"] == "blocked":
+        return "not repaired"
+    if name in rollout.nodes:
+        return "untouched (the rollout stopped)" if rollout.stopped else "planned"
+    return "nothing to do"
+
+
+def _reported(rollout: _Rollout, report: str, textfile: str):
+    """The run's JSON (each node's plan and outcome) and textfile (``gpuop_node_repaired``) on this machine."""
+    doc = {"nodes": {name: {**{k: v for k, v in plan.items() if k != "file"},
+                            "file": plan["file"] and {k: plan["file"][k] for k in ("path", "diff")},
+                            "outcome": outcome(rollout, name)} for name, plan in sorted(rollout.plans.items())},
+           "stopped": rollout.stopped}
+    write_reports(doc, report, textfile, repair_registry)
+
+
 @operation(is_idempotent=False)
-def rolled_out(kubeconfig: str, context: str, namespace: str):
+def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", textfile: str = ""):
     """
     Put every planned node through the repair, one at a time in the order of their names, under
     the cluster's repair lock (a Lease: a second run is refused by name): cordon (marked as
@@ -116,14 +140,17 @@ def rolled_out(kubeconfig: str, context: str, namespace: str):
     (``gpuop.io/repair-failed``) and the rollout stops: the nodes after it are untouched.
 
     + kubeconfig, context: the cluster; namespace: where the Lease and the probe Pods live
+    + report, textfile: the run's JSON and Prometheus textfile on this machine; empty: none
 
     .. code:: python
 
         rolled_out(kubeconfig="", context="prod", namespace="default")
     """
     rollout = rollout_of(host.state)
-    if not rollout.nodes:
-        return  # nothing to repair: a repaired fleet's rerun changes nothing
+    if not rollout.nodes:  # nothing to repair: a repaired fleet's rerun changes nothing
+        if host.state.is_executing:
+            _reported(rollout, report, textfile)
+        return
 
     def roll(state, host):
         api = api_client(kubeconfig, context)
@@ -141,8 +168,9 @@ def rolled_out(kubeconfig: str, context: str, namespace: str):
         finally:
             if not rollout.stopped.startswith("the lock"):
                 nodes.unlock(api, namespace, rollout.holder)
-        for name, outcome in sorted(rollout.outcomes.items()):
-            logger.info(f"repair: {name}: {outcome}")
+        for name in sorted(rollout.plans):
+            logger.info(f"repair: {name}: {outcome(rollout, name)}")
+        _reported(rollout, report, textfile)
         if rollout.stopped:
             logger.error(f"{host.print_prefix}the repair stopped at {rollout.stopped}")
         return not rollout.stopped

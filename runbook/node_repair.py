@@ -19,4 +19,5 @@ def repair_node(node, reporter: bool = False):
         node_repair.planned_repair(name="The node's plan, from its own judgment", knobs=node)
     else:
         node_repair.rolled_out(name="The rollout, one node at a time", kubeconfig=node.kubeconfig,
-                               context=node.kube_context, namespace=node.node_pod_namespace)
+                               context=node.kube_context, namespace=node.node_pod_namespace,
+                               report=node.report, textfile=node.textfile)

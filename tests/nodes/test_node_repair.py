@@ -198,8 +198,18 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
     healthy = next(n for n in nodes if n.name == "fix-healthy")
     healthy_pod = work_pods("fix-healthy")[0]["metadata"]["uid"]
     healthy_containerd = simnodes.node_containerd(healthy)
-    run = fix(path)
+    report, textfile = os.path.join(root, "repair.json"), os.path.join(root, "repair.prom")
+    run = fix(path, f"report={report}", f"textfile={textfile}")
     assert run.code == 0, run.log[-4000:]
+    with open(report) as f:
+        doc = json.load(f)
+    assert {name: (n["action"], n["outcome"], (n["file"] or {}).get("path")) for name, n in doc["nodes"].items()} == {
+        "fix-ctk": ("repair", "repaired", None), "fix-healthy": ("none", "nothing to do", None),
+        "fix-incident": ("repair", "repaired", DROPIN)}
+    with open(textfile) as f:
+        prom = f.read()
+    assert 'gpuop_node_repaired{node="fix-incident",outcome="repaired"} 1.0' in prom
+    assert 'gpuop_node_repaired{node="fix-healthy",outcome="nothing to do"} 1.0' in prom
     assert run.log.index("node fix-ctk: repaired") < run.log.index("node fix-incident: cordoned")  # one at a time, by name
     for name in ("fix-incident", "fix-ctk"):
         assert f"node {name}: repaired and back in service" in run.log
@@ -213,14 +223,16 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
     incident = next(n for n in nodes if n.name == "fix-incident")
     backups = [f for f in simnodes.etc_containerd(incident) if ".gpuop-bak." in f]
     assert len(backups) == 1 and backups[0].startswith("conf.d/99-nvidia.toml.gpuop-bak."), backups
-    assert "repair: fix-healthy" not in run.log  # never cordoned, its Pod never evicted, its containerd never restarted
+    assert "node fix-healthy:" not in run.log  # never cordoned, its Pod never evicted, its containerd never restarted
     assert work_pods("fix-healthy")[0]["metadata"]["uid"] == healthy_pod
     assert simnodes.node_containerd(healthy) == healthy_containerd
     # the audit after is clean, and a rerun changes nothing
     audited = deploy(None, env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
     assert audited.code == 0, audited.log[-3000:]
-    again = fix(path)
+    again = fix(path, f"report={report}")
     assert again.code == 0 and again.changed == 0, again.log[-3000:]
+    with open(report) as f:
+        assert {n["outcome"] for n in json.load(f)["nodes"].values()} == {"nothing to do"}
 
 
 def test_a_node_whose_containerd_does_not_come_back_stays_cordoned_and_stops_the_rollout(fleet):
