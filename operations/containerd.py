@@ -73,13 +73,15 @@ class LabDaemon:
                 StringCommand(f"mkdir -p {shlex.join(dirs)} && setsid -f sh -c {shlex.quote(inner)}"))
         # The kubelet node's: its Pods' shims are its own release's, found beside it first. In the
         # node's PID namespace, $$ is not the pid the host sees: the host's is recorded once the
-        # daemon runs (found by its --root, as LabContainerd finds it), within 5 s.
+        # daemon runs (the process of this binary holding --root, as LabContainerd finds it),
+        # within 20 s; none found by then is adopted by the next run.
         shims = shlex.quote(posixpath.dirname(self.binary))
         inner = f'PATH={shims}:"$PATH"; export PATH; {daemon}'
         pid_ns = posixpath.join(posixpath.dirname(self.namespace), "pid")
-        record = (f"for i in $(seq 50); do f=$(grep -lxzF -- {shlex.quote(self.root)} /proc/[0-9]*/cmdline 2>/dev/null "
-                  f"| head -n 1); [ -z \"$f\" ] || break; sleep 0.1; done; f=${{f#/proc/}}; "
-                  f"echo ${{f%/cmdline}} >{shlex.quote(self.pidfile)}")
+        record = (f"exe=$(readlink -f {shlex.quote(self.binary)}); pid=; for i in $(seq 200); do "
+                  f"for f in $(grep -lxzF -- {shlex.quote(self.root)} /proc/[0-9]*/cmdline 2>/dev/null); do "
+                  'p=${f#/proc/}; p=${p%/cmdline}; [ "$(readlink /proc/$p/exe)" = "$exe" ] && pid=$p; done; '
+                  f'[ -z "$pid" ] || break; sleep 0.1; done; echo "$pid" >{shlex.quote(self.pidfile)}')
         return reads.containerd_changes(StringCommand(
             f"mkdir -p {shlex.join(dirs)} && nsenter --mount={shlex.quote(self.namespace)} --pid={shlex.quote(pid_ns)} "
             f"-- setsid -f sh -c {shlex.quote(inner)} && {record}"))

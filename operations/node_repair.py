@@ -9,6 +9,7 @@ fleet yields no command.
 import os
 import shlex
 import socket
+import time
 import weakref
 from dataclasses import dataclass, field
 
@@ -19,9 +20,12 @@ from pyinfra.api.exceptions import DeployError
 
 from facts.node import NodeRuntime, node_read
 from gpuop import drain as nodes
-from gpuop.kubeapi import api_client, in_words
+from gpuop.fleet import fleet_gaps
+from gpuop.kubeapi import api_client, in_words, read_cluster
 from gpuop.layout import backup_of
 from gpuop.repair_plan import plan_lines, plan_node
+from gpuop.rules import findings, node_entry
+from gpuop.tables import fleet_table
 from gpuop.textfile import repair_registry, write_reports
 from gpuop.view import node_view
 
@@ -44,8 +48,10 @@ class _Node:
 @dataclass
 class _Rollout:
     plans: dict = field(default_factory=dict)  # node name -> its plan, every node read
+    readers: dict = field(default_factory=dict)  # node name -> (its Host, its knobs), to read it again after
     nodes: dict = field(default_factory=dict)  # node name -> _Node, to put through the rollout
     outcomes: dict = field(default_factory=dict)  # node name -> what happened to it
+    phases: dict = field(default_factory=dict)  # node name -> {step: seconds it took}
     stopped: str = ""  # the node, step and what was seen where the rollout stopped
     holder: str = field(default_factory=lambda: nodes.holder_of(socket.gethostname(), os.getpid()))
 
@@ -100,9 +106,10 @@ def planned_repair(knobs):
     if plan["action"] == "blocked":
         yield _failed(f"node {name} not repaired: {plan['why']}")
         return
+    # the Host itself: pyinfra's ``host`` is whichever host runs, and the rollout runs on this machine's
+    this = host.state.inventory.get_host(host.name)
+    rollout_of(host.state).readers[name] = (this, knobs)
     if plan["action"] == "repair" or left:
-        # the Host itself: pyinfra's ``host`` is whichever host runs, and the rollout runs on this machine's
-        this = host.state.inventory.get_host(host.name)
         rollout_of(host.state).nodes[name] = _Node(this, plan, knobs, _gpu_class(objects, knobs.gpu_handler), left)
 
 
@@ -118,12 +125,39 @@ def outcome(rollout: _Rollout, name: str) -> str:
     return "nothing to do"
 
 
-def _reported(rollout: _Rollout, report: str, textfile: str):
-    """The run's JSON (each node's plan and outcome) and textfile (``gpuop_node_repaired``) on this machine."""
+def audited_after(rollout: _Rollout, kubeconfig: str, context: str) -> dict:
+    """The fleet audited again once the rollout is over: every node it planned read again (one
+    command each), the cluster read again, judged by the audit's one rule set; its table logged.
+
+        audited_after(rollout, "", "prod")["nodes"]["gpu-a"]["gaps"] -> []
+    """
+    deadline = max(knobs.cluster_read_timeout_s for _, knobs in rollout.readers.values())
+    objects, _ = read_cluster(kubeconfig, context, deadline)
+    entries = {}
+    for name, (target, knobs) in sorted(rollout.readers.items()):
+        ok, out = target.run_shell_command(StringCommand(node_read(knobs.crictl_binary)), _timeout=knobs.node_read_timeout_s)
+        if not ok:
+            logger.error(f"{target.print_prefix}node {name}: not read again after the rollout")
+            continue
+        view = node_view(NodeRuntime().process(out.stdout_lines))
+        node = next((o for o in objects if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
+        gaps = findings(view, objects, name, knobs.gpu_handler, gpu_driver=knobs.gpu_driver)
+        entries[name] = node_entry(view, gaps, node, objects, knobs.gpu_handler, knobs.gpu_driver)
+    after = {"nodes": entries, "gaps": fleet_gaps(entries, objects)}
+    logger.info("--> the fleet audited again after the rollout:")
+    for line in fleet_table(after):
+        logger.info(line)
+    return after
+
+
+def _reported(rollout: _Rollout, report: str, textfile: str, after: dict | None = None):
+    """The run's JSON (each node's plan and outcome, and the audit after the rollout) and textfile
+    (``gpuop_node_repaired``) on this machine."""
     doc = {"nodes": {name: {**{k: v for k, v in plan.items() if k != "file"},
                             "file": plan["file"] and {k: plan["file"][k] for k in ("path", "diff")},
-                            "outcome": outcome(rollout, name)} for name, plan in sorted(rollout.plans.items())},
-           "stopped": rollout.stopped}
+                            "outcome": outcome(rollout, name), "phases_s": rollout.phases.get(name, {})}
+                     for name, plan in sorted(rollout.plans.items())},
+           "stopped": rollout.stopped, "audit_after": after}
     write_reports(doc, report, textfile, repair_registry)
 
 
@@ -170,10 +204,18 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
                 nodes.unlock(api, namespace, rollout.holder)
         for name in sorted(rollout.plans):
             logger.info(f"repair: {name}: {outcome(rollout, name)}")
-        _reported(rollout, report, textfile)
+        try:
+            after = audited_after(rollout, kubeconfig, context)
+        except Exception as e:  # the repair's own outcome stands; the audit after is said not done
+            logger.error(f"{host.print_prefix}the audit after the rollout was not made: {in_words(e, 20)}")
+            after = None
+        _reported(rollout, report, textfile, after)
         if rollout.stopped:
             logger.error(f"{host.print_prefix}the repair stopped at {rollout.stopped}")
-        return not rollout.stopped
+        remaining = sum(len(n["gaps"]) for n in after["nodes"].values()) + len(after["gaps"]) if after else 0
+        if remaining:
+            logger.error(f"{host.print_prefix}{remaining} gap(s) left after the rollout")
+        return not rollout.stopped and after is not None and not remaining
 
     yield FunctionCommand(roll, (), {})
 
@@ -197,7 +239,14 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str):
         return node_view(NodeRuntime().process(on_node("the node's read", node_read(knobs.crictl_binary),
                                                        knobs.node_read_timeout_s)))
 
-    step, ours = "cordon", False
+    ours, phases, started = False, rollout.phases.setdefault(name, {}), [time.monotonic()]
+    step = "cordon"
+
+    def begin(next_step: str) -> str:  # the time each step took, for the report (bench/repair.py reads it)
+        now = time.monotonic()
+        phases[step] = round(now - started[0], 2)
+        started[0] = now
+        return next_step
     try:
         if plan["action"] == "none":  # healthy, cordoned by a run that stopped or died: put back
             nodes.uncordon(core, name)
@@ -207,10 +256,10 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str):
         ours = nodes.cordon(core, name, rollout.holder)
         say(f"node {name}: cordoned" + ("" if ours else " already by someone else: it stays so after the repair"))
         if knobs.drain:
-            step = "drain"
+            step = begin("drain")
             evicted = nodes.drain(api, name, knobs.drain_timeout_s, knobs.drain_unmanaged, say)
             say(f"node {name}: drained ({len(evicted)} Pod(s) evicted{': ' + ', '.join(evicted) if evicted else ''})")
-        step, backup = "write", ""
+        step, backup = begin("write"), ""
         if plan["file"]:
             path = plan["file"]["path"]
             if plan["file"]["before"] is not None:
@@ -218,7 +267,7 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str):
                 on_node("the backup", f"cp -p {shlex.quote(path)} {shlex.quote(backup)}", knobs.node_read_timeout_s)
             on_node(f"writing {path}", inline_write(path, plan["file"]["after"], "644"), knobs.node_read_timeout_s)
             say(f"node {name}: {path} written" + (f" (the one before kept as {backup})" if backup else ""))
-        step = "forecast"
+        step = begin("forecast")
         view = seen_now()
         if view["cri_after_restart"] != "ok" or handler not in view["after_restart"]:
             if plan["file"]:
@@ -227,16 +276,24 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str):
             raise nodes.Stalled(f"containerd {view['version']}'s own merge of the files says a restart gives "
                                 f"{','.join(view['after_restart']) or 'nothing'} with CRI {view['cri_after_restart']} "
                                 f"({view.get('restart_reason') or ''}): not restarted, the file put back")
-        step = "restart"
-        on_node("the restart", knobs.containerd_restart, knobs.restart_timeout_s)
-        step = "CRI"
+        step = begin("restart")
+        before = (view["daemon"] or {}).get("pid")
+        restarted, out = target.run_shell_command(StringCommand(knobs.containerd_restart), _timeout=knobs.restart_timeout_s)
+        if not restarted and knobs.reach != "cluster":
+            raise nodes.Stalled(f"the restart ({knobs.containerd_restart}) failed on {name}: "
+                                f"{out.stderr or out.stdout or 'no words'}")
+        if not restarted:  # through the cluster, the runtime restarted is the one that carries the read Pod's answer
+            say(f"node {name}: the restart's own answer went with the runtime that carried it; what follows proves it")
+        step = begin("CRI")
 
-        def cri_holds():
+        def cri_holds():  # a new daemon (the restart happened), holding the handler through CRI
             now = seen_now()
-            return (now["loaded_from"] == "cri" and handler in now["loaded"],
+            pid = (now["daemon"] or {}).get("pid")
+            return (pid not in (None, before) and now["loaded_from"] == "cri" and handler in now["loaded"],
+                    f"pid {pid or '-'}{' (not restarted yet)' if pid == before else ''}, "
                     f"loaded {','.join(now['loaded']) or '-'} ({now['loaded_from']})")
-        nodes.wait(f"containerd on {name} to load {handler}", cri_holds, knobs.restart_timeout_s, say)
-        step = "Ready"
+        nodes.wait(f"containerd on {name} to restart and load {handler}", cri_holds, knobs.restart_timeout_s, say)
+        step = begin("Ready")
 
         def ready():
             conditions = core.read_node(name).status.conditions or []
@@ -245,13 +302,14 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str):
                     f"Ready {cond.status if cond else 'unknown'} ({cond.message if cond else ''})")
         nodes.wait(f"node {name} Ready", ready, knobs.restart_timeout_s, say)
         if node.runtime_class:
-            step = "probe"
+            step = begin("probe")
             nodes.probe(api, name, node.runtime_class, knobs.node_pod_image, namespace, knobs.restart_timeout_s, say)
             say(f"node {name}: a probe Pod of RuntimeClass {node.runtime_class} ran there")
-        step = "uncordon"
+        step = begin("uncordon")
         if ours:
             nodes.uncordon(core, name)
         say(f"node {name}: repaired and back in service")
+        begin("")
         rollout.outcomes[name] = "repaired"
     except Exception as e:  # one sentence: no library's traceback reaches the run's output
         words = str(e) if isinstance(e, nodes.Stalled) else in_words(e, knobs.restart_timeout_s)

@@ -137,7 +137,7 @@ def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(kubelet
     # nothing ran through the stand-in nvidia runtime: containerd does not hold it
     assert not os.path.exists(os.path.join(kubelet_lab.kubelet_node_dir, "nvidia-container-runtime.log"))
     again = deploy(kubelet_lab.root, *kubelet_lab.data)
-    assert again.code == 0 and again.changed == 0, again.changed_ops()
+    assert again.code == 0 and again.changed == 0, (again.changed_ops(), again.log[-2500:])
     # the audit's forecast of that failure, held against the kubelet's event: it agrees
     audited = deploy(kubelet_lab.root, *kubelet_lab.data, script="audit.py")
     assert audited.code != 0  # the incident's gaps fail it

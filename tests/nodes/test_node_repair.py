@@ -206,6 +206,13 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
     assert {name: (n["action"], n["outcome"], (n["file"] or {}).get("path")) for name, n in doc["nodes"].items()} == {
         "fix-ctk": ("repair", "repaired", None), "fix-healthy": ("none", "nothing to do", None),
         "fix-incident": ("repair", "repaired", DROPIN)}
+    assert set(doc["nodes"]["fix-incident"]["phases_s"]) == {"cordon", "drain", "write", "forecast", "restart", "CRI",
+                                                             "Ready", "probe", "uncordon"}
+    # the fleet audited again at the run's end, by the audit's own rules: no gap left
+    after = doc["audit_after"]["nodes"]
+    assert {name: (e["gaps"], sorted(e["loaded"])) for name, e in after.items()} == {
+        name: ([], ["nvidia", "runc"]) for name in ("fix-ctk", "fix-healthy", "fix-incident")}
+    assert "--> the fleet audited again after the rollout:" in run.log
     with open(textfile) as f:
         prom = f.read()
     assert 'gpuop_node_repaired{node="fix-incident",outcome="repaired"} 1.0' in prom
@@ -239,8 +246,9 @@ def test_a_node_whose_containerd_does_not_come_back_stays_cordoned_and_stops_the
     """Last: the incident planted again on the first and the last node (the seed's drop-in over
     the repaired one, their daemons still holding nvidia), and a restart that leaves containerd
     frozen: the first node stays cordoned, saying why on it, the last untouched. Unfrozen, the
-    next run finds the first healthy and cordoned by gpuop, and puts it back; the last, cordoned
-    by someone else meanwhile, is repaired and left cordoned."""
+    next run, through the cluster (reach: cluster, no SSH: each command in a short-lived Pod on
+    the node), finds the first healthy and cordoned by gpuop, and puts it back; the last,
+    cordoned by someone else meanwhile, is repaired and left cordoned."""
     nodes, path, root = fleet
     by_name = {n.name: n for n in nodes}
     for name in ("fix-ctk", "fix-incident"):
@@ -252,18 +260,20 @@ def test_a_node_whose_containerd_does_not_come_back_stays_cordoned_and_stops_the
     try:
         assert run.code != 0
         said = next(line for line in run.log.splitlines() if "the repair stopped: node fix-ctk, step CRI" in line)
-        assert "containerd on fix-ctk to load nvidia: not within 10s; last seen: loaded -" in said, said
+        assert "containerd on fix-ctk to restart and load nvidia: not within 10s; last seen: pid " in said, said
+        assert "(not restarted yet)" in said, said  # frozen: the same daemon, never answering
         node = get("node/fix-ctk")
         assert node["spec"].get("unschedulable") and CORDONED_BY in node["metadata"]["annotations"]
-        assert node["metadata"]["annotations"][REPAIR_FAILED].startswith("CRI: containerd on fix-ctk to load nvidia")
+        assert node["metadata"]["annotations"][REPAIR_FAILED].startswith("CRI: containerd on fix-ctk to restart and load nvidia")
         assert "node fix-incident untouched: the rollout stopped at node fix-ctk, step CRI" in run.log
         assert simnodes.etc_containerd(by_name["fix-incident"]) == incident_files
     finally:
         os.kill(frozen, signal.SIGCONT)
     kubectl("cordon", "fix-incident")  # someone else's
     try:
-        again = fix(path)
+        again = fix(path, "reach=cluster")
         assert again.code == 0, again.log[-4000:]
+        assert "[@kubenode/fix-incident] node fix-incident: repaired and back in service" in again.log
         assert "node fix-ctk: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log
         assert "node fix-incident: cordoned already by someone else: it stays so after the repair" in again.log
         assert "node fix-incident: repaired and back in service" in again.log

@@ -1,0 +1,86 @@
+"""Benchmark: the fleet repair (``pyinfra nodes.py fix.py``) of 1 and 3 nodes, by phase.
+
+    .venv/bin/python bench/repair.py [SIZE ...]     # default: 1 and 3 nodes
+
+Each node is a simulated real node with a real kubelet registered in the lab cluster
+(lab/simnode.sh, as tests/nodes/test_node_repair.py makes them): containerd 1.6.20 with the
+incident's drop-in written after its start (the file is rewritten, then it restarts), supervised
+as systemd's Restart=always (its restart command kills it), a Deployment's GPU Pod pinned to it.
+Per size: one repair, timed whole, each node's time per phase read from the run's own report
+(``phases_s``: cordon, drain, write, forecast, restart, CRI, Ready, probe, uncordon), beside the
+floor of the same fleet in the same round (an empty deploy over the same SSH hosts); then the
+rerun on the repaired fleet (nothing to do); and on paper, 1,000 nodes one at a time.
+Run it with the lab up (``make lab-up``); it uses the current kube context.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tomli_w  # noqa: E402
+
+from gpuop.containerd import nvidia_dropin  # noqa: E402
+from tests.helpers import nodesfiles, simnodes  # noqa: E402
+from tests.helpers.kube import eventually, kubectl  # noqa: E402
+from tests.helpers.layouts import DROPIN, write_file  # noqa: E402
+from tests.helpers.playbook import PYINFRA  # noqa: E402
+from tests.nodes.test_node_repair import RESTART, ready, workloads  # noqa: E402
+
+PHASES = ("cordon", "drain", "write", "forecast", "restart", "CRI", "Ready", "probe", "uncordon")
+
+
+def timed(*args, env) -> float:
+    started = time.monotonic()
+    done = subprocess.run([PYINFRA, *args], env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        sys.exit(f"bench/repair: {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return time.monotonic() - started
+
+
+def one_size(size: int, root: str) -> dict:
+    nodes = [simnodes.Node(f"bench-fix-{i}", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))],
+                           kubelet="unix:///run/containerd/containerd.sock", registered=True, supervised=True,
+                           nvidia_runtime=True, knobs=RESTART) for i in range(size)]
+    with simnodes.running(nodes, root) as key:
+        for n in nodes:
+            eventually(f"node {n.name} Ready", lambda: ready(n.name), timeout=180)
+        kubectl("apply", "-f", "-", stdin=workloads(nodes))
+        path = nodesfiles.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {n.name: n.name for n in nodes})
+        env = {**os.environ, "GPUOP_NODES": path}
+        report, empty = os.path.join(root, "repair.json"), os.path.join(root, "empty.py")
+        with open(empty, "w") as f:
+            f.write("# the floor: pyinfra connects, prepares and disconnects, with no operation\n")
+        floor = timed("nodes.py", empty, "-y", env=env)
+        whole = timed("nodes.py", "fix.py", "-y", "--data", f"report={report}", env=env)
+        with open(report) as f:
+            doc = json.load(f)
+        rerun = timed("nodes.py", "fix.py", "-y", env=env)
+        kubectl("delete", "namespace", "gpuop-fleet", "--ignore-not-found", "--wait=false")
+    phases = {p: statistics.median(n["phases_s"][p] for n in doc["nodes"].values()) for p in PHASES}
+    return {"size": size, "whole": whole, "floor": floor, "rerun": rerun, "phases": phases,
+            "per_node": sum(phases.values())}
+
+
+def main():
+    sizes = [int(a) for a in sys.argv[1:]] or [1, 3]
+    results = [one_size(size, tempfile.mkdtemp(prefix=f"gpuop-bench-fix-{size}-", dir="/tmp")) for size in sizes]
+    print(f"fleet repair, {time.strftime('%Y-%m-%d')}: seconds (median over the nodes for the phases)")
+    print("| nodes | whole run | floor | rerun | " + " | ".join(PHASES) + " | one node |")
+    print("|---" * (5 + len(PHASES)) + "|")
+    for r in results:
+        print(f"| {r['size']} | {r['whole']:.1f} | {r['floor']:.1f} | {r['rerun']:.1f} | "
+              + " | ".join(f"{r['phases'][p]:.2f}" for p in PHASES) + f" | {r['per_node']:.1f} |")
+    one = results[-1]["per_node"]
+    print(f"on paper, 1,000 nodes one at a time: {1000 * one / 3600:.1f} h ({one:.1f} s a node, this fleet's "
+          "drain and restart; a real node's drain waits for its Pods' grace and its budgets)")
+
+
+if __name__ == "__main__":
+    main()
