@@ -132,6 +132,7 @@ class Layout:
 
     def owned_files(self, manifests, reports):
         """Every file the playbook writes (backups excluded: those are never removed)."""
-        return ([self.config_toml, self.nvidia_dropin, self.check_script, self.check_loaded_script]
+        return ([self.config_toml, self.nvidia_dropin, self.check_script, self.check_loaded_script,
+                 self.stamp("restart")]  # the repair's restart, for what reports on it after
                 + [self.manifest(m) for m in manifests]
                 + [p for r in reports for p in (self.report(r), self.stamp(r))])

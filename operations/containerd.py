@@ -353,7 +353,7 @@ def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict, runtimes, nvi
 
 
 @operation()
-def restarted_into(daemon: LabDaemon, runtimes, timeout_s: int = 120):
+def restarted_into(daemon: LabDaemon, runtimes, moment: str = "", timeout_s: int = 120):
     """
     Ensure the lab's containerd holds ``runtimes`` through CRI, restarting it once if it does not,
     and only when the restart forecast (the binary's own ``config dump`` of the files now on disk)
@@ -362,11 +362,12 @@ def restarted_into(daemon: LabDaemon, runtimes, timeout_s: int = 120):
 
     + daemon: the lab's containerd
     + runtimes: the handlers it must hold, e.g. ("runc", "nvidia")
+    + moment: where the restart's moment is recorded (UTC, ISO 8601), for what reports on it after; empty: nowhere
     + timeout_s: how long to wait for it to stop, and for its CRI to answer
 
     .. code:: python
 
-        restarted_into(daemon=LabDaemon(...), runtimes=("runc", "nvidia"))
+        restarted_into(daemon=LabDaemon(...), runtimes=("runc", "nvidia"), moment=".../.gpuop/restart.stamp")
     """
     want = set(runtimes)
     views = reads.containerd()
@@ -387,6 +388,9 @@ def restarted_into(daemon: LabDaemon, runtimes, timeout_s: int = 120):
     if host.state.is_executing:
         logger.info(f"{host.print_prefix}restarting the lab containerd once ({describe(seen)}): its "
                     f"forecast loads {','.join(restart['runtimes'])} with CRI ok")
+    if moment:
+        when = datetime.now(timezone.utc) if host.state.is_executing else None
+        yield from text._inner(path=moment, content=f"{when.isoformat() if when else 'planned'}\n", backup=False)
     yield from _restart(daemon, seen, f"the restarted lab containerd to hold {','.join(sorted(want))} through CRI",
                         lambda now: (now["cri"] == "ok" and want <= set(now["runtimes"]), describe(now)),
                         timeout_s)

@@ -243,19 +243,25 @@ def node_takes_pods(node: str, context: str = "", timeout_s: int = 120):
 
 
 @operation()
-def node_reports_handler(node: str, handler: str, context: str = "", timeout_s: int = 120):
+def node_reports_handler(node: str, handler: str, moment: str = "", context: str = "", timeout_s: int = 120):
     """
     Wait until a real node's kubelet reports ``handler`` among its runtime's handlers
-    (``Node.status.runtimeHandlers``, which it copies from CRI at its next status update); a
-    node that reports none (containerd 1.x) has nothing to wait for.
+    (``Node.status.runtimeHandlers``, which it copies from CRI at its next status update), in a
+    status posted long enough after the runtime's restart recorded in ``moment`` (a status from
+    before it may still name handlers of an older daemon); a node that reports none (containerd
+    1.x) has nothing to wait for.
 
     .. code:: python
 
-        node_reports_handler(node="lab-node-0", handler="nvidia")
+        node_reports_handler(node="lab-node-0", handler="nvidia", moment=".../.gpuop/restart.stamp")
     """
+    since = moment_of(moment) if moment else None
+
     def reported(seen):
         handlers = api_handlers(seen) if seen else []
-        return handlers is None or handler in handlers, f"it reports {handlers}"
+        fresh = since is None or (bool(seen) and reported_since(seen, since))
+        return handlers is None or (handler in handlers and fresh), f"it reports {handlers}" + (
+            "" if fresh else f" in a status from before the restart at {since.isoformat()} settled")
 
     yield from awaited(f"node {node}'s kubelet to report handler {handler}", live_object(f"node/{node}", context=context),
                        lambda: live_object(f"node/{node}", context=context, in_wait=True), reported, timeout_s)

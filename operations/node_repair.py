@@ -220,107 +220,140 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
     yield FunctionCommand(roll, (), {})
 
 
-def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str):
-    """One node through the repair's steps (see ``rolled_out``); its outcome in ``rollout``."""
-    core, plan, knobs, target = client.CoreV1Api(api), node.plan, node.knobs, node.host
-    handler = knobs.gpu_handler
+class _Steps:
+    """One node's repair, step by step (see ``rolled_out``): each method is one step, raising
+    ``Stalled`` with what was seen where it does not happen."""
 
-    def say(words):
-        logger.info(f"{target.print_prefix}{words}")
-        nodes.renew(api, namespace)
+    UNTOUCHED = ("cordon", "drain", "forecast")  # a failure there leaves the node as it was: back in service
 
-    def on_node(what: str, command: str, timeout_s: int) -> list:
-        ok, out = target.run_shell_command(StringCommand(command), _timeout=timeout_s)
+    def __init__(self, api, name: str, node: _Node, rollout: _Rollout, namespace: str):
+        self.api, self.core, self.name, self.node, self.rollout = api, client.CoreV1Api(api), name, node, rollout
+        self.knobs, self.target, self.namespace = node.knobs, node.host, namespace
+        self.ours, self.backup, self.before = False, "", None
+
+    def say(self, words: str):
+        logger.info(f"{self.target.print_prefix}{words}")
+        nodes.renew(self.api, self.namespace)
+
+    def on_node(self, what: str, command: str, timeout_s: int) -> list:
+        ok, out = self.target.run_shell_command(StringCommand(command), _timeout=timeout_s)
         if not ok:
-            raise nodes.Stalled(f"{what} failed on {name}: {out.stderr or out.stdout or 'no words'}")
+            raise nodes.Stalled(f"{what} failed on {self.name}: {out.stderr or out.stdout or 'no words'}")
         return out.stdout_lines
 
-    def seen_now() -> dict:
-        return node_view(NodeRuntime().process(on_node("the node's read", node_read(knobs.crictl_binary),
-                                                       knobs.node_read_timeout_s)))
+    def seen_now(self) -> dict:
+        """The node's view, read again (one command)."""
+        lines = self.on_node("the node's read", node_read(self.knobs.crictl_binary), self.knobs.node_read_timeout_s)
+        return node_view(NodeRuntime().process(lines))
 
-    ours, phases, started = False, rollout.phases.setdefault(name, {}), [time.monotonic()]
-    step = "cordon"
+    def cordon(self):
+        self.ours = nodes.cordon(self.core, self.name, self.rollout.holder)
+        self.say(f"node {self.name}: cordoned" + ("" if self.ours else " already by someone else: it stays so after the repair"))
 
-    def begin(next_step: str) -> str:  # the time each step took, for the report (bench/repair.py reads it)
-        now = time.monotonic()
-        phases[step] = round(now - started[0], 2)
-        started[0] = now
-        return next_step
-    try:
-        if plan["action"] == "none":  # healthy, cordoned by a run that stopped or died: put back
-            nodes.uncordon(core, name)
-            say(f"node {name}: healthy, and still cordoned by an earlier gpuop run: uncordoned")
-            rollout.outcomes[name] = "uncordoned"
+    def drain(self):
+        if self.knobs.drain:
+            evicted = nodes.drain(self.api, self.name, self.knobs.drain_timeout_s, self.knobs.drain_unmanaged, self.say)
+            self.say(f"node {self.name}: drained ({len(evicted)} Pod(s) evicted{': ' + ', '.join(evicted) if evicted else ''})")
+
+    def write(self):
+        file = self.node.plan["file"]
+        if not file:
             return
-        ours = nodes.cordon(core, name, rollout.holder)
-        say(f"node {name}: cordoned" + ("" if ours else " already by someone else: it stays so after the repair"))
-        if knobs.drain:
-            step = begin("drain")
-            evicted = nodes.drain(api, name, knobs.drain_timeout_s, knobs.drain_unmanaged, say)
-            say(f"node {name}: drained ({len(evicted)} Pod(s) evicted{': ' + ', '.join(evicted) if evicted else ''})")
-        step, backup = begin("write"), ""
-        if plan["file"]:
-            path = plan["file"]["path"]
-            if plan["file"]["before"] is not None:
-                backup = backup_of(path)
-                on_node("the backup", f"cp -p {shlex.quote(path)} {shlex.quote(backup)}", knobs.node_read_timeout_s)
-            on_node(f"writing {path}", inline_write(path, plan["file"]["after"], "644"), knobs.node_read_timeout_s)
-            say(f"node {name}: {path} written" + (f" (the one before kept as {backup})" if backup else ""))
-        step = begin("forecast")
-        view = seen_now()
-        if view["cri_after_restart"] != "ok" or handler not in view["after_restart"]:
-            if plan["file"]:
-                on_node("putting the file back", f"mv -f {shlex.quote(backup)} {shlex.quote(path)}" if backup
-                        else f"rm -f {shlex.quote(path)}", knobs.node_read_timeout_s)
-            raise nodes.Stalled(f"containerd {view['version']}'s own merge of the files says a restart gives "
-                                f"{','.join(view['after_restart']) or 'nothing'} with CRI {view['cri_after_restart']} "
-                                f"({view.get('restart_reason') or ''}): not restarted, the file put back")
-        step = begin("restart")
-        before = (view["daemon"] or {}).get("pid")
-        restarted, out = target.run_shell_command(StringCommand(knobs.containerd_restart), _timeout=knobs.restart_timeout_s)
-        if not restarted and knobs.reach != "cluster":
-            raise nodes.Stalled(f"the restart ({knobs.containerd_restart}) failed on {name}: "
-                                f"{out.stderr or out.stdout or 'no words'}")
-        if not restarted:  # through the cluster, the runtime restarted is the one that carries the read Pod's answer
-            say(f"node {name}: the restart's own answer went with the runtime that carried it; what follows proves it")
-        step = begin("CRI")
+        path, timeout_s = file["path"], self.knobs.node_read_timeout_s
+        if file["before"] is not None:
+            self.backup = backup_of(path)
+            self.on_node("the backup", f"cp -p {shlex.quote(path)} {shlex.quote(self.backup)}", timeout_s)
+        self.on_node(f"writing {path}", inline_write(path, file["after"], "644"), timeout_s)
+        self.say(f"node {self.name}: {path} written" + (f" (the one before kept as {self.backup})" if self.backup else ""))
 
-        def cri_holds():  # a new daemon (the restart happened), holding the handler through CRI
-            now = seen_now()
+    def forecast(self):
+        """The node's own binary merges the files as its next start would: no restart into a refusal."""
+        view, handler, file = self.seen_now(), self.knobs.gpu_handler, self.node.plan["file"]
+        self.before = (view["daemon"] or {}).get("pid")
+        if view["cri_after_restart"] == "ok" and handler in view["after_restart"]:
+            return
+        if file:
+            path = shlex.quote(file["path"])
+            self.on_node("putting the file back", f"mv -f {shlex.quote(self.backup)} {path}" if self.backup
+                         else f"rm -f {path}", self.knobs.node_read_timeout_s)
+        raise nodes.Stalled(f"containerd {view['version']}'s own merge of the files says a restart gives "
+                            f"{','.join(view['after_restart']) or 'nothing'} with CRI {view['cri_after_restart']} "
+                            f"({view.get('restart_reason') or ''}): not restarted, the file put back")
+
+    def restart(self):
+        command = self.knobs.containerd_restart
+        done, out = self.target.run_shell_command(StringCommand(command), _timeout=self.knobs.restart_timeout_s)
+        if not done and self.knobs.reach != "cluster":
+            raise nodes.Stalled(f"the restart ({command}) failed on {self.name}: {out.stderr or out.stdout or 'no words'}")
+        if not done:  # through the cluster, the runtime restarted is the one that carries the read Pod's answer
+            self.say(f"node {self.name}: the restart's own answer went with the runtime that carried it; what follows proves it")
+
+    def cri(self):
+        """A new daemon (the restart happened) whose CRI holds the handler."""
+        handler = self.knobs.gpu_handler
+
+        def holds():
+            now = self.seen_now()
             pid = (now["daemon"] or {}).get("pid")
-            return (pid not in (None, before) and now["loaded_from"] == "cri" and handler in now["loaded"],
-                    f"pid {pid or '-'}{' (not restarted yet)' if pid == before else ''}, "
+            return (pid not in (None, self.before) and now["loaded_from"] == "cri" and handler in now["loaded"],
+                    f"pid {pid or '-'}{' (not restarted yet)' if pid == self.before else ''}, "
                     f"loaded {','.join(now['loaded']) or '-'} ({now['loaded_from']})")
-        nodes.wait(f"containerd on {name} to restart and load {handler}", cri_holds, knobs.restart_timeout_s, say)
-        step = begin("Ready")
+        nodes.wait(f"containerd on {self.name} to restart and load {handler}", holds, self.knobs.restart_timeout_s, self.say)
 
+    def ready(self):
         def ready():
-            conditions = core.read_node(name).status.conditions or []
+            conditions = self.core.read_node(self.name).status.conditions or []
             cond = next((c for c in conditions if c.type == "Ready"), None)
             return (cond is not None and cond.status == "True",
                     f"Ready {cond.status if cond else 'unknown'} ({cond.message if cond else ''})")
-        nodes.wait(f"node {name} Ready", ready, knobs.restart_timeout_s, say)
-        if node.runtime_class:
-            step = begin("probe")
-            nodes.probe(api, name, node.runtime_class, knobs.node_pod_image, namespace, knobs.restart_timeout_s, say)
-            say(f"node {name}: a probe Pod of RuntimeClass {node.runtime_class} ran there")
-        step = begin("uncordon")
-        if ours:
-            nodes.uncordon(core, name)
-        say(f"node {name}: repaired and back in service")
-        begin("")
-        rollout.outcomes[name] = "repaired"
-    except Exception as e:  # one sentence: no library's traceback reaches the run's output
-        words = str(e) if isinstance(e, nodes.Stalled) else in_words(e, knobs.restart_timeout_s)
-        rollout.stopped = f"node {name}, step {step}: {words}"
-        rollout.outcomes[name] = f"failed at {step}"
+        nodes.wait(f"node {self.name} Ready", ready, self.knobs.restart_timeout_s, self.say)
+
+    def probe(self):
+        runtime_class = self.node.runtime_class
+        if runtime_class:
+            nodes.probe(self.api, self.name, runtime_class, self.knobs.node_pod_image, self.namespace,
+                        self.knobs.restart_timeout_s, self.say)
+            self.say(f"node {self.name}: a probe Pod of RuntimeClass {runtime_class} ran there")
+
+    def uncordon(self):
+        if self.ours:
+            nodes.uncordon(self.core, self.name)
+        self.say(f"node {self.name}: repaired and back in service")
+
+    def failed(self, step: str, words: str):
+        """The node after a failed step: back in service where nothing on it changed, else left
+        cordoned saying why (``gpuop.io/repair-failed``)."""
         try:
-            if step in ("drain", "forecast"):  # nothing on it changed: back in service, untouched
-                if ours:
-                    nodes.uncordon(core, name)
-            else:  # stays cordoned, saying why
-                nodes.mark_failed(core, name, f"{step}: {words}")
-        except Exception as put_back:
-            logger.error(f"{target.print_prefix}node {name}: {in_words(put_back, 5)}")
-        logger.error(f"{target.print_prefix}the repair stopped: {rollout.stopped}")
+            if step not in self.UNTOUCHED:
+                nodes.mark_failed(self.core, self.name, f"{step}: {words}")
+            elif self.ours:
+                nodes.uncordon(self.core, self.name)
+        except Exception as e:
+            logger.error(f"{self.target.print_prefix}node {self.name}: {in_words(e, 5)}")
+
+
+STEPS = ("cordon", "drain", "write", "forecast", "restart", "CRI", "Ready", "probe", "uncordon")
+
+
+def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str):
+    """One node through the repair's steps, each timed (``rollout.phases``: bench/repair.py reads
+    them); its outcome, or where the rollout stopped, in ``rollout``."""
+    steps = _Steps(api, name, node, rollout, namespace)
+    if node.plan["action"] == "none":  # healthy, cordoned by a run that stopped or died: put back
+        nodes.uncordon(steps.core, name)
+        steps.say(f"node {name}: healthy, and still cordoned by an earlier gpuop run: uncordoned")
+        rollout.outcomes[name] = "uncordoned"
+        return
+    phases = rollout.phases.setdefault(name, {})
+    for step in STEPS:
+        started = time.monotonic()
+        try:
+            getattr(steps, step.lower())()
+        except Exception as e:  # one sentence: no library's traceback reaches the run's output
+            words = str(e) if isinstance(e, nodes.Stalled) else in_words(e, node.knobs.restart_timeout_s)
+            rollout.stopped, rollout.outcomes[name] = f"node {name}, step {step}: {words}", f"failed at {step}"
+            steps.failed(step, words)
+            logger.error(f"{node.host.print_prefix}the repair stopped: {rollout.stopped}")
+            return
+        phases[step] = round(time.monotonic() - started, 2)
+    rollout.outcomes[name] = "repaired"

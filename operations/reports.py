@@ -61,12 +61,19 @@ def live(path: str, capture):
 
         live(path="/root/gpuop/out/slots.txt", capture=lambda: slot_lines(...))
     """
+    yield from _written_now(path, capture)
+
+
+def _written_now(path: str, capture):
+    """``capture()``'s lines written to ``path`` (or the host failed, saying why they could not be
+    read); returns what was written, None where nothing was."""
     content, why = _captured(capture)
     if content is None:
         yield _unreadable(path, why)
-        return
+        return None
     seen(host, path, content)
     yield from text._inner(path=path, content=content, backup=False)
+    return content
 
 
 @operation()
@@ -90,13 +97,9 @@ def moment(path: str, stamp: str, capture, inputs: dict):
     if stamp_holds(stamp_recorded, report_text, inputs):
         seen(host, path, report_text)
         return
-    content, why = _captured(capture)
-    if content is None:
-        yield _unreadable(path, why)
-        return
-    seen(host, path, content)
-    yield from text._inner(path=path, content=content, backup=False)
-    yield from text._inner(path=stamp, content=stamp_text(content, inputs), backup=False)
+    content = yield from _written_now(path, capture)
+    if content is not None:
+        yield from text._inner(path=stamp, content=stamp_text(content, inputs), backup=False)
 
 
 def _toml(path: str, content: str) -> dict:

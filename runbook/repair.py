@@ -36,7 +36,8 @@ def runtime(lab, at: Layout):
                                     runtimes=NODE_RUNTIMES, nvidia_ctk=lab.nvidia_ctk_binary,
                                     scratch=at.nvidia_ctk_scratch)
     lab_containerd.restarted_into(name="The lab containerd holds runc and nvidia, restarted only if the forecast is ok",
-                                  daemon=daemon, runtimes=NODE_RUNTIMES, timeout_s=lab.wait_timeout_s)
+                                  daemon=daemon, runtimes=NODE_RUNTIMES, moment=at.stamp("restart"),
+                                  timeout_s=lab.wait_timeout_s)
 
 
 @deploy("Repair 2: the GPU Pod runs with RuntimeClass nvidia, its handler loaded")
@@ -51,8 +52,8 @@ def gpu_pod(lab, at: Layout):
                      context=ctx, timeout_s=lab.wait_timeout_s)
     if lab.kubelet_node:  # the API's view of loaded catches up at kubelet's next status update
         kube.node_reports_handler(name=f"{lab.kubelet_node}'s kubelet reports handler {manifests.HANDLER}",
-                                  node=lab.kubelet_node, handler=manifests.HANDLER, context=ctx,
-                                  timeout_s=lab.wait_timeout_s)
+                                  node=lab.kubelet_node, handler=manifests.HANDLER, moment=at.stamp("restart"),
+                                  context=ctx, timeout_s=lab.wait_timeout_s)
 
 
 @deploy("Repair 3: the toolkit upgrade, asking memory every node has")
