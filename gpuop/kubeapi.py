@@ -26,17 +26,28 @@ def where(kubeconfig: str, context: str) -> str:
             f"context {context or '(current)'}")
 
 
-def api_client(kubeconfig: str, context: str) -> client.ApiClient:
+def api_client(kubeconfig: str, context: str, request_deadline_s: float = 0) -> client.ApiClient:
     """A client of ``context`` (empty: the current one) in ``kubeconfig`` (empty: $KUBECONFIG or
-    ~/.kube/config) that never retries: each request's deadline is its caller's.
+    ~/.kube/config) that never retries: each request's deadline is its caller's, or, given
+    ``request_deadline_s``, that for every request that names none (a stalled API server then
+    fails the request instead of holding the run).
 
-        api_client("", "prod")  # raises ConfigException for a context the file lacks
+        api_client("", "prod", request_deadline_s=20)  # raises ConfigException for a context the file lacks
     """
     configuration = client.Configuration()
     config.load_kube_config(config_file=kubeconfig or None, context=context or None,
                             client_configuration=configuration)
     configuration.retries = False
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+    if request_deadline_s:
+        request = api.rest_client.request  # every verb of the client goes through it
+
+        def bounded(*args, **kwargs):
+            if not kwargs.get("_request_timeout"):
+                kwargs["_request_timeout"] = (CONNECT_TIMEOUT_S, request_deadline_s)
+            return request(*args, **kwargs)
+        api.rest_client.request = bounded
+    return api
 
 
 def in_words(e: Exception, deadline_s: float) -> str:

@@ -33,6 +33,7 @@ from .files import inline_write
 from .node_audit import cluster_objects
 
 _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> the rollout of that run
+REQUEST_DEADLINE_S = 20  # each request of the rollout to the API server (a cordon, an eviction, a read)
 
 
 @dataclass
@@ -99,7 +100,7 @@ def planned_repair(knobs):
     for line in plan_lines(plan):
         logger.info(f"{host.print_prefix}{line}")
     try:
-        left = nodes.cordoned_by_gpuop(client.CoreV1Api(api_client(knobs.kubeconfig, knobs.kube_context)), name)
+        left = nodes.cordoned_by_gpuop(client.CoreV1Api(api_client(knobs.kubeconfig, knobs.kube_context, REQUEST_DEADLINE_S)), name)
     except Exception as e:
         yield _failed(f"node {name}: its Node cannot be read: {in_words(e, knobs.cluster_read_timeout_s)}")
         return
@@ -187,7 +188,7 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
         return
 
     def roll(state, host):
-        api = api_client(kubeconfig, context)
+        api = api_client(kubeconfig, context, REQUEST_DEADLINE_S)
         try:
             nodes.lock(api, namespace, rollout.holder)
         except Exception as e:
