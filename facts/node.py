@@ -119,3 +119,47 @@ class NodeRuntime(FactBase):
 
 def _args(b64: str) -> list:
     return base64.b64decode(b64).decode(errors="replace").split("\0")[:-1]
+
+
+TOOLKIT_DIRS = ("/usr/local/nvidia/toolkit",)  # where the GPU Operator installs nvidia-ctk, off PATH
+_DROPIN_MARK, _ROOT_MARK = "Drop-in config:", "Top-level config:"
+
+
+class ToolkitDropin(FactBase):
+    """
+    The node's own nvidia-ctk (on PATH, else where the GPU Operator installs it) and the drop-in it
+    would write for the node's containerd: ``nvidia-ctk runtime configure --dry-run``, which
+    prints the drop-in and the root config it would write and writes nothing. None where the node
+    has no nvidia-ctk.
+
+    .. code:: python
+
+        host.get_fact(ToolkitDropin, config="/etc/containerd/config.toml",
+                      dropin="/etc/containerd/conf.d/99-nvidia.toml")
+        {"path": "/usr/bin/nvidia-ctk", "version": "1.20.2", "dropin": "version = 2\n...", "said": ""}
+    """
+
+    @staticmethod
+    def default():
+        return None
+
+    def command(self, config, dropin, timeout_s=30):
+        dirs = " ".join(f"{shlex.quote(d)}/nvidia-ctk" for d in TOOLKIT_DIRS)
+        return (f"ctk=$(command -v nvidia-ctk || for c in {dirs}; do [ -x \"$c\" ] && echo \"$c\" && break; done) || true; "
+                '[ -n "$ctk" ] || exit 0; echo "$ctk"; "$ctk" --version 2>&1 | head -n 1; '
+                f'timeout -k 2 {int(timeout_s)} "$ctk" runtime configure --runtime=containerd '
+                f"--config={shlex.quote(config)} --drop-in-config={shlex.quote(dropin)} --config-source=file "
+                "--dry-run 2>&1")
+
+    def process(self, output):
+        if not output:
+            return None
+        path, version_line, *said = list(output) + [""]
+        version = next((w for w in version_line.split() if w[:1].isdigit()), version_line.strip())
+        marks = [i for i, line in enumerate(said) if _DROPIN_MARK in line or _ROOT_MARK in line]
+        start = next((i for i in marks if _DROPIN_MARK in said[i]), None)
+        if start is None:  # it said something else: its words, no drop-in
+            return {"path": path, "version": version, "dropin": "", "said": " ".join(x for x in said if x.strip())[:300]}
+        end = next((i for i in marks if i > start), len(said))
+        text = "\n".join(said[start + 1:end]).strip("\n")
+        return {"path": path, "version": version, "dropin": text + "\n" if text else "", "said": ""}

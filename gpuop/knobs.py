@@ -236,6 +236,8 @@ class NodeKnobs:
     drain_unmanaged: bool
     drain_timeout_s: int
     restart_timeout_s: int
+    repair_max_unavailable: int
+    repair_max_failures: int
 
 
 NODE_PARSERS = {
@@ -257,6 +259,8 @@ NODE_PARSERS = {
     "drain_unmanaged": _bool,
     "drain_timeout_s": _int(1),
     "restart_timeout_s": _int(1),
+    "repair_max_unavailable": _int(1),
+    "repair_max_failures": _int(0),
 }
 
 

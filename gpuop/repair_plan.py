@@ -9,11 +9,14 @@ handler needs nothing, and a healthy node is never touched.
 """
 
 import difflib
+import json
 import posixpath
+import re
 
 import tomli_w
 
-from .containerd import dropin_keeping_cri, nvidia_dropin, parsed_toml, release, runtime_names, systemd_cgroup
+from .containerd import (dropin_keeping_cri, import_globs, nvidia_dropin, parsed_toml, release, runtime_names,
+                         systemd_cgroup)
 from .objects import of_kind, ref
 from .rules import active, classed_pods
 
@@ -66,22 +69,25 @@ def diff(path: str, before: str | None, after: str) -> list:
                                      lineterm=""))
 
 
-def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str) -> dict:
+def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str, toolkit: dict | None = None) -> dict:
     """What repairing node ``name`` takes, from its read (``facts.node.NodeRuntime``) and view.
 
         plan_node("gpu-a", read, node_view(read), objects, "nvidia")
-        -> {"node": "gpu-a", "action": "repair", "why": "...", "file": {...}, "restart": True,
+        -> {"node": "gpu-a", "action": "repair", "why": "...", "files": [{...}], "restart": True,
             "evict": ["ml/train-0"], "unmanaged": [], "stays": ["gpu-operator/toolkit-x"]}
 
     ``action``: ``none`` (healthy, or no GPU handler meant here), ``repair``, or ``blocked`` (what
-    gpuop cannot repair here, said in ``why``).
+    gpuop cannot repair here, said in ``why``). ``files``: each file that changes (``path``,
+    ``before``, ``after``, ``diff``, ``by``), the root config first where an import must be added.
+    ``toolkit``: the node's nvidia-ctk and the drop-in it would write (``facts.node.ToolkitDropin``):
+    on containerd 2.x its drop-in is the one written, where it is in a version the root's takes.
     """
     pods = [p for p in of_kind(objects, "Pod") if p["spec"].get("nodeName") == name]
     asking = [ref(p) for p, _, handler in classed_pods(name, objects) if handler == gpu_handler]
     meant = gpu_handler in view["written"] or bool(asking)
     loaded_now = view["loaded_from"] == "cri" and gpu_handler in view["loaded"]
     after_ok = view["cri_after_restart"] == "ok" and gpu_handler in view["after_restart"]
-    plan = {"node": name, "action": "none", "why": "", "file": None, "restart": False,
+    plan = {"node": name, "action": "none", "why": "", "files": [], "restart": False,
             "evict": sorted(ref(p) for p in pods if drainable(p) == "evict"),
             "unmanaged": sorted(ref(p) for p in pods if drainable(p) == "unmanaged"),
             "stays": sorted(ref(p) for p in pods if drainable(p) == "stays"),
@@ -105,20 +111,77 @@ def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str
     main_doc, error = parsed_toml(config, daemon["files"][config]["text"]) if daemon and config in daemon["files"] else (None, "")
     if main_doc is None:
         return {**plan, "action": "blocked", "why": f"its config {config or '(none)'} cannot be read: {error or 'missing'}"}
-    globs = [g if g.startswith("/") else posixpath.join(posixpath.dirname(config), g) for g in main_doc.get("imports", [])]
-    holder = next((p for p in view["dropins"] if gpu_handler in _runtimes(daemon["files"][p]["text"])), None)
-    target = holder or next((posixpath.join(posixpath.dirname(g), DROPIN_NAME) for g in globs
-                             if posixpath.basename(g) in ("*.toml", "*")), None)
+    target, imported = dropin_target(config, main_doc, view["dropins"],
+                                     [p for p in view["dropins"] if gpu_handler in _runtimes(daemon["files"][p]["text"])])
     if target is None:
-        return {**plan, "action": "blocked", "why": f"{config} imports no drop-in directory ({globs or 'no imports'}): "
-                                                      "adding one is not done by gpuop yet"}
-    after = tomli_w.dumps(handler_dropin(view["version"], main_doc, gpu_handler))
-    before = daemon["files"].get(target, {}).get("text")
+        return {**plan, "action": "blocked", "why": f"{config} is a version-{main_doc.get('version', 1)} config, which has no "
+                                                      "imports: its handler would have to be written into it (not done by gpuop)"}
+    ours = tomli_w.dumps(handler_dropin(view["version"], main_doc, gpu_handler))
+    by, after = "gpuop", ours
+    if toolkit and release(view["version"]) >= (2,) and toolkit.get("dropin"):
+        doc, _ = parsed_toml(target, toolkit["dropin"])
+        if doc and gpu_handler in runtime_names(doc) and doc.get("version", 1) <= main_doc.get("version", 1):
+            by, after = f"nvidia-ctk {toolkit['version']} ({toolkit['path']})", toolkit["dropin"]
+        else:  # the toolkit's drop-in would be refused by some containerd (2.3.0-2.3.4 refuse one above the root)
+            by = (f"gpuop, not nvidia-ctk {toolkit['version']} (its drop-in is version {(doc or {}).get('version', '?')}, "
+                  f"the root's {main_doc.get('version', 1)})")
+    files = [_change(target, daemon["files"].get(target, {}).get("text"), after, by)]
+    if not imported:  # the root's imports reach no place for it: one line added, nothing else of it touched
+        text = daemon["files"][config]["text"]
+        files.insert(0, _change(config, text, with_import(text, posixpath.join(posixpath.dirname(target), "*.toml")),
+                                "gpuop (an import of the drop-in's directory)", daemon["files"][config].get("mode", "644")))
     why = (f"a restart {'would not start containerd' if view['cri_after_restart'] == 'refuses-start' else 'takes CRI down' if view['cri_after_restart'] != 'ok' else f'does not load {gpu_handler}'}"
-           f" ({view.get('restart_reason') or 'its own merge of the files'}): {target} is rewritten for containerd "
+           f" ({view.get('restart_reason') or 'its own merge of the files'}): {target} is written for containerd "
            f"{view['version']}, then restarted once its own merge says CRI comes up with {gpu_handler}")
-    return {**plan, "action": "repair", "restart": True, "why": why,
-            "file": {"path": target, "before": before, "after": after, "diff": diff(target, before, after)}}
+    return {**plan, "action": "repair", "restart": True, "why": why, "files": files}
+
+
+def dropin_target(config: str, main_doc: dict, dropins: list, holders: list) -> tuple:
+    """Where the handler's drop-in goes, and whether the root's imports reach it already: the
+    drop-in that defines the handler now, else ``99-nvidia.toml`` in a directory an import
+    reaches (``dir/*.toml`` or ``dir/*``) or a single file an import names, else ``conf.d`` beside
+    the config, which an import then has to reach; a version-1 config has no imports: None.
+
+        dropin_target("/etc/containerd/config.toml", {"version": 2}, [], [])
+        -> ("/etc/containerd/conf.d/99-nvidia.toml", False)
+    """
+    globs = import_globs(main_doc, config)
+    if holders:
+        return holders[0], True
+    for glob in globs:
+        if posixpath.basename(glob) in ("*.toml", "*"):
+            return posixpath.join(posixpath.dirname(glob), DROPIN_NAME), True
+        if not any(c in glob for c in "*?[") and glob not in dropins:  # named, and not there yet
+            return glob, True
+    if main_doc.get("version", 1) < 2:
+        return None, False
+    return posixpath.join(posixpath.dirname(config), "conf.d", DROPIN_NAME), False
+
+
+def with_import(text: str, glob: str) -> str:
+    """The root config's text with ``glob`` imported: into its ``imports`` where it has one
+    (rewritten in place, on one line), else a line of its own after ``version`` (a top-level key
+    must come before the first table). Every other line stays as it is.
+
+        with_import('version = 2\n[plugins]\n', "/etc/containerd/conf.d/*.toml")
+        -> 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n[plugins]\n'
+    """
+    lines = text.splitlines(keepends=True)
+    doc, _ = parsed_toml("", text)
+    entries = list((doc or {}).get("imports", [])) + [glob]
+    line = f"imports = [{', '.join(json.dumps(e) for e in entries)}]\n"  # a JSON string is a TOML basic string
+    top = next((i for i, x in enumerate(lines) if x.lstrip().startswith("[")), len(lines))
+    at = next((i for i in range(top) if re.match(r"\s*imports\s*=", lines[i])), None)
+    if at is not None:  # an array over several lines ends at its closing bracket
+        end = next(i for i in range(at, top) if "]" in lines[i].split("#", 1)[0])
+        return "".join(lines[:at] + [line] + lines[end + 1:])
+    version = next((i for i in range(top) if re.match(r"\s*version\s*=", lines[i])), None)
+    at = version + 1 if version is not None else 0
+    return "".join(lines[:at] + [line] + lines[at:])
+
+
+def _change(path: str, before: str | None, after: str, by: str, mode: str = "644") -> dict:
+    return {"path": path, "before": before, "after": after, "by": by, "mode": mode, "diff": diff(path, before, after)}
 
 
 def _runtimes(text: str) -> list:
@@ -140,8 +203,9 @@ def plan_lines(plan: dict) -> list:
     lines = [f"{name}: repair: {plan['why']}",
              f"{name}:   cordon, then drain: evict {', '.join(plan['evict']) or 'nothing'}"
              + (f"; Pods no controller owns stop the drain: {', '.join(plan['unmanaged'])}" if plan["unmanaged"] else "")]
-    if plan["file"]:
-        lines += [f"{name}:   write {plan['file']['path']} (the file before kept beside it):"]
-        lines += [f"{name}:     {line}" for line in plan["file"]["diff"]]
+    for file in plan["files"]:
+        kept = " (the file before kept beside it)" if file["before"] is not None else ""
+        lines += [f"{name}:   write {file['path']}, by {file['by']}{kept}:"]
+        lines += [f"{name}:     {line}" for line in file["diff"]]
     lines.append(f"{name}:   restart containerd {plan['version']}, prove it (CRI, kubelet Ready, a probe Pod), uncordon")
     return lines

@@ -47,3 +47,5 @@ drain = True  # evict a node's Pods (PodDisruptionBudgets honoured) before its c
 drain_unmanaged = False  # true: delete Pods no controller owns (kubectl drain --force); false: such a Pod stops the node's drain, named
 drain_timeout_s = 300  # the drain's deadline: a budget that still blocks then leaves the node uncordoned untouched and stops the rollout
 restart_timeout_s = 120  # the deadline of each proof after the restart: CRI loads the handler, kubelet Ready, the probe Pod runs
+repair_max_unavailable = 1  # how many nodes the repair takes out of service at once (in the order of their names); step 8's max_unavailable is the lab DaemonSet's
+repair_max_failures = 0  # how many failed nodes the repair goes on past; one more stops it (the nodes not yet begun are untouched)

@@ -1,9 +1,10 @@
 """The repair of real nodes (only ``pyinfra nodes.py fix.py`` imports this, and the kubernetes
 client with it): each node planned from the audit's own judgment of it
-(``gpuop.repair_plan``), every node read at once; then one rollout, from this machine, one node at
-a time in the order of their names: taken out of service, fixed, restarted, proven and put back,
-the rollout stopped at the first node that fails. A healthy node is never cordoned; a repaired
-fleet yields no command.
+(``gpuop.repair_plan``), every node read at once; then one rollout, from this machine, in the
+order of the nodes' names, at most ``repair_max_unavailable`` at a time: taken out of service,
+fixed, restarted, proven and put back, the rollout stopped once more than
+``repair_max_failures`` nodes fail. A healthy node is never cordoned; a repaired fleet yields no
+command.
 """
 
 import os
@@ -13,13 +14,15 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
+from gevent.pool import Pool
 from kubernetes import client
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import DeployError
 
-from facts.node import NodeRuntime, node_read
+from facts.node import NodeRuntime, ToolkitDropin, node_read
 from gpuop import drain as nodes
+from gpuop.containerd import release
 from gpuop.fleet import fleet_gaps
 from gpuop.kubeapi import api_client, in_words, read_cluster
 from gpuop.layout import backup_of
@@ -53,7 +56,8 @@ class _Rollout:
     nodes: dict = field(default_factory=dict)  # node name -> _Node, to put through the rollout
     outcomes: dict = field(default_factory=dict)  # node name -> what happened to it
     phases: dict = field(default_factory=dict)  # node name -> {step: seconds it took}
-    stopped: str = ""  # the node, step and what was seen where the rollout stopped
+    failures: list = field(default_factory=list)  # "node N, step S: what was seen", in the order they failed
+    stopped: str = ""  # where the rollout stopped: the lock, or the failure one too many
     holder: str = field(default_factory=lambda: nodes.holder_of(socket.gethostname(), os.getpid()))
 
 
@@ -95,7 +99,14 @@ def planned_repair(knobs):
         yield _failed(str(e))
         return
     name = knobs.node_name or read["hostname"] or host.name
-    plan = plan_node(name, read, node_view(read), objects, knobs.gpu_handler)
+    view = node_view(read)
+    plan = plan_node(name, read, view, objects, knobs.gpu_handler)
+    if plan["files"] and release(view["version"]) >= (2,):  # the toolkit's own drop-in, where the node has it
+        config = next(d["config"] for d in read["containerds"] if d["serves"])
+        toolkit = host.get_fact(ToolkitDropin, config=config, dropin=plan["files"][-1]["path"],
+                                _timeout=knobs.node_read_timeout_s)
+        if toolkit:
+            plan = plan_node(name, read, view, objects, knobs.gpu_handler, toolkit)
     rollout_of(host.state).plans[name] = plan
     for line in plan_lines(plan):
         logger.info(f"{host.print_prefix}{line}")
@@ -154,28 +165,32 @@ def audited_after(rollout: _Rollout, kubeconfig: str, context: str) -> dict:
 def _reported(rollout: _Rollout, report: str, textfile: str, after: dict | None = None):
     """The run's JSON (each node's plan and outcome, and the audit after the rollout) and textfile
     (``gpuop_node_repaired``) on this machine."""
-    doc = {"nodes": {name: {**{k: v for k, v in plan.items() if k != "file"},
-                            "file": plan["file"] and {k: plan["file"][k] for k in ("path", "diff")},
+    doc = {"nodes": {name: {**{k: v for k, v in plan.items() if k != "files"},
+                            "files": [{k: f[k] for k in ("path", "by", "diff")} for f in plan["files"]],
                             "outcome": outcome(rollout, name), "phases_s": rollout.phases.get(name, {})}
                      for name, plan in sorted(rollout.plans.items())},
-           "stopped": rollout.stopped, "audit_after": after}
+           "failures": rollout.failures, "stopped": rollout.stopped, "audit_after": after}
     write_reports(doc, report, textfile, repair_registry)
 
 
 @operation(is_idempotent=False)
-def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", textfile: str = ""):
+def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", textfile: str = "",
+               max_unavailable: int = 1, max_failures: int = 0):
     """
-    Put every planned node through the repair, one at a time in the order of their names, under
-    the cluster's repair lock (a Lease: a second run is refused by name): cordon (marked as
+    Put every planned node through the repair, in the order of their names, at most
+    ``max_unavailable`` at a time, under the cluster's repair lock (a Lease: a second run is refused by name): cordon (marked as
     gpuop's), drain (``gpuop.drain``), the file written (the one before kept beside it), the
     restart forecast asked of the node's own binary (a restart it refuses never happens: the
     file is put back, the node uncordoned), containerd restarted with the node's
     ``containerd_restart``, proven (CRI loads the handler, kubelet Ready, a probe Pod of the GPU
     RuntimeClass runs there), uncordoned. A node that fails stays cordoned with the reason on it
-    (``gpuop.io/repair-failed``) and the rollout stops: the nodes after it are untouched.
+    (``gpuop.io/repair-failed``); once more than ``max_failures`` nodes failed the rollout stops:
+    the nodes in flight finish, the nodes not begun are untouched.
 
     + kubeconfig, context: the cluster; namespace: where the Lease and the probe Pods live
     + report, textfile: the run's JSON and Prometheus textfile on this machine; empty: none
+    + max_unavailable: how many nodes are out of service at once
+    + max_failures: how many failed nodes the rollout goes on past
 
     .. code:: python
 
@@ -194,12 +209,7 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
         except Exception as e:
             rollout.stopped = f"the lock: {e if isinstance(e, nodes.Stalled) else in_words(e, 20)}"
         try:
-            for name in sorted(rollout.nodes):
-                if rollout.stopped:
-                    logger.error(f"{rollout.nodes[name].host.print_prefix}node {name} untouched: the rollout "
-                                 f"stopped at {rollout.stopped}")
-                    continue
-                _repair(api, name, rollout.nodes[name], rollout, namespace)
+            _rolled(api, rollout, namespace, max_unavailable, max_failures)
         finally:
             if not rollout.stopped.startswith("the lock"):
                 nodes.unlock(api, namespace, rollout.holder)
@@ -213,12 +223,34 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
         _reported(rollout, report, textfile, after)
         if rollout.stopped:
             logger.error(f"{host.print_prefix}the repair stopped at {rollout.stopped}")
+        elif rollout.failures:
+            logger.error(f"{host.print_prefix}{len(rollout.failures)} node(s) failed: {'; '.join(rollout.failures)}")
         remaining = sum(len(n["gaps"]) for n in after["nodes"].values()) + len(after["gaps"]) if after else 0
         if remaining:
             logger.error(f"{host.print_prefix}{remaining} gap(s) left after the rollout")
-        return not rollout.stopped and after is not None and not remaining
+        return not rollout.stopped and not rollout.failures and after is not None and not remaining
 
     yield FunctionCommand(roll, (), {})
+
+
+def _rolled(api, rollout: _Rollout, namespace: str, max_unavailable: int, max_failures: int):
+    """Every planned node through ``_repair``, in name order, ``max_unavailable`` at once (greenlets:
+    pyinfra's own concurrency); none begun once more than ``max_failures`` failed."""
+    def stops():  # the failure one too many stops the rollout
+        if not rollout.stopped and len(rollout.failures) > max_failures:
+            rollout.stopped = rollout.failures[max_failures]
+        return rollout.stopped
+
+    pool = Pool(max_unavailable)
+    for name in sorted(rollout.nodes):
+        pool.wait_available()
+        if stops():
+            logger.error(f"{rollout.nodes[name].host.print_prefix}node {name} untouched: the rollout "
+                         f"stopped at {rollout.stopped}")
+            continue
+        pool.spawn(_repair, api, name, rollout.nodes[name], rollout, namespace, max_failures)
+    pool.join()
+    stops()
 
 
 class _Steps:
@@ -230,7 +262,7 @@ class _Steps:
     def __init__(self, api, name: str, node: _Node, rollout: _Rollout, namespace: str):
         self.api, self.core, self.name, self.node, self.rollout = api, client.CoreV1Api(api), name, node, rollout
         self.knobs, self.target, self.namespace = node.knobs, node.host, namespace
-        self.ours, self.backup, self.before = False, "", None
+        self.ours, self.backups, self.before = False, {}, None
 
     def say(self, words: str):
         logger.info(f"{self.target.print_prefix}{words}")
@@ -257,29 +289,30 @@ class _Steps:
             self.say(f"node {self.name}: drained ({len(evicted)} Pod(s) evicted{': ' + ', '.join(evicted) if evicted else ''})")
 
     def write(self):
-        file = self.node.plan["file"]
-        if not file:
-            return
-        path, timeout_s = file["path"], self.knobs.node_read_timeout_s
-        if file["before"] is not None:
-            self.backup = backup_of(path)
-            self.on_node("the backup", f"cp -p {shlex.quote(path)} {shlex.quote(self.backup)}", timeout_s)
-        self.on_node(f"writing {path}", inline_write(path, file["after"], "644"), timeout_s)
-        self.say(f"node {self.name}: {path} written" + (f" (the one before kept as {self.backup})" if self.backup else ""))
+        """Each planned file, the one before kept beside it (``backup_of``)."""
+        timeout_s = self.knobs.node_read_timeout_s
+        for file in self.node.plan["files"]:
+            path = file["path"]
+            if file["before"] is not None:
+                self.backups[path] = backup_of(path)
+                self.on_node("the backup", f"cp -p {shlex.quote(path)} {shlex.quote(self.backups[path])}", timeout_s)
+            self.on_node(f"writing {path}", inline_write(path, file["after"], file["mode"]), timeout_s)
+            self.say(f"node {self.name}: {path} written by {file['by']}"
+                     + (f" (the one before kept as {self.backups[path]})" if path in self.backups else ""))
 
     def forecast(self):
         """The node's own binary merges the files as its next start would: no restart into a refusal."""
-        view, handler, file = self.seen_now(), self.knobs.gpu_handler, self.node.plan["file"]
+        view, handler = self.seen_now(), self.knobs.gpu_handler
         self.before = (view["daemon"] or {}).get("pid")
         if view["cri_after_restart"] == "ok" and handler in view["after_restart"]:
             return
-        if file:
+        for file in self.node.plan["files"]:
             path = shlex.quote(file["path"])
-            self.on_node("putting the file back", f"mv -f {shlex.quote(self.backup)} {path}" if self.backup
-                         else f"rm -f {path}", self.knobs.node_read_timeout_s)
+            self.on_node("putting the file back", f"mv -f {shlex.quote(self.backups[file['path']])} {path}"
+                         if file["path"] in self.backups else f"rm -f {path}", self.knobs.node_read_timeout_s)
         raise nodes.Stalled(f"containerd {view['version']}'s own merge of the files says a restart gives "
                             f"{','.join(view['after_restart']) or 'nothing'} with CRI {view['cri_after_restart']} "
-                            f"({view.get('restart_reason') or ''}): not restarted, the file put back")
+                            f"({view.get('restart_reason') or ''}): not restarted, the files put back")
 
     def restart(self):
         command = self.knobs.containerd_restart
@@ -336,25 +369,29 @@ class _Steps:
 STEPS = ("cordon", "drain", "write", "forecast", "restart", "CRI", "Ready", "probe", "uncordon")
 
 
-def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str):
+def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str, max_failures: int = 0):
     """One node through the repair's steps, each timed (``rollout.phases``: bench/repair.py reads
-    them); its outcome, or where the rollout stopped, in ``rollout``."""
+    them); its outcome, or its failure, in ``rollout``."""
     steps = _Steps(api, name, node, rollout, namespace)
-    if node.plan["action"] == "none":  # healthy, cordoned by a run that stopped or died: put back
-        nodes.uncordon(steps.core, name)
-        steps.say(f"node {name}: healthy, and still cordoned by an earlier gpuop run: uncordoned")
-        rollout.outcomes[name] = "uncordoned"
-        return
     phases = rollout.phases.setdefault(name, {})
-    for step in STEPS:
+    for step in STEPS if node.plan["action"] != "none" else ("uncordon",):
         started = time.monotonic()
         try:
+            if node.plan["action"] == "none":  # healthy, cordoned by a run that stopped or died: put back
+                nodes.uncordon(steps.core, name)
+                steps.say(f"node {name}: healthy, and still cordoned by an earlier gpuop run: uncordoned")
+                rollout.outcomes[name] = "uncordoned"
+                return
             getattr(steps, step.lower())()
         except Exception as e:  # one sentence: no library's traceback reaches the run's output
             words = str(e) if isinstance(e, nodes.Stalled) else in_words(e, node.knobs.restart_timeout_s)
-            rollout.stopped, rollout.outcomes[name] = f"node {name}, step {step}: {words}", f"failed at {step}"
+            rollout.failures.append(f"node {name}, step {step}: {words}")
+            rollout.outcomes[name] = f"failed at {step}"
             steps.failed(step, words)
-            logger.error(f"{node.host.print_prefix}the repair stopped: {rollout.stopped}")
+            logger.error(f"{node.host.print_prefix}the repair " + (
+                "stopped" if len(rollout.failures) > max_failures else
+                f"of node {name} failed (the rollout goes on: repair_max_failures {max_failures})")
+                + f": {rollout.failures[-1]}")
             return
         phases[step] = round(time.monotonic() - started, 2)
     rollout.outcomes[name] = "repaired"

@@ -5,7 +5,7 @@ import tomllib
 import tomli_w
 
 from gpuop.containerd import nvidia_dropin, runtime_names, seed_config
-from gpuop.repair_plan import drainable, handler_dropin, plan_lines, plan_node
+from gpuop.repair_plan import drainable, dropin_target, handler_dropin, plan_lines, plan_node, with_import
 from gpuop.view import node_view
 from tests.unit.test_node_logic import CONFIG, MAIN, RC, daemon, node, pod, read
 
@@ -26,10 +26,11 @@ def test_the_incident_on_1_6_rewrites_the_drop_in_keeping_the_cri_section_then_r
     files = {CONFIG: {"mode": "644", "text": MAIN}, NVIDIA: {"mode": "644", "text": SEED_DROPIN}}
     d = daemon(loaded=("runc",), after=("nvidia",), cri_ok=False, files=files)
     p = planned(d, owned(pod("train", runtime_class="nvidia"), "ReplicaSet"), owned(pod("toolkit", runtime_class=None), "DaemonSet"))
-    assert (p["action"], p["restart"], p["file"]["path"]) == ("repair", True, NVIDIA)
-    written = tomllib.loads(p["file"]["after"])
+    assert (p["action"], p["restart"], [f["path"] for f in p["files"]]) == ("repair", True, [NVIDIA])
+    file = p["files"][0]
+    written = tomllib.loads(file["after"])
     assert sorted(runtime_names(written)) == ["nvidia", "runc"]  # 1.x replaces the section: runc carried
-    assert p["file"]["before"] == SEED_DROPIN and p["file"]["diff"][0].startswith(f"--- {NVIDIA} (now)")
+    assert file["before"] == SEED_DROPIN and file["diff"][0].startswith(f"--- {NVIDIA} (now)") and file["by"] == "gpuop"
     assert (p["evict"], p["stays"], p["unmanaged"]) == (["ns/train"], ["ns/toolkit"], [])
     lines = plan_lines(p)
     assert lines[0].startswith("gpu-a: repair: a restart takes CRI down (default_runtime_name \"runc\" has no runtime)")
@@ -40,7 +41,7 @@ def test_the_incident_on_1_6_rewrites_the_drop_in_keeping_the_cri_section_then_r
 def test_a_drop_in_written_and_not_loaded_whose_restart_loads_it_is_a_restart_alone():
     files = {CONFIG: {"mode": "644", "text": MAIN}, NVIDIA: {"mode": "644", "text": SEED_DROPIN}}
     p = planned(daemon(loaded=("runc",), after=("nvidia", "runc"), files=files, version="1.7.35"))
-    assert (p["action"], p["restart"], p["file"]) == ("repair", True, None)
+    assert (p["action"], p["restart"], p["files"]) == ("repair", True, [])
     assert "restart loads it with CRI up; the running daemon does not hold it" in p["why"]
 
 
@@ -56,14 +57,50 @@ def test_a_pod_asking_the_handler_on_a_node_whose_files_lack_it_gets_the_drop_in
     main = tomli_w.dumps({"version": 3, **{k: v for k, v in seed_config("/etc/containerd/conf.d/*.toml").items() if k != "version"}})
     d = daemon(loaded=("runc",), after=("runc",), version="2.3.3", files={CONFIG: {"mode": "644", "text": main}})
     p = planned(d, owned(pod("train"), "ReplicaSet"))
-    assert (p["action"], p["file"]["path"], p["file"]["before"]) == ("repair", NVIDIA, None)
-    assert tomllib.loads(p["file"]["after"])["version"] == 3  # never above the root's: 2.3.3 refuses that
+    assert (p["action"], [(f["path"], f["before"]) for f in p["files"]]) == ("repair", [(NVIDIA, None)])
+    assert tomllib.loads(p["files"][0]["after"])["version"] == 3  # never above the root's: 2.3.3 refuses that
+
+
+def test_a_config_with_no_imports_gets_one_line_importing_the_drop_in_s_directory():
+    root = "# the node's own words stay\nversion = 2\n\n[plugins]\n  # and these\n"
+    p = planned(daemon(loaded=("runc",), after=("runc",), files={CONFIG: {"mode": "600", "text": root}}), pod("bare"))
+    assert p["action"] == "repair" and [(f["path"], f["mode"]) for f in p["files"]] == [(CONFIG, "600"), (NVIDIA, "644")]
+    assert p["files"][0]["after"] == ("# the node's own words stay\nversion = 2\n"
+                                      'imports = ["/etc/containerd/conf.d/*.toml"]\n\n[plugins]\n  # and these\n')
+    assert [line for line in p["files"][0]["diff"] if line[:1] in "+-" and line[:3] not in ("+++", "---")] == [
+        '+imports = ["/etc/containerd/conf.d/*.toml"]']
+    assert "nvidia" in runtime_names(tomllib.loads(p["files"][1]["after"]))
+    lines = plan_lines(p)
+    assert f"gpu-a:   write {CONFIG}, by gpuop (an import of the drop-in's directory) (the file before kept beside it):" in lines
+    assert f"gpu-a:   write {NVIDIA}, by gpuop:" in lines
+
+
+def test_an_import_is_added_to_the_imports_a_config_has_and_a_named_file_not_there_is_the_target():
+    assert with_import('version = 2\nimports = [\n  "/a/x.toml",\n]\n[plugins]\n', "/b/*.toml") == \
+        'version = 2\nimports = ["/a/x.toml", "/b/*.toml"]\n[plugins]\n'
+    assert with_import("[plugins]\n", "/b/*.toml") == 'imports = ["/b/*.toml"]\n[plugins]\n'
+    assert dropin_target(CONFIG, {"version": 2, "imports": ["/etc/containerd/gpu.toml"]}, [], []) == ("/etc/containerd/gpu.toml", True)
+    assert dropin_target(CONFIG, {"version": 2, "imports": ["/etc/containerd/gpu.toml"]}, ["/etc/containerd/gpu.toml"], []) == (
+        "/etc/containerd/conf.d/99-nvidia.toml", False)  # someone's file: not overwritten
+
+
+def test_the_toolkit_s_own_drop_in_is_written_where_the_root_s_version_takes_it():
+    main = tomli_w.dumps({"version": 3, "imports": ["/etc/containerd/conf.d/*.toml"]})
+    d = daemon(loaded=("runc",), after=("runc",), version="2.3.3", files={CONFIG: {"mode": "644", "text": main}})
+    runtime = {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": "/usr/bin/nvidia-container-runtime"}}
+    for version, by in ((2, "nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk)"),
+                        (4, "gpuop, not nvidia-ctk 1.20.2 (its drop-in is version 4, the root's 3)")):
+        text = tomli_w.dumps({"version": version, "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {"nvidia": runtime}}}}})
+        toolkit = {"path": "/usr/bin/nvidia-ctk", "version": "1.20.2", "dropin": text, "said": ""}
+        p = plan_node("gpu-a", read(d), node_view(read(d)), [RC, node(), pod("bare")], "nvidia", toolkit)
+        assert [(f["path"], f["by"]) for f in p["files"]] == [(NVIDIA, by)]
+        assert (p["files"][0]["after"] == text) == (version == 2)
 
 
 def test_what_is_not_repaired_here_is_said():
-    p = planned(daemon(loaded=("runc",), after=("runc",), files={CONFIG: {"mode": "644", "text": "version = 2\n"}}),
+    p = planned(daemon(loaded=("runc",), after=("runc",), files={CONFIG: {"mode": "644", "text": "version = 1\n"}}),
                 pod("bare"))
-    assert p["action"] == "blocked" and "imports no drop-in directory" in p["why"]
+    assert p["action"] == "blocked" and "version-1 config, which has no imports" in p["why"]
     assert plan_lines(p) == [f"gpu-a: NOT repaired: {p['why']}"]
     unread = plan_node("gpu-a", read(), node_view(read()), [RC, node(), pod("bare")], "nvidia")
     assert unread["action"] == "blocked" and "nothing is planned blind" in unread["why"]
