@@ -127,10 +127,19 @@ def regenerated(config: str, files: dict, version: str, nvidia_found: list) -> d
             "source": source, "reason": f"{by} writes {config} anew at its next start from {source}"}
 
 
-def template_to_edit(config: str, version: str, regen: dict) -> str:
-    """Where a handler must be defined to outlive the next start: the template in use, else the
-    one to create beside ``config``, extending the built-in one."""
+def template_path(config: str, version: str, regen: dict) -> str:
+    """The template that must define a handler for it to outlive the next start: the one in use,
+    else the one the next start would read, beside ``config`` (``config-v3.toml.tmpl`` for
+    containerd 2.x).
+
+        template_path("/x/config.toml", "2.4.2", {"template": None, ...}) -> "/x/config-v3.toml.tmpl"
+    """
     if regen["template"]:
         return regen["template"]
-    name = V3_TEMPLATE if release(version) >= (2,) else V2_TEMPLATE
-    return posixpath.join(posixpath.dirname(config), name) + ' (begin it with {{ template "base" . }})'
+    return posixpath.join(posixpath.dirname(config), V3_TEMPLATE if release(version) >= (2,) else V2_TEMPLATE)
+
+
+def template_to_edit(config: str, version: str, regen: dict) -> str:
+    """``template_path`` in words: a new one begins by extending the built-in one."""
+    path = template_path(config, version, regen)
+    return path if regen["template"] else path + ' (begin it with {{ template "base" . }})'

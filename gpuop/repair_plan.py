@@ -15,9 +15,10 @@ import re
 
 import tomli_w
 
-from .containerd import (dropin_keeping_cri, import_globs, nvidia_dropin, parsed_toml, release, runtime_names,
-                         systemd_cgroup)
+from .containerd import (CRI_PLUGIN, dropin_keeping_cri, import_globs, nvidia_dropin, parsed_toml, release,
+                         runtime_names, systemd_cgroup)
 from .objects import of_kind, ref
+from .regen import V3_TEMPLATE, template_path
 from .rules import active, classed_pods
 
 CORDONED_BY = "gpuop.io/cordoned-by"  # on a Node gpuop cordoned: only such a node is uncordoned by gpuop
@@ -99,14 +100,12 @@ def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str
     if view["loaded_from"] not in ("cri", "cri-down") or view["cri_after_restart"] == "unknown":
         return {**plan, "action": "blocked", "why": f"the node was not read whole (loaded from {view['loaded_from']}, "
                                                       f"after a restart {view['cri_after_restart']}): nothing is planned blind"}
-    if view.get("regenerated"):
-        return {**plan, "action": "blocked", "why": f"{view['regenerated']['by']} writes the config anew at its start: "
-                                                      f"its template {view['regenerated']['template']} is the file to change "
-                                                      "(not repaired by gpuop yet)"}
     if after_ok:  # the files are right; only the daemon is behind them
         return {**plan, "action": "repair", "restart": True,
                 "why": f"{gpu_handler} is written and a restart loads it with CRI up; the running daemon does not hold it"}
     daemon = next((d for d in read["containerds"] if d["serves"]), None)
+    if view.get("regenerated"):
+        return {**plan, **_template_repair(daemon, view, gpu_handler)}
     config = daemon["config"] if daemon else ""
     main_doc, error = parsed_toml(config, daemon["files"][config]["text"]) if daemon and config in daemon["files"] else (None, "")
     if main_doc is None:
@@ -134,6 +133,26 @@ def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str
            f" ({view.get('restart_reason') or 'its own merge of the files'}): {target} is written for containerd "
            f"{view['version']}, then restarted once its own merge says CRI comes up with {gpu_handler}")
     return {**plan, "action": "repair", "restart": True, "why": why, "files": files}
+
+
+def _template_repair(daemon: dict, view: dict, gpu_handler: str) -> dict:
+    """k3s and RKE2 write the config anew at every start: the handler goes into the template they
+    render it from (a new one extends their built-in one), never into the file they rewrite."""
+    regen, config = view["regenerated"], daemon["config"]
+    if not regen["known"]:
+        return {"action": "blocked", "why": regen["reason"]}
+    path = template_path(config, view["version"], regen)
+    before = daemon["files"].get(path, {}).get("text")
+    main_doc, _ = parsed_toml(config, daemon["files"].get(config, {}).get("text", ""))
+    dropin = nvidia_dropin(systemd=systemd_cgroup(main_doc or {}))
+    runtime = dropin["plugins"][CRI_PLUGIN]["containerd"]["runtimes"]["nvidia"]
+    plugin = "io.containerd.cri.v1.runtime" if posixpath.basename(path) == V3_TEMPLATE else CRI_PLUGIN
+    table = tomli_w.dumps({"plugins": {plugin: {"containerd": {"runtimes": {gpu_handler: runtime}}}}})
+    start = (before.rstrip("\n") + "\n\n") if before else '{{ template "base" . }}\n\n'
+    by = f"gpuop (the template {regen['by']} renders {config} from at its start; {config} itself is never written)"
+    return {"action": "repair", "restart": True, "files": [_change(path, before, start + table, by)],
+            "why": f"{regen['reason']}, without {gpu_handler}: {path} gets it, then {regen['by']} is restarted "
+                   f"once the template says its next config holds {gpu_handler}"}
 
 
 def dropin_target(config: str, main_doc: dict, dropins: list, holders: list) -> tuple:

@@ -9,7 +9,7 @@
 #   lab/build.sh containerds (every one of them; prints nothing)
 #   lab/build.sh shim V     its runc shim, beside it (the kubelet node runs Pods: lab/kubeletnode.sh) -> the same bin
 #   lab/build.sh multicall V  a k3s-like multicall of that containerd (lab/multicall), as k3s with a
-#                           containerd symlink to it -> ~/.cache/gpuop-lab/multicall-V/bin
+#                           containerd symlink to it -> ~/.cache/gpuop-lab/multicall-V-<source hash>/bin
 #   lab/build.sh nvidia-ctk [V] (V one of NVIDIA_CTK_VERSIONS, NVIDIA_CTK_VERSION by default)
 #                           -> ~/.cache/gpuop-lab/nvidia-ctk-V/bin (nvidia-ctk, nvidia-ctk-installer)
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the kubelet node's stand-in images' program)
@@ -40,7 +40,7 @@ containerd | shim | multicall)
   cache=$cache_root/containerd-$containerd_version
   if [ "$component" = multicall ]; then
     [ "${containerd_version%%.*}" -ge 2 ] || { echo "lab/build: multicall needs a containerd 2.x" >&2; exit 2; }
-    cache=$cache_root/multicall-$containerd_version
+    cache=$cache_root/multicall-$containerd_version-$(sha256sum "$here/multicall/main.go" | cut -c1-12)
   fi
   ;;
 containerds)

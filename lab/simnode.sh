@@ -11,7 +11,8 @@
 #       containerd starts, DIR/after.sh once its socket is there. Returns once sshd listens.
 #       The node is lab CLUSTER's (default gpuop-lab): that lab's down stops it. With
 #       SIMNODE_RESTART=always its containerd is supervised as systemd's Restart=always does:
-#       started again whenever it ends.
+#       started again whenever it ends, after DIR/restart.sh where there is one (what a
+#       distribution does to its config at each start: k3s's render of its template).
 #   lab/simnode.sh stop DIR                        the namespace's first process, and so all of it
 #   lab/simnode.sh pid DIR                         that first process's pid, as the host sees it
 #   lab/simnode.sh stop-all CLUSTER                every simulated node of lab CLUSTER (lab-down)
@@ -55,7 +56,8 @@ inside() {  # runs as the namespace's pid 1
   export PATH=${containerd%/*}:$PATH
   if [[ ${SIMNODE_RESTART:-no} == always ]]; then
     # shellcheck disable=SC2016 # expanded by the supervisor's own shell
-    setsid bash -c 'while :; do "$0" </dev/null >>"$1" 2>&1; sleep 0.2; done' "$containerd" "$dir/containerd.log" &
+    setsid bash -c 'while :; do "$0" </dev/null >>"$1" 2>&1; sleep 0.2; [[ ! -x $2 ]] || "$2" >>"$1" 2>&1; done' \
+      "$containerd" "$dir/containerd.log" "$dir/restart.sh" &
   else
     setsid "$containerd" </dev/null >"$dir/containerd.log" 2>&1 &
   fi

@@ -101,7 +101,7 @@ def planned_repair(knobs):
     name = knobs.node_name or read["hostname"] or host.name
     view = node_view(read)
     plan = plan_node(name, read, view, objects, knobs.gpu_handler)
-    if plan["files"] and release(view["version"]) >= (2,):  # the toolkit's own drop-in, where the node has it
+    if plan["files"] and release(view["version"]) >= (2,) and not view["regenerated"]:  # the toolkit's own drop-in
         config = next(d["config"] for d in read["containerds"] if d["serves"])
         toolkit = host.get_fact(ToolkitDropin, config=config, dropin=plan["files"][-1]["path"],
                                 _timeout=knobs.node_read_timeout_s)

@@ -1,11 +1,12 @@
-"""The fleet repair (``pyinfra nodes.py fix.py``) on real kubelets: three simulated nodes, each in
+"""The fleet repair (``pyinfra nodes.py fix.py``) on real kubelets: four simulated nodes, each in
 its own mount, pid and UTS namespaces with its own containerd (supervised, as systemd's
 Restart=always: the node's restart command kills it), whose kubelet registers it in the lab
 cluster; a Deployment's GPU Pod pinned to each, of RuntimeClass fleet-nvidia. One node at a time,
-from the audit's own judgment: the incident on 1.6.20 and nvidia-ctk's drop-in unrestarted on
-1.7.35 are drained, fixed, restarted, proven by a probe Pod and put back; the healthy 2.4.2 is
-never touched."""
+from the audit's own judgment: the incident on 1.6.20, nvidia-ctk's drop-in unrestarted on 1.7.35
+and a 2.3.3 whose config imports nothing (the toolkit's CLI installed) are drained, fixed,
+restarted, proven by a probe Pod and put back; the healthy 2.4.2 is never touched."""
 
+import base64
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ from tests.helpers import layouts, nodesfiles, simnodes
 from tests.helpers.fleetobjects import MARK, NAMESPACE
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.kubelets import READ_IMAGE
-from tests.helpers.layouts import DROPIN, write_file
+from tests.helpers.layouts import CONFIG, DROPIN, write_file
 from tests.helpers.playbook import PYINFRA, deploy
 from tests.helpers.simnodes import Node
 
@@ -36,7 +37,19 @@ def planted():
     common = {"kubelet": ENDPOINT, "registered": True, "supervised": True, "nvidia_runtime": True, "knobs": RESTART}
     return [Node("fix-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))], **common),
             Node("fix-ctk", "1.7.35", after=[layouts.nvidia_ctk_configure()], **common),
-            Node("fix-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], **common)]
+            Node("fix-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], **common),
+            Node("fix-noimports", "2.3.3", imports="", nvidia_ctk="1.20.2", **common),
+            # k3s-like: the toolkit wrote nvidia into the config.toml k3s writes anew from its template
+            Node("fix-k3s", "2.4.2", k3s_template=K3S_TEMPLATE_TAIL, before=[append(CONFIG, NVIDIA_TABLES)], **common)]
+
+
+# An operator's full template for k3s: the node's config and a setting of theirs, no nvidia runtime.
+K3S_TEMPLATE_TAIL = '\n[debug]\n  level = "info"\n'
+NVIDIA_TABLES = tomli_w.dumps(nvidia_dropin()).split("\n", 1)[1]  # its runtime's tables, without its version
+
+
+def append(path: str, text: str) -> str:
+    return f"printf %s {base64.b64encode(text.encode()).decode()} | base64 -d >>{path}"
 
 
 def workloads(nodes) -> str:
@@ -108,7 +121,16 @@ def test_the_plan_first_changes_nothing(fleet):
     containerds = {n.name: simnodes.node_containerd(n) for n in nodes}
     run = fix(path, dry=True)
     assert "fix-incident: repair: a restart takes CRI down" in run.log, run.log[-3000:]
-    assert "fix-incident:   write /etc/containerd/conf.d/99-nvidia.toml (the file before kept beside it):" in run.log
+    assert "fix-incident:   write /etc/containerd/conf.d/99-nvidia.toml, by gpuop (the file before kept beside it):" in run.log
+    # no imports: one line added to the config; the drop-in the node's own nvidia-ctk would write
+    assert ("fix-noimports:   write /etc/containerd/config.toml, by gpuop (an import of the drop-in's directory) "
+            "(the file before kept beside it):") in run.log, run.log[-3000:]
+    assert 'fix-noimports:     +imports = ["/etc/containerd/conf.d/*.toml"]' in run.log
+    assert "fix-noimports:   write /etc/containerd/conf.d/99-nvidia.toml, by nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk):" in run.log
+    # k3s: its template, never the file it writes anew
+    assert ("fix-k3s:   write /etc/containerd/config.toml.tmpl, by gpuop (the template k3s renders "
+            "/etc/containerd/config.toml from at its start; /etc/containerd/config.toml itself is never written) "
+            "(the file before kept beside it):") in run.log, run.log[-3000:]
     assert "fix-ctk: repair: nvidia is written and a restart loads it with CRI up" in run.log
     assert "fix-healthy: nothing to do: nvidia is loaded now and after a restart" in run.log
     assert {n.name: simnodes.etc_containerd(n) for n in nodes} == before
@@ -199,26 +221,45 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
     healthy_pod = work_pods("fix-healthy")[0]["metadata"]["uid"]
     healthy_containerd = simnodes.node_containerd(healthy)
     report, textfile = os.path.join(root, "repair.json"), os.path.join(root, "repair.prom")
+    trees = {n.name: (simnodes.etc_containerd(n), simnodes.tree(os.path.join(n.dir, "usr-bin"))) for n in nodes}
     run = fix(path, f"report={report}", f"textfile={textfile}")
     assert run.code == 0, run.log[-4000:]
     with open(report) as f:
         doc = json.load(f)
-    assert {name: (n["action"], n["outcome"], (n["file"] or {}).get("path")) for name, n in doc["nodes"].items()} == {
-        "fix-ctk": ("repair", "repaired", None), "fix-healthy": ("none", "nothing to do", None),
-        "fix-incident": ("repair", "repaired", DROPIN)}
+    assert {name: (n["action"], n["outcome"], [(f["path"], f["by"]) for f in n["files"]]) for name, n in doc["nodes"].items()} == {
+        "fix-ctk": ("repair", "repaired", []), "fix-healthy": ("none", "nothing to do", []),
+        "fix-incident": ("repair", "repaired", [(DROPIN, "gpuop")]),
+        "fix-noimports": ("repair", "repaired", [(CONFIG, "gpuop (an import of the drop-in's directory)"),
+                                                  (DROPIN, "nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk)")]),
+        "fix-k3s": ("repair", "repaired", [(CONFIG + ".tmpl", "gpuop (the template k3s renders /etc/containerd/config.toml "
+                                            "from at its start; /etc/containerd/config.toml itself is never written)")])}
+    # on each node, nothing changed but the planned files and their backups
+    for n in nodes:
+        etc, usr_bin = trees[n.name]
+        planned = {os.path.relpath(f["path"], "/etc/containerd") for f in doc["nodes"][n.name]["files"]}
+        if n.k3s_template:  # and the config k3s-like rendered from the template at the restart
+            planned.add("config.toml")
+        now = simnodes.etc_containerd(n)
+        changed = {p for p in set(etc) | set(now) if etc.get(p) != now.get(p)}
+        assert {p for p in changed if ".gpuop-bak." not in p} == planned, (n.name, changed)
+        assert simnodes.tree(os.path.join(n.dir, "usr-bin")) == usr_bin
+    k3s_etc = f"/proc/{simnodes.ns_pid(next(n for n in nodes if n.name == 'fix-k3s'))}/root/etc/containerd"
+    with open(f"{k3s_etc}/config.toml") as rendered, open(f"{k3s_etc}/config.toml.tmpl") as template:
+        assert rendered.read() == template.read()  # written by the render, from the template gpuop extended
+    assert not [p for p in os.listdir(k3s_etc) if p.startswith("config.toml.gpuop-bak.")]  # never touched by gpuop
     assert set(doc["nodes"]["fix-incident"]["phases_s"]) == {"cordon", "drain", "write", "forecast", "restart", "CRI",
                                                              "Ready", "probe", "uncordon"}
     # the fleet audited again at the run's end, by the audit's own rules: no gap left
     after = doc["audit_after"]["nodes"]
     assert {name: (e["gaps"], sorted(e["loaded"])) for name, e in after.items()} == {
-        name: ([], ["nvidia", "runc"]) for name in ("fix-ctk", "fix-healthy", "fix-incident")}
+        name: ([], ["nvidia", "runc"]) for name in ("fix-ctk", "fix-healthy", "fix-incident", "fix-k3s", "fix-noimports")}
     assert "--> the fleet audited again after the rollout:" in run.log
     with open(textfile) as f:
         prom = f.read()
     assert 'gpuop_node_repaired{node="fix-incident",outcome="repaired"} 1.0' in prom
     assert 'gpuop_node_repaired{node="fix-healthy",outcome="nothing to do"} 1.0' in prom
     assert run.log.index("node fix-ctk: repaired") < run.log.index("node fix-incident: cordoned")  # one at a time, by name
-    for name in ("fix-incident", "fix-ctk"):
+    for name in ("fix-incident", "fix-ctk", "fix-noimports", "fix-k3s"):
         assert f"node {name}: repaired and back in service" in run.log
         assert f"node {name}: a probe Pod of RuntimeClass fleet-nvidia ran there" in run.log
         node = get(f"node/{name}")
@@ -240,6 +281,39 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
     assert again.code == 0 and again.changed == 0, again.log[-3000:]
     with open(report) as f:
         assert {n["outcome"] for n in json.load(f)["nodes"].values()} == {"nothing to do"}
+
+
+def test_failed_nodes_up_to_repair_max_failures_are_gone_past_and_repair_max_unavailable_nodes_go_at_once(fleet):
+    """The incident planted again on fix-ctk and fix-incident (the seed's drop-in over the repaired
+    one, their daemons still holding nvidia). A bare Pod stops fix-ctk's drain: with
+    repair_max_failures=1 the rollout goes past it and repairs fix-incident, and the run fails
+    naming fix-ctk. Then, the Pod gone, two nodes at once: fix-incident is cordoned before
+    fix-ctk is back in service."""
+    nodes, path, root = fleet
+    by_name = {n.name: n for n in nodes}
+    for name in ("fix-ctk", "fix-incident"):
+        with open(f"/proc/{simnodes.ns_pid(by_name[name])}/root{DROPIN}", "w") as f:
+            f.write(tomli_w.dumps(nvidia_dropin()))
+    bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": NAMESPACE},
+            "spec": {"nodeName": "fix-ctk", "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "c", "image": READ_IMAGE, "command": ["/bin/sh", "-c", "sleep 3600"]}]}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(bare))
+    try:
+        run = fix(path, "repair_max_failures=1")
+    finally:
+        kubectl("delete", "pod", "bare", "-n", NAMESPACE, "--grace-period=0", "--force", "--ignore-not-found")
+    assert run.code != 0
+    assert ("the repair of node fix-ctk failed (the rollout goes on: repair_max_failures 1): node fix-ctk, step drain: "
+            "drain of fix-ctk: Pod(s) gpuop-fleet/bare are owned by no controller") in run.log, run.log[-3000:]
+    assert "node fix-incident: repaired and back in service" in run.log, run.log[-3000:]
+    assert "1 node(s) failed: node fix-ctk, step drain" in run.log
+    assert not get("node/fix-ctk")["spec"].get("unschedulable")
+    with open(f"/proc/{simnodes.ns_pid(by_name['fix-incident'])}/root{DROPIN}", "w") as f:
+        f.write(tomli_w.dumps(nvidia_dropin()))
+    both = fix(path, "repair_max_unavailable=2")
+    assert both.code == 0, both.log[-4000:]
+    assert both.log.index("node fix-incident: cordoned") < both.log.index("node fix-ctk: repaired and back in service")
+    assert {"fix-ctk", "fix-incident"} == {name for name in by_name if f"node {name}: repaired and back in service" in both.log}
 
 
 def test_a_node_whose_containerd_does_not_come_back_stays_cordoned_and_stops_the_rollout(fleet):
