@@ -155,7 +155,8 @@ class ToolkitDropin(FactBase):
         if not output:
             return None
         path, version_line, *said = list(output) + [""]
-        version = next((w for w in version_line.split() if w[:1].isdigit()), version_line.strip())
+        words = version_line.split()  # "NVIDIA Container Toolkit CLI version 1.20.2"
+        version = words[words.index("version") + 1] if "version" in words[:-1] else "unknown"
         marks = [i for i, line in enumerate(said) if _DROPIN_MARK in line or _ROOT_MARK in line]
         start = next((i for i in marks if _DROPIN_MARK in said[i]), None)
         if start is None:  # it said something else: its words, no drop-in

@@ -17,6 +17,7 @@ import tomli_w
 
 from .containerd import (CRI_PLUGIN, dropin_keeping_cri, import_globs, nvidia_dropin, parsed_toml, release,
                          runtime_names, systemd_cgroup)
+from .nodepod import MANAGED_BY
 from .objects import of_kind, ref
 from .regen import V3_TEMPLATE, template_path
 from .rules import active, classed_pods
@@ -48,14 +49,16 @@ def handler_dropin(version: str, main_doc: dict, handler: str) -> dict:
 
 
 def drainable(pod: dict) -> str:
-    """How a drain treats a Pod on the node: ``stays`` (a DaemonSet's, a mirror Pod, ended),
-    ``evict`` (a controller owns it: it comes back elsewhere), ``unmanaged`` (nothing brings it
+    """How a drain treats a Pod on the node: ``stays`` (a DaemonSet's, a mirror Pod, ended, gpuop's
+    own short-lived read or probe Pod), ``evict`` (a controller owns it: it comes back elsewhere), ``unmanaged`` (nothing brings it
     back: it stops the drain unless told to delete it), as ``kubectl drain`` treats them.
 
         drainable({"metadata": {"ownerReferences": [{"kind": "ReplicaSet", "controller": True}]}, ...}) -> "evict"
     """
     meta = pod["metadata"]
     if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}) or not active(pod):
+        return "stays"
+    if MANAGED_BY.items() <= (meta.get("labels") or {}).items():  # ends on its own: the repair reads through one
         return "stays"
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
     if any(o.get("kind") == "DaemonSet" for o in owners):

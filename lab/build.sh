@@ -11,7 +11,9 @@
 #   lab/build.sh multicall V  a k3s-like multicall of that containerd (lab/multicall), as k3s with a
 #                           containerd symlink to it -> ~/.cache/gpuop-lab/multicall-V-<source hash>/bin
 #   lab/build.sh nvidia-ctk [V] (V one of NVIDIA_CTK_VERSIONS, NVIDIA_CTK_VERSION by default)
-#                           -> ~/.cache/gpuop-lab/nvidia-ctk-V/bin (nvidia-ctk, nvidia-ctk-installer)
+#                           -> ~/.cache/gpuop-lab/nvidia-ctk-V-stamped/bin (nvidia-ctk, nvidia-ctk-installer)
+#   lab/build.sh crio       -> ~/.cache/gpuop-lab/cri-o-CRIO_VERSION/bin (crio: CRI-O, with no gpgme, btrfs
+#                           or devicemapper headers needed)
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the kubelet node's stand-in images' program)
 #   lab/build.sh all        everything `make test` needs (prints nothing)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
@@ -23,15 +25,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|kubelet|crictl|containerd VERSION|shim VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|crio|containerd VERSION|shim VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
 crictl) cache=$cache_root/cri-tools-$CRICTL_VERSION ;;
+crio) cache=$cache_root/cri-o-$CRIO_VERSION ;;
 nvidia-ctk)
   ctk_version=${2:-$NVIDIA_CTK_VERSION}
   [[ " $NVIDIA_CTK_VERSIONS " == *" $ctk_version "* ]] || { echo "$usage" >&2; exit 2; }
-  cache=$cache_root/nvidia-ctk-$ctk_version
+  cache=$cache_root/nvidia-ctk-$ctk_version-stamped  # its version stamped, as NVIDIA's release builds stamp it
   ;;
 standin) cache=$cache_root/standin-$(sha256sum "$here/standin/standin.c" | cut -c1-12) ;;
 containerd | shim | multicall)
@@ -136,10 +139,26 @@ build_crictl() {
     "sigs.k8s.io/cri-tools/cmd/crictl@v$CRICTL_VERSION"
 }
 
+build_crio() {
+  # Inside a writable copy of the module: `go install` is refused here (its version list is not
+  # served) and its go.mod carries replace directives. The tags drop what needs C headers this
+  # machine has no package for (gpgme: the openpgp signature code in Go instead; btrfs,
+  # devicemapper); seccomp is off (no libseccomp-dev): the lab's Pods need no profile.
+  local dir src
+  dir=$(wrapper crio)
+  src=$(cd "$dir" && go mod download -json "github.com/cri-o/cri-o@v$CRIO_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  cp -r "$src" "$dir/cri-o" && chmod -R u+w "$dir/cri-o"
+  cd "$dir/cri-o"
+  CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" \
+    -tags "containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper" \
+    -o "$bin/crio" ./cmd/crio
+}
+
 build_nvidia_ctk() {  # the CLI, and the GPU Operator's installer of the same release
   # cgo on: NVML's bindings are cgo (dlopen'ed at run time; nothing of it is needed to configure).
   local m=github.com/NVIDIA/nvidia-container-toolkit/cmd
-  CGO_ENABLED=1 GOBIN=$bin go install -trimpath -ldflags "-s -w" \
+  CGO_ENABLED=1 GOBIN=$bin go install -trimpath \
+    -ldflags "-s -w -X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=$ctk_version" \
     "$m/nvidia-ctk@v$ctk_version" "$m/nvidia-ctk-installer@v$ctk_version"
 }
 
@@ -179,6 +198,7 @@ cluster)
   ;;
 kubelet) have_all kubelet || built "kubelet v$K8S_VERSION" build_kubernetes kubelet ;;
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
+crio) have_all crio || built "CRI-O v$CRIO_VERSION" build_crio ;;
 nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer || built "nvidia-ctk and nvidia-ctk-installer v$ctk_version" build_nvidia_ctk ;;
 standin) have_all standin || built "the stand-in program" build_standin ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd containerd ;;

@@ -335,12 +335,19 @@ class _Steps:
         nodes.wait(f"containerd on {self.name} to restart and load {handler}", holds, self.knobs.restart_timeout_s, self.say)
 
     def ready(self):
+        """kubelet Ready, and its Node's runtime handlers naming the handler where the runtime
+        reports handlers (containerd 2.x): a status from before the restart does not."""
+        handler = self.knobs.gpu_handler
+
         def ready():
-            conditions = self.core.read_node(self.name).status.conditions or []
-            cond = next((c for c in conditions if c.type == "Ready"), None)
-            return (cond is not None and cond.status == "True",
-                    f"Ready {cond.status if cond else 'unknown'} ({cond.message if cond else ''})")
-        nodes.wait(f"node {self.name} Ready", ready, self.knobs.restart_timeout_s, self.say)
+            status = self.core.read_node(self.name).status
+            cond = next((c for c in status.conditions or [] if c.type == "Ready"), None)
+            handlers = [h.name or "(default)" for h in status.runtime_handlers or []]
+            return (cond is not None and cond.status == "True" and (not handlers or handler in handlers),
+                    f"Ready {cond.status if cond else 'unknown'} ({cond.message if cond else ''}), "
+                    f"runtime handlers {','.join(handlers) or '(none reported)'}")
+        nodes.wait(f"node {self.name} Ready, with {handler} among its runtime handlers where it reports them",
+                   ready, self.knobs.restart_timeout_s, self.say)
 
     def probe(self):
         runtime_class = self.node.runtime_class

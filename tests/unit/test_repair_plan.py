@@ -1,9 +1,11 @@
 """The fleet repair's plan of a node, from its read and the cluster's objects, without a cluster."""
 
+import os
 import tomllib
 
 import tomli_w
 
+from facts.node import ToolkitDropin
 from gpuop.containerd import nvidia_dropin, runtime_names, seed_config
 from gpuop.repair_plan import drainable, dropin_target, handler_dropin, plan_lines, plan_node, with_import
 from gpuop.view import node_view
@@ -113,6 +115,9 @@ def test_a_drain_evicts_what_a_controller_brings_back_and_names_what_nothing_doe
     mirror = pod("d")
     mirror["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "x"}
     assert drainable(mirror) == "stays"
+    read = pod("gpuop-read-x")
+    read["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "gpuop", "gpuop.io/read-node": "gpu-a"}
+    assert drainable(read) == "stays"  # the cluster reach's own Pod: it ends by itself
     done = pod("e")
     done["status"]["phase"] = "Succeeded"
     assert drainable(done) == "stays"
@@ -158,3 +163,13 @@ def test_on_k3s_and_rke2_the_template_gets_the_handler_never_the_file_they_write
     del files[tmpl]
     new = plan_node("gpu-a", read(d), node_view(read(d)), [RC, node(), pod("train")], "nvidia")["files"][0]
     assert (new["path"], new["before"]) == (tmpl, None) and new["after"].startswith('{{ template "base" . }}\n\n[plugins.')
+
+
+def test_the_toolkit_s_dry_run_is_read_for_its_drop_in_alone():
+    with open(os.path.join(os.path.dirname(__file__), "data", "ctk-1.20.2-dry-run.txt")) as f:
+        toolkit = ToolkitDropin().process(f.read().splitlines())
+    assert (toolkit["path"], toolkit["version"], toolkit["said"]) == ("/usr/bin/nvidia-ctk", "1.20.2", "")
+    doc = tomllib.loads(toolkit["dropin"])
+    assert doc["version"] == 2 and runtime_names(doc) == ["nvidia"] and "imports" not in doc  # not the root's part
+    assert ToolkitDropin().process(["/usr/bin/nvidia-ctk", "NVIDIA Container Toolkit CLI version 1.20.2",
+                                    'level=error msg="unable to load config"'])["said"] == 'level=error msg="unable to load config"'
