@@ -1,6 +1,6 @@
 """Benchmark: the fleet repair (``pyinfra nodes.py fix.py``) of 1 and 3 nodes, by phase.
 
-    .venv/bin/python bench/repair.py [SIZE ...]     # default: 1 and 3 nodes
+    .venv/bin/python bench/repair.py [SIZE[xAT_ONCE] ...]   # default: 1, 3 and 3x3
 
 Each node is a simulated real node with a real kubelet registered in the lab cluster
 (lab/simnode.sh, as tests/nodes/test_node_repair.py makes them): containerd 1.6.20 with the
@@ -9,7 +9,8 @@ as systemd's Restart=always (its restart command kills it), a Deployment's GPU P
 Per size: one repair, timed whole, each node's time per phase read from the run's own report
 (``phases_s``: cordon, drain, write, forecast, restart, CRI, Ready, probe, uncordon), beside the
 floor of the same fleet in the same round (an empty deploy over the same SSH hosts); then the
-rerun on the repaired fleet (nothing to do); and on paper, 1,000 nodes one at a time.
+rerun on the repaired fleet (nothing to do); SIZExAT_ONCE repairs with repair_max_unavailable
+AT_ONCE (default 1); and on paper, 1,000 nodes at 1, 10 and 100 at once.
 Run it with the lab up (``make lab-up``); it uses the current kube context.
 """
 
@@ -44,7 +45,7 @@ def timed(*args, env) -> float:
     return time.monotonic() - started
 
 
-def one_size(size: int, root: str) -> dict:
+def one_size(size: int, at_once: int, root: str) -> dict:
     nodes = [simnodes.Node(f"bench-fix-{i}", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))],
                            kubelet="unix:///run/containerd/containerd.sock", registered=True, supervised=True,
                            nvidia_runtime=True, knobs=RESTART) for i in range(size)]
@@ -58,28 +59,31 @@ def one_size(size: int, root: str) -> dict:
         with open(empty, "w") as f:
             f.write("# the floor: pyinfra connects, prepares and disconnects, with no operation\n")
         floor = timed("nodes.py", empty, "-y", env=env)
-        whole = timed("nodes.py", "fix.py", "-y", "--data", f"report={report}", env=env)
+        whole = timed("nodes.py", "fix.py", "-y", "--data", f"report={report}",
+                      "--data", f"repair_max_unavailable={at_once}", env=env)
         with open(report) as f:
             doc = json.load(f)
         rerun = timed("nodes.py", "fix.py", "-y", env=env)
         kubectl("delete", "namespace", "gpuop-fleet", "--ignore-not-found", "--wait=false")
     phases = {p: statistics.median(n["phases_s"][p] for n in doc["nodes"].values()) for p in PHASES}
-    return {"size": size, "whole": whole, "floor": floor, "rerun": rerun, "phases": phases,
+    return {"size": size, "at_once": at_once, "whole": whole, "floor": floor, "rerun": rerun, "phases": phases,
             "per_node": sum(phases.values())}
 
 
 def main():
-    sizes = [int(a) for a in sys.argv[1:]] or [1, 3]
-    results = [one_size(size, tempfile.mkdtemp(prefix=f"gpuop-bench-fix-{size}-", dir="/tmp")) for size in sizes]
+    asked = [tuple(int(x) for x in (a.split("x") + ["1"])[:2]) for a in sys.argv[1:]] or [(1, 1), (3, 1), (3, 3)]
+    results = [one_size(size, at_once, tempfile.mkdtemp(prefix=f"gpuop-bench-fix-{size}x{at_once}-", dir="/tmp"))
+               for size, at_once in asked]
     print(f"fleet repair, {time.strftime('%Y-%m-%d')}: seconds (median over the nodes for the phases)")
-    print("| nodes | whole run | floor | rerun | " + " | ".join(PHASES) + " | one node |")
-    print("|---" * (5 + len(PHASES)) + "|")
+    print("| nodes | at once | whole run | floor | rerun | " + " | ".join(PHASES) + " | one node |")
+    print("|---" * (6 + len(PHASES)) + "|")
     for r in results:
-        print(f"| {r['size']} | {r['whole']:.1f} | {r['floor']:.1f} | {r['rerun']:.1f} | "
+        print(f"| {r['size']} | {r['at_once']} | {r['whole']:.1f} | {r['floor']:.1f} | {r['rerun']:.1f} | "
               + " | ".join(f"{r['phases'][p]:.2f}" for p in PHASES) + f" | {r['per_node']:.1f} |")
-    one = results[-1]["per_node"]
-    print(f"on paper, 1,000 nodes one at a time: {1000 * one / 3600:.1f} h ({one:.1f} s a node, this fleet's "
-          "drain and restart; a real node's drain waits for its Pods' grace and its budgets)")
+    one = next(r for r in results if r["at_once"] == 1)["per_node"]
+    print(f"on paper, 1,000 nodes ({one:.1f} s a node, this fleet's drain and restart; a real node's drain waits "
+          "for its Pods' grace and its budgets): " + ", ".join(
+              f"{n} at once {-(-1000 // n) * one / 3600:.2f} h" for n in (1, 10, 100)))
 
 
 if __name__ == "__main__":
