@@ -318,6 +318,41 @@ def test_failed_nodes_up_to_repair_max_failures_are_gone_past_and_repair_max_una
     assert {"fix-ctk", "fix-incident"} == {name for name in by_name if f"node {name}: repaired and back in service" in both.log}
 
 
+def test_a_run_killed_during_a_restart_is_finished_by_the_next(fleet):
+    """The incident planted again on fix-incident; a run SIGKILLed while the node's restart command
+    runs (after the file is written, before containerd restarts): the node is left cordoned by
+    gpuop with the fixed file. The next run finds it so, and finishes: its files now load nvidia
+    after a restart and its daemon holds it, so it is put back in service."""
+    nodes, path, root = fleet
+    incident = next(n for n in nodes if n.name == "fix-incident")
+    with open(f"/proc/{simnodes.ns_pid(incident)}/root{DROPIN}", "w") as f:
+        f.write(tomli_w.dumps(nvidia_dropin()))
+    daemon = simnodes.node_containerd(incident)
+    conf_d = f"/proc/{simnodes.ns_pid(incident)}/root/etc/containerd/conf.d"
+    backups = {f for f in os.listdir(conf_d) if ".gpuop-bak." in f}
+    proc = subprocess.Popen([PYINFRA, "nodes.py", "fix.py", "-y", "--data", "containerd_restart=sleep 60 && pkill -x containerd"],
+                            env={**os.environ, "GPUOP_NODES": path}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        # the forecast's read follows the write: the restart runs once no read of the node is left
+        eventually("the killed run's restart command on fix-incident",
+                   lambda: subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True).returncode == 0, timeout=90)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        # the node's command outlives the run's SSH session: ended here, so that it never restarts
+        subprocess.run(["pkill", "-f", "^sleep 60$"], check=False)
+    node = get("node/fix-incident")
+    assert node["spec"].get("unschedulable") and CORDONED_BY in node["metadata"]["annotations"]
+    assert len({f for f in os.listdir(conf_d) if ".gpuop-bak." in f} - backups) == 1  # written: its backup beside it
+    assert simnodes.node_containerd(incident) == daemon  # never restarted
+    again = fix(path)
+    assert again.code == 0, again.log[-4000:]
+    assert "node fix-incident: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log, again.log[-3000:]
+    assert not get("node/fix-incident")["spec"].get("unschedulable")
+    assert simnodes.node_containerd(incident) == daemon
+
+
 def test_a_node_whose_containerd_does_not_come_back_stays_cordoned_and_stops_the_rollout(fleet):
     """Last: the incident planted again on the first and the last node (the seed's drop-in over
     the repaired one, their daemons still holding nvidia), and a restart that leaves containerd
