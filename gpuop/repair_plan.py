@@ -1,6 +1,11 @@
 """A real node's repair, planned from its one judgment (``gpuop.view``, ``gpuop.rules``): which
-file changes and how, whether containerd must restart, which Pods a drain would evict, which
+files change and how, whether containerd must restart, which Pods a drain would evict, which
 would stop it, and why. Pure: a node's read and the cluster's objects in, a plan out.
+
+The file, per kind of node: the drop-in the imports reach (the node's own nvidia-ctk's on 2.x,
+where the root's version takes it; else gpuop's, in the node's containerd's layout), with an
+import added to a root config that reaches no place for it; on k3s and RKE2 the template they
+render the config from, never the config they write anew.
 
 A node is repaired when the GPU handler is missing now or after a restart (not loaded, dropped by
 a restart, or a restart that would not bring CRI up) and the node is meant to hold it: its files

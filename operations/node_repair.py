@@ -178,10 +178,10 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
                max_unavailable: int = 1, max_failures: int = 0):
     """
     Put every planned node through the repair, in the order of their names, at most
-    ``max_unavailable`` at a time, under the cluster's repair lock (a Lease: a second run is refused by name): cordon (marked as
-    gpuop's), drain (``gpuop.drain``), the file written (the one before kept beside it), the
-    restart forecast asked of the node's own binary (a restart it refuses never happens: the
-    file is put back, the node uncordoned), containerd restarted with the node's
+    ``max_unavailable`` at a time, under the cluster's repair lock (a Lease: a second run is
+    refused by name): cordon (marked as gpuop's), drain (``gpuop.drain``), the files written
+    (each one before kept beside it), the restart forecast asked of the node's own binary (a
+    restart it refuses never happens: the files are put back, the node uncordoned), containerd restarted with the node's
     ``containerd_restart``, proven (CRI loads the handler, kubelet Ready, a probe Pod of the GPU
     RuntimeClass runs there), uncordoned. A node that fails stays cordoned with the reason on it
     (``gpuop.io/repair-failed``); once more than ``max_failures`` nodes failed the rollout stops:
