@@ -146,7 +146,7 @@ class ToolkitDropin(FactBase):
     def command(self, config, dropin, timeout_s=30):
         dirs = " ".join(f"{shlex.quote(d)}/nvidia-ctk" for d in TOOLKIT_DIRS)
         return (f"ctk=$(command -v nvidia-ctk || for c in {dirs}; do [ -x \"$c\" ] && echo \"$c\" && break; done) || true; "
-                '[ -n "$ctk" ] || exit 0; echo "$ctk"; "$ctk" --version 2>&1 | head -n 1; '
+                '[ -n "$ctk" ] || exit 0; echo "$ctk"; timeout -k 2 10 "$ctk" --version 2>&1 | head -n 1; '
                 f'timeout -k 2 {int(timeout_s)} "$ctk" runtime configure --runtime=containerd '
                 f"--config={shlex.quote(config)} --drop-in-config={shlex.quote(dropin)} --config-source=file "
                 "--dry-run 2>&1")

@@ -30,7 +30,7 @@ from gpuop.repair_plan import plan_lines, plan_node
 from gpuop.rules import findings, node_entry
 from gpuop.tables import fleet_table
 from gpuop.textfile import repair_registry, write_reports
-from gpuop.view import node_view
+from gpuop.view import api_handlers, node_view
 
 from .files import inline_write
 from .node_audit import cluster_objects
@@ -46,7 +46,7 @@ class _Node:
     plan: dict
     knobs: object
     runtime_class: str
-    left_cordoned: bool
+    left_cordoned: bool  # gpuop's cordon found on it: a run that stopped or died left it, gpuop's to put back
 
 
 @dataclass
@@ -262,7 +262,7 @@ class _Steps:
     def __init__(self, api, name: str, node: _Node, rollout: _Rollout, namespace: str):
         self.api, self.core, self.name, self.node, self.rollout = api, client.CoreV1Api(api), name, node, rollout
         self.knobs, self.target, self.namespace = node.knobs, node.host, namespace
-        self.ours, self.backups, self.before = False, {}, None
+        self.ours, self.backups, self.before = node.left_cordoned, {}, None
 
     def say(self, words: str):
         logger.info(f"{self.target.print_prefix}{words}")
@@ -335,17 +335,18 @@ class _Steps:
         nodes.wait(f"containerd on {self.name} to restart and load {handler}", holds, self.knobs.restart_timeout_s, self.say)
 
     def ready(self):
-        """kubelet Ready, and its Node's runtime handlers naming the handler where the runtime
-        reports handlers (containerd 2.x): a status from before the restart does not."""
+        """kubelet Ready, and the handler among its Node's runtime handlers where the runtime
+        reports handlers (containerd 2.x; ``api_handlers``): a status from before the restart may
+        still name the old daemon's."""
         handler = self.knobs.gpu_handler
 
         def ready():
-            status = self.core.read_node(self.name).status
-            cond = next((c for c in status.conditions or [] if c.type == "Ready"), None)
-            handlers = [h.name or "(default)" for h in status.runtime_handlers or []]
-            return (cond is not None and cond.status == "True" and (not handlers or handler in handlers),
-                    f"Ready {cond.status if cond else 'unknown'} ({cond.message if cond else ''}), "
-                    f"runtime handlers {','.join(handlers) or '(none reported)'}")
+            node = self.api.sanitize_for_serialization(self.core.read_node(self.name))
+            cond = next((c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), {})
+            handlers = api_handlers(node)
+            return (cond.get("status") == "True" and (handlers is None or handler in handlers),
+                    f"Ready {cond.get('status', 'unknown')} ({cond.get('message', '')}), "
+                    f"runtime handlers {handlers if handlers is not None else '(none reported)'}")
         nodes.wait(f"node {self.name} Ready, with {handler} among its runtime handlers where it reports them",
                    ready, self.knobs.restart_timeout_s, self.say)
 
@@ -359,7 +360,8 @@ class _Steps:
     def uncordon(self):
         if self.ours:
             nodes.uncordon(self.core, self.name)
-        self.say(f"node {self.name}: repaired and back in service")
+        self.say(f"node {self.name}: " + ("repaired and back in service" if self.node.plan["action"] == "repair" else
+                                         "healthy, and still cordoned by an earlier gpuop run: uncordoned"))
 
     def failed(self, step: str, words: str):
         """The node after a failed step: back in service where nothing on it changed, else left
@@ -381,14 +383,10 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str, max_
     them); its outcome, or its failure, in ``rollout``."""
     steps = _Steps(api, name, node, rollout, namespace)
     phases = rollout.phases.setdefault(name, {})
-    for step in STEPS if node.plan["action"] != "none" else ("uncordon",):
+    healthy = node.plan["action"] == "none"  # here only for gpuop's cordon a run that stopped or died left
+    for step in ("uncordon",) if healthy else STEPS:
         started = time.monotonic()
         try:
-            if node.plan["action"] == "none":  # healthy, cordoned by a run that stopped or died: put back
-                nodes.uncordon(steps.core, name)
-                steps.say(f"node {name}: healthy, and still cordoned by an earlier gpuop run: uncordoned")
-                rollout.outcomes[name] = "uncordoned"
-                return
             getattr(steps, step.lower())()
         except Exception as e:  # one sentence: no library's traceback reaches the run's output
             words = str(e) if isinstance(e, nodes.Stalled) else in_words(e, node.knobs.restart_timeout_s)
@@ -401,4 +399,4 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str, max_
                 + f": {rollout.failures[-1]}")
             return
         phases[step] = round(time.monotonic() - started, 2)
-    rollout.outcomes[name] = "repaired"
+    rollout.outcomes[name] = "uncordoned" if healthy else "repaired"

@@ -112,6 +112,19 @@ def fleet(tmp_path_factory):
             kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
 
 
+# A Pod no controller owns, on fix-ctk: nothing would bring it back, so it stops that node's drain.
+BARE_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": NAMESPACE},
+            "spec": {"nodeName": "fix-ctk", "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "c", "image": READ_IMAGE, "command": ["/bin/sh", "-c", "sleep 3600"]}]}}
+
+
+def incident_again(node):
+    """The seed's drop-in over the repaired one on ``node``, its daemon still holding nvidia: a
+    restart would take CRI down."""
+    with open(f"/proc/{simnodes.ns_pid(node)}/root{DROPIN}", "w") as f:
+        f.write(tomli_w.dumps(nvidia_dropin()))
+
+
 def fix(path, *data, dry=False):
     return deploy(None, *data, env={"GPUOP_NODES": path}, inventory="nodes.py", script="fix.py", dry=dry)
 
@@ -143,10 +156,7 @@ def test_a_pod_no_controller_owns_stops_the_drain_and_the_rollout_named(fleet):
     """A bare Pod on the first node to repair: its drain stops there, named; the node is put back
     untouched, and the node after it (the incident's) is not touched at all."""
     nodes, path, root = fleet
-    bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": NAMESPACE},
-            "spec": {"nodeName": "fix-ctk", "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "c", "image": READ_IMAGE, "command": ["/bin/sh", "-c", "sleep 3600"]}]}}
-    kubectl("apply", "-f", "-", stdin=json.dumps(bare))
+    kubectl("apply", "-f", "-", stdin=json.dumps(BARE_POD))
     containerds = {n.name: simnodes.node_containerd(n) for n in nodes}
     files = {n.name: simnodes.etc_containerd(n) for n in nodes}
     try:
@@ -294,12 +304,8 @@ def test_failed_nodes_up_to_repair_max_failures_are_gone_past_and_repair_max_una
     nodes, path, root = fleet
     by_name = {n.name: n for n in nodes}
     for name in ("fix-ctk", "fix-incident"):
-        with open(f"/proc/{simnodes.ns_pid(by_name[name])}/root{DROPIN}", "w") as f:
-            f.write(tomli_w.dumps(nvidia_dropin()))
-    bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": NAMESPACE},
-            "spec": {"nodeName": "fix-ctk", "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "c", "image": READ_IMAGE, "command": ["/bin/sh", "-c", "sleep 3600"]}]}}
-    kubectl("apply", "-f", "-", stdin=json.dumps(bare))
+        incident_again(by_name[name])
+    kubectl("apply", "-f", "-", stdin=json.dumps(BARE_POD))
     try:
         run = fix(path, "repair_max_failures=1")
     finally:
@@ -310,8 +316,7 @@ def test_failed_nodes_up_to_repair_max_failures_are_gone_past_and_repair_max_una
     assert "node fix-incident: repaired and back in service" in run.log, run.log[-3000:]
     assert "1 node(s) failed: node fix-ctk, step drain" in run.log
     assert not get("node/fix-ctk")["spec"].get("unschedulable")
-    with open(f"/proc/{simnodes.ns_pid(by_name['fix-incident'])}/root{DROPIN}", "w") as f:
-        f.write(tomli_w.dumps(nvidia_dropin()))
+    incident_again(by_name["fix-incident"])
     both = fix(path, "repair_max_unavailable=2")
     assert both.code == 0, both.log[-4000:]
     assert both.log.index("node fix-incident: cordoned") < both.log.index("node fix-ctk: repaired and back in service")
@@ -325,8 +330,7 @@ def test_a_run_killed_during_a_restart_is_finished_by_the_next(fleet):
     after a restart and its daemon holds it, so it is put back in service."""
     nodes, path, root = fleet
     incident = next(n for n in nodes if n.name == "fix-incident")
-    with open(f"/proc/{simnodes.ns_pid(incident)}/root{DROPIN}", "w") as f:
-        f.write(tomli_w.dumps(nvidia_dropin()))
+    incident_again(incident)
     daemon = simnodes.node_containerd(incident)
     conf_d = f"/proc/{simnodes.ns_pid(incident)}/root/etc/containerd/conf.d"
     backups = {f for f in os.listdir(conf_d) if ".gpuop-bak." in f}
@@ -336,12 +340,13 @@ def test_a_run_killed_during_a_restart_is_finished_by_the_next(fleet):
     try:
         # the forecast's read follows the write: the restart runs once no read of the node is left
         eventually("the killed run's restart command on fix-incident",
-                   lambda: subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True).returncode == 0, timeout=90)
+                   lambda: subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True, timeout=10).returncode == 0,
+                   timeout=90)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         # the node's command outlives the run's SSH session: ended here, so that it never restarts
-        subprocess.run(["pkill", "-f", "^sleep 60$"], check=False)
+        subprocess.run(["pkill", "-f", "^sleep 60$"], check=False, timeout=10)
     node = get("node/fix-incident")
     assert node["spec"].get("unschedulable") and CORDONED_BY in node["metadata"]["annotations"]
     assert len({f for f in os.listdir(conf_d) if ".gpuop-bak." in f} - backups) == 1  # written: its backup beside it
@@ -363,8 +368,7 @@ def test_a_node_whose_containerd_does_not_come_back_stays_cordoned_and_stops_the
     nodes, path, root = fleet
     by_name = {n.name: n for n in nodes}
     for name in ("fix-ctk", "fix-incident"):
-        with open(f"/proc/{simnodes.ns_pid(by_name[name])}/root{DROPIN}", "w") as f:
-            f.write(tomli_w.dumps(nvidia_dropin()))
+        incident_again(by_name[name])
     incident_files = simnodes.etc_containerd(by_name["fix-incident"])
     frozen = simnodes.node_containerd(by_name["fix-ctk"])
     run = fix(path, "containerd_restart=kill -STOP $(pidof containerd)", "restart_timeout_s=10")
