@@ -100,6 +100,11 @@ class Started:
         """When the first line holding ``marker`` was read, None if none was."""
         return next((t for t, line in zip(self.times, self.lines) if marker in line), None)
 
+    def last_seen(self, *markers: str):
+        """When the last line holding any of ``markers`` was read, None if none was."""
+        return next((t for t, line in zip(reversed(self.times), reversed(self.lines))
+                     if any(m in line for m in markers)), None)
+
     def until(self, marker: str, timeout_s: float) -> str:
         """Wait for a line holding ``marker``; the log so far. Fails (killing the process) if the
         process ends first or the deadline passes."""
