@@ -11,6 +11,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from gpuop import crio
 from gpuop.regen import nvidia_binaries
 
 from .containerd import cri_answer, cri_info, restart_answer, restart_merge
@@ -69,6 +70,12 @@ class NodeRuntime(FactBase):
                           "loaded": {"cri": "ok", "runtimes": ["runc"], ...}, "nvidia_runtimes": [],
                           "restart": {"version": "1.6.20", "runtimes": ["runc"], "cri_ok": True, ...}}]}
 
+    Every CRI-O (``crios``, found by its binary's name ``crio``) the same way, with its
+    ``config_dir`` (``--config-dir``, default /etc/crio/crio.conf.d) and socket (``--listen``, else
+    the last ``listen`` of its files, else /var/run/crio/crio.sock); where it serves, its files are
+    its config and drop-ins, ``restart`` its binary's own merge (``crio config``, ``gpuop.crio``)
+    and ``hooks`` the OCI hook files naming NVIDIA's hook in the directories it reads.
+
     A daemon that does not serve has ``serves`` False, and empty ``files``, ``loaded`` and
     ``restart``: asking its CRI would not be read-only (a containerd writes its introspection
     uuid at its first CRI Status).
@@ -76,7 +83,7 @@ class NodeRuntime(FactBase):
 
     @staticmethod
     def default():
-        return {"hostname": "", "containerds": [], "kubelet": None}
+        return {"hostname": "", "containerds": [], "crios": [], "kubelet": None}
 
     def command(self, crictl="crictl"):
         return node_read(crictl)
@@ -103,15 +110,25 @@ class NodeRuntime(FactBase):
                                     "address": address, "binary": binary, "serves": False, "files": {},
                                     "restart": None, "loaded": None, "gpu_cdi_specs": [], "nvidia_runtimes": []}
                 result["containerds"].append(daemons[rest[0]])
+            elif kind == "crio":
+                exe, args, config, config_dir, address = (lines + [""] * 5)[:5]
+                daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
+                                    "config_dir": config_dir, "address": address, "binary": exe, "serves": False,
+                                    "files": {}, "restart": None, "loaded": None, "gpu_cdi_specs": [], "hooks": {}}
+                result["crios"].append(daemons[rest[0]])
             elif kind == "runtime":
                 runtime = daemons[rest[0]]
                 runtime.update(serves=True, files=untarred(lines[0]) if lines and lines[0].strip() else {})
+            elif kind == "restart" and "config_dir" in runtime:
+                runtime["restart"] = crio.restart_answer(lines) if any(x.strip() for x in lines) else None
             elif kind == "restart":
                 runtime["restart"] = restart_answer(lines) if lines else None
             elif kind == "cri":
                 runtime["loaded"] = cri_answer(lines)
             elif kind == "cdi":
                 runtime["gpu_cdi_specs"] = [line for line in lines if line.strip()]
+            elif kind == "hooks":
+                runtime["hooks"] = untarred(lines[0]) if lines and lines[0].strip() else {}
             elif kind == "nvidia":
                 runtime["nvidia_runtimes"] = [line for line in lines if line.strip()]
         return result

@@ -1,7 +1,7 @@
 # The node audit's one read of a real node (facts/node.py, NodeRuntime, sends this file whole as
-# one command, then `read_node`): what runs (every containerd, kubelet, k3s), which containerd
-# serves kubelet, and for that one its files, its own merge of them, and its CRI answer, in
-# sections "--- gpuop KIND ...". Read-only: it writes no file and leaves no socket.
+# one command, then `read_node`): what runs (every containerd and CRI-O, kubelet, k3s), which
+# runtime serves kubelet, and for that one its files, its own merge of them, and its CRI answer,
+# in sections "--- gpuop KIND ...". Read-only: it writes no file and leaves no socket.
 #
 # Set before this text by the controller: CRICTL (crictl on the node), NVIDIA_BINARIES (where k3s
 # looks for NVIDIA runtimes at start) and the shell it shares with the lab's facts:
@@ -12,6 +12,12 @@
 DEFAULT_CONFIG=/etc/containerd/config.toml
 DEFAULT_SOCKET=/run/containerd/containerd.sock
 K3S_SOCKET=/run/k3s/containerd/containerd.sock
+CRIO_CONFIG=/etc/crio/crio.conf
+CRIO_CONFIG_DIR=/etc/crio/crio.conf.d
+CRIO_SOCKET=/var/run/crio/crio.sock
+# Where CRI-O looks for OCI hooks when its config names none (its default hooks_dir, and the
+# directory the GPU Operator's hook goes to on CRI-O without CDI).
+CRIO_HOOKS_DIRS="/usr/share/containers/oci/hooks.d /etc/containers/oci/hooks.d"
 
 # The command line of process $1, one argument a line.
 args() { tr "\0" "\n" <"/proc/$1/cmdline"; }
@@ -85,6 +91,30 @@ daemon_flags() {
   addr=${addr#unix://}
 }
 
+# crio_flags PID: sets cfg, dir and addr, a CRI-O's --config (-c), --config-dir (-d) and
+# --listen, else its defaults; its socket, where no flag gives it, is the last `listen` of its
+# files (the config, then its drop-ins in name order: CRI-O's own order), else the default.
+crio_flags() {
+  c=$(args "$1") w=$(readlink "/proc/$1/cwd")
+  cfg=$(echo "$c" | flag --config); [ -n "$cfg" ] || cfg=$(echo "$c" | flag -c)
+  dir=$(echo "$c" | flag --config-dir); [ -n "$dir" ] || dir=$(echo "$c" | flag -d)
+  addr=$(echo "$c" | flag --listen)
+  cfg=${cfg:-$CRIO_CONFIG} dir=${dir:-$CRIO_CONFIG_DIR}
+  case "$cfg" in /*) ;; *) cfg="$w/$cfg" ;; esac
+  case "$dir" in /*) ;; *) dir="$w/$dir" ;; esac
+  if [ -z "$addr" ]; then
+    for f in "$cfg" "$dir"/*; do
+      [ -f "$f" ] || continue
+      v=$(sed -n 's/^[[:space:]]*listen[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' "$f" | tail -n 1)
+      [ -z "$v" ] || addr=$v
+    done
+  fi
+  addr=${addr:-$CRIO_SOCKET} addr=${addr#unix://}
+}
+
+# same_socket A B: whether two socket paths are one (/var/run is /run on every distribution).
+same_socket() { [ "${1#/var}" = "${2#/var}" ]; }
+
 # restart_binary EXE: sets b, the binary asked for the restart view: the daemon's own when it is
 # named containerd, else the `containerd` beside it (k3s's link to itself), else none.
 restart_binary() {
@@ -111,13 +141,52 @@ written() {
   gpuop_tar "$@"
 }
 
+# listed KEY CRI_ANSWER: the strings of the answer's JSON array KEY, a word each.
+listed() {
+  printf "%s" "$2" | tr -d "\n" | sed -n "s/.*\"$1\": *\[\([^]]*\)\].*/\1/p" | tr -d "\" " | tr , " "
+}
+
 # cdi_specs CRI_ANSWER: the CDI specs of GPUs (files naming the kind nvidia.com/gpu) in the spec
-# directories the daemon reads (its answer's cdiSpecDirs).
+# directories the daemon reads (its answer's cdiSpecDirs; CRI-O's CDISpecDirs).
 cdi_specs() {
-  for d in $(printf "%s" "$1" | tr -d "\n" | sed -n "s/.*\"cdiSpecDirs\": *\[\([^]]*\)\].*/\1/p" |
-      tr -d "\" " | tr , " "); do
+  for d in $(listed cdiSpecDirs "$1") $(listed CDISpecDirs "$1"); do
     grep -l -s -E "nvidia\.com/gpu" "$d"/*.yaml "$d"/*.yml "$d"/*.json
   done
+}
+
+# crio_hooks CRI_ANSWER: the OCI hook files in the directories CRI-O reads (its answer's
+# HooksDir, else its defaults) that name an NVIDIA hook, on one line (gpuop_tar).
+crio_hooks() {
+  h=$(listed HooksDir "$1")
+  set --
+  for d in ${h:-$CRIO_HOOKS_DIRS}; do
+    for f in $(grep -l -s -E "nvidia-container-(runtime-hook|toolkit)" "$d"/*.json); do set -- "$@" "$f"; done
+  done
+  [ $# -eq 0 ] || gpuop_tar "$@"
+}
+
+# crio_restart BINARY CFG DIR PID: the binary's version, then its own merge of the files (`crio
+# config`: what its next start, or a SIGHUP, reads; its refusal after a line "--- merge failed"),
+# then each runtime of the merge, "NAME|PATH|yes" where its binary is there (PATH, or NAME on the
+# daemon's own PATH where the merge gives none), else "NAME|PATH|no" (gpuop.crio).
+crio_restart() {
+  [ -x "$1" ] || return 0
+  on_path=$(tr "\0" "\n" <"/proc/$4/environ" 2>/dev/null | sed -n "s/^PATH=//p")
+  timeout -k 2 10 "$1" version 2>/dev/null | sed -n "s/^Version:[[:space:]]*/Version: /p" | head -n 1
+  m=$(timeout -k 2 30 "$1" --config "$2" --config-dir "$3" config 2>/dev/null) || {
+    echo "--- merge failed"
+    timeout -k 2 30 "$1" --config "$2" --config-dir "$3" config 2>&1 >/dev/null | tail -n 3
+  }
+  printf "%s\n" "$m"
+  echo "--- runtime paths"
+  printf "%s\n" "$m" | awk '/^[[:space:]]*\[/ {n = ""} /^[[:space:]]*\[crio\.runtime\.runtimes\./ {
+      n = $0; sub(/^[^.]*\.runtime\.runtimes\./, "", n); sub(/\].*/, "", n); gsub(/"/, "", n)}
+    n != "" && /^[[:space:]]*runtime_path[[:space:]]*=/ {p = $0; sub(/^[^"]*"/, "", p); sub(/".*/, "", p); print n "|" p}' |
+    while IFS="|" read -r n p; do
+      if [ -n "$p" ]; then [ -x "$p" ] && t=yes || t=no
+      else PATH=${on_path:-$PATH} command -v "$n" >/dev/null && t=yes || t=no; fi
+      echo "$n|$p|$t"
+    done
 }
 
 read_node() {
@@ -126,7 +195,7 @@ read_node() {
   # `ls -l` names every process's binary in one process (a readlink each costs a fork per
   # process on a busy node); shims and ctr are other binaries and do not match.
   for x in $(ls -l /proc/[0-9]*/exe 2>/dev/null |
-      sed -nE 's@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet|k3s)( \(deleted\))?$@\3:\1@p'); do
+      sed -nE 's@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet|k3s|crio)( \(deleted\))?$@\3:\1@p'); do
     p=${x#*:}
     kind_of "$p" "${x%:*}" || continue
     echo "--- gpuop $kind $p"
@@ -134,32 +203,51 @@ read_node() {
     echo "$e"
     base64 -w0 <"/proc/$p/cmdline"; echo
     if [ "$kind" = kubelet ]; then kubelet_endpoint "$p"; echo "$ke"; continue; fi
+    if [ "$kind" = crio ]; then
+      crio_flags "$p"
+      printf "%s\n%s\n%s\n" "$cfg" "$dir" "$addr"
+      list="$list$p|$addr|$cfg|$e|$dir\n"
+      continue
+    fi
     daemon_flags "$p"
     restart_binary "$e"
     printf "%s\n%s\n%s\n" "$cfg" "$addr" "$b"
-    list="$list$p|$addr|$cfg|$b\n"
+    list="$list$p|$addr|$cfg|$b|\n"
   done
   # CRI is asked of one daemon, the node's runtime: the one on kubelet's endpoint; with no
   # kubelet, the only one, or the one on the default socket. Asking another is not read-only:
   # a containerd writes its introspection uuid at its first CRI Status.
   n=$(printf "%b" "$list" | grep -c .)
-  printf "%b" "$list" | while IFS="|" read -r p addr cfg exe; do
+  printf "%b" "$list" | while IFS="|" read -r p addr cfg exe dir; do
     if [ -n "$ke" ]; then
-      [ "$addr" = "$ke" ] || continue
+      same_socket "$addr" "$ke" || continue
     elif [ "$n" -gt 1 ]; then
-      [ "$addr" = "$DEFAULT_SOCKET" ] || continue
+      same_socket "$addr" "$DEFAULT_SOCKET" || continue
     fi
     echo "--- gpuop runtime $p"
-    ( written "$cfg" ) </dev/null | grep . || echo
-    echo "--- gpuop restart"
-    gpuop_restart "$exe" "$cfg" </dev/null
+    if [ -n "$dir" ]; then  # CRI-O: its config and every file of its drop-in folder
+      set --
+      for f in "$cfg" "$dir"/*; do [ -f "$f" ] && set -- "$@" "$f"; done
+      { [ $# -eq 0 ] || gpuop_tar "$@"; } </dev/null | grep . || echo
+      echo "--- gpuop restart"
+      crio_restart "$exe" "$cfg" "$dir" "$p" </dev/null
+    else
+      ( written "$cfg" ) </dev/null | grep . || echo
+      echo "--- gpuop restart"
+      gpuop_restart "$exe" "$cfg" </dev/null
+    fi
     echo "--- gpuop cri"
     out=$(gpuop_cri "$addr" </dev/null)
     printf "%s\n" "$out"
     echo "--- gpuop cdi"
     cdi_specs "$out"
-    echo "--- gpuop nvidia"  # what k3s and RKE2 would register at their next start (gpuop.regen)
-    for f in $NVIDIA_BINARIES; do [ -f "$f" ] && echo "$f"; done
+    if [ -n "$dir" ]; then
+      echo "--- gpuop hooks"
+      crio_hooks "$out" </dev/null
+    else
+      echo "--- gpuop nvidia"  # what k3s and RKE2 would register at their next start (gpuop.regen)
+      for f in $NVIDIA_BINARIES; do [ -f "$f" ] && echo "$f"; done
+    fi
     break
   done
 }

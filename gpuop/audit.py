@@ -8,7 +8,7 @@ the fleet audit's, naming the views it joins; everything else the audit reads
 from .cluster import allocatable_count, gpus_asked, rollout_complete, rollout_settled, rollout_status
 from .gaps import gap
 from .objects import of_kind, ref
-from .rules import active, classed_pods, findings, kubelet_agrees, node_entry, sandbox_error
+from .rules import active, classed_pods, findings, kubelet_agrees, node_entry, sandbox_refusal
 from .scheduling import pod_scheduled, reasons, unschedulable
 from .slots import replicas_of
 from .view import api_handlers
@@ -18,8 +18,8 @@ def _sandboxes(view: dict, objects: list, events: list, kubelet_node: str) -> li
     """For each Pod bound to the kubelet node whose RuntimeClass's handler is not loaded: the sandbox
     failure containerd's version gives, held against the kubelet's live event for that Pod."""
     return [{"pod": ref(pod), "node": kubelet_node, "handler": handler,
-             "forecast": sandbox_error(view["version"], handler),
-             **kubelet_agrees(pod, events, view["version"], handler)}
+             "forecast": sandbox_refusal(view, handler),
+             **kubelet_agrees(pod, events, sandbox_refusal(view, handler))}
             for pod, _, handler in classed_pods(kubelet_node, objects) if handler not in view["loaded"]]
 
 

@@ -310,12 +310,17 @@ def binary_version(version_line: str) -> str:
 
 
 def cri_runtimes(info: dict) -> tuple:
-    """Handler names and default runtime a running daemon reports through CRI (``crictl info``).
+    """Handler names and default runtime a running daemon reports through CRI (``crictl info``):
+    containerd's, or CRI-O's.
 
         cri_runtimes({"config": {"containerd": {"runtimes": {"runc": {}}, "defaultRuntimeName": "runc"}}})
         -> (["runc"], "runc")
+        cri_runtimes({"config": {"crio": {"Runtimes": {"crun": {}}, "DefaultRuntime": "crun"}}}) -> (["crun"], "crun")
     """
-    cri = (info.get("config") or {}).get("containerd") or {}
+    config = info.get("config") or {}
+    if "crio" in config:  # CRI-O's answer: its whole runtime config (gpuop.crio)
+        return list((config["crio"].get("Runtimes") or {}).keys()), config["crio"].get("DefaultRuntime", "")
+    cri = config.get("containerd") or {}
     return list((cri.get("runtimes") or {}).keys()), cri.get("defaultRuntimeName", "")
 
 
@@ -328,6 +333,8 @@ def cri_cdi(info: dict) -> tuple:
         -> (True, ["/etc/cdi", "/var/run/cdi"])
     """
     config = info.get("config") or {}
+    if "crio" in config:  # CRI-O resolves CDI devices always; it has no setting to turn it off
+        return True, list(config["crio"].get("CDISpecDirs") or [])
     said = config.get("enableCDI")
     return (None if said is None else bool(said)), list(config.get("cdiSpecDirs") or [])
 

@@ -9,6 +9,8 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from .cluster import SANDBOX_FAILED
+
 CONNECT_TIMEOUT_S = 5  # a connection to the API server: one that accepts and then stalls ends here
 PAGE = 500  # objects per list request
 
@@ -75,14 +77,18 @@ _LISTS = (("Node", "CoreV1Api", "list_node"), ("RuntimeClass", "NodeV1Api", "lis
           # DRA (resource.k8s.io/v1, Kubernetes 1.34+): which devices each claim was allocated, and
           # the devices each node publishes; a cluster that serves no v1 is read without them
           ("ResourceClaim", "ResourceV1Api", "list_resource_claim_for_all_namespaces"),
-          ("ResourceSlice", "ResourceV1Api", "list_resource_slice"))
+          ("ResourceSlice", "ResourceV1Api", "list_resource_slice"),
+          # the kubelets' own word on a sandbox that fails (gpuop.rules.kubelet_agrees)
+          ("Event", "CoreV1Api", "list_event_for_all_namespaces"))
+# What the API server selects for a kind, beside the label selector of the Nodes.
+_FIELDS = {"Event": f"reason={SANDBOX_FAILED}"}
 DRA_KINDS = ("ResourceClaim", "ResourceSlice")
 
 
 def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = PAGE, node_selector: str = "") -> tuple:
     """Every Node (those ``node_selector`` selects: a label selector as kubectl's ``-l`` takes it,
     set-based terms included, judged by the API server), RuntimeClass, Pod, DaemonSet,
-    ResourceClaim and ResourceSlice of the cluster, as plain JSON (the API's own
+    ResourceClaim and ResourceSlice of the cluster, and the Events of sandboxes that failed, as plain JSON (the API's own
     field names, ``kind`` set), read from the operator's kubeconfig and context on this machine,
     ``page`` objects per list request (the API's chunking, as kubectl's default: a large
     cluster's Pods are never one answer), within ``deadline_s`` for the whole read (no retries:
@@ -101,6 +107,7 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
                 while True:
                     left = max(0.1, deadline_s - (time.monotonic() - started))
                     selected = {"label_selector": node_selector} if kind == "Node" and node_selector else {}
+                    selected.update({"field_selector": _FIELDS[kind]} if kind in _FIELDS else {})
                     try:
                         answer = getattr(getattr(client, group)(api), method)(
                             limit=page, _continue=token, _request_timeout=(min(CONNECT_TIMEOUT_S, left), left),

@@ -20,6 +20,7 @@ import re
 
 import tomli_w
 
+from . import crio
 from .containerd import (CRI_PLUGIN, dropin_keeping_cri, import_globs, nvidia_dropin, parsed_toml, release,
                          runtime_names, systemd_cgroup)
 from .nodepod import MANAGED_BY
@@ -105,6 +106,9 @@ def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str
         return {**plan, "why": f"no file writes {gpu_handler} and no Pod asks it: nothing to repair"}
     if loaded_now and after_ok:
         return {**plan, "why": f"{gpu_handler} is loaded now and after a restart"}
+    if view["runtime"] == crio.NAME:
+        return {**plan, "action": "blocked", "why": f"{view['runtime']} {view['version']} is judged, not yet repaired by "
+                                                      "gpuop: its drop-in is nvidia-ctk's (runtime configure --runtime=crio)"}
     if view["loaded_from"] not in ("cri", "cri-down") or view["cri_after_restart"] == "unknown":
         return {**plan, "action": "blocked", "why": f"the node was not read whole (loaded from {view['loaded_from']}, "
                                                       f"after a restart {view['cri_after_restart']}): nothing is planned blind"}

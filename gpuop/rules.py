@@ -9,6 +9,7 @@ about a file its path.
 
 import re
 
+from . import crio
 from .cluster import allocatable_count, gpus_asked, ready, sandbox_failure
 from .containerd import release
 from .gaps import gap
@@ -38,29 +39,44 @@ def sandbox_error(version: str, handler: str) -> str:
     return f"failed to get sandbox runtime: {cause}"
 
 
-def says_sandbox_error(message: str, version: str, handler: str) -> bool:
-    """Whether a kubelet's event message is ``sandbox_error``'s, a sandbox's id where it has one.
+def sandbox_refusal(view: dict, handler: str) -> str:
+    """What the view's runtime answers kubelet for a sandbox whose ``handler`` it does not hold:
+    containerd's words for its version (``sandbox_error``), or CRI-O's naming what it holds.
+
+        sandbox_refusal({"runtime": "cri-o", "loaded": ["runc"], ...}, "nvidia")
+        -> "failed to find runtime handler nvidia from runtime list map[runc:<ptr>]"
+    """
+    if view["runtime"] == crio.NAME:
+        return crio.sandbox_error(handler, view["loaded"])
+    return sandbox_error(view["version"], handler)
+
+
+def says_sandbox_error(message: str, expected: str) -> bool:
+    """Whether a kubelet's event message ends with ``expected`` (``sandbox_refusal``'s), a sandbox's
+    id where it has ``<id>``, a Go pointer where it has ``<ptr>``.
 
         says_sandbox_error('Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get '
-                           'sandbox runtime: no runtime for "nvidia" is configured', "1.6.20", "nvidia") -> True
+                           'sandbox runtime: no runtime for "nvidia" is configured',
+                           sandbox_error("1.6.20", "nvidia")) -> True
     """
-    expected = re.escape(sandbox_error(version, handler)).replace(re.escape("<id>"), "[0-9a-f]{64}")
-    return re.search(f"{expected}$", message) is not None
+    pattern = (re.escape(expected).replace(re.escape("<id>"), "[0-9a-f]{64}")
+               .replace(re.escape("<ptr>"), "0x[0-9a-f]+"))
+    return re.search(f"{pattern}$", message) is not None
 
 
-def kubelet_agrees(pod: dict, events: list, version: str, handler: str) -> dict:
+def kubelet_agrees(pod: dict, events: list, expected: str) -> dict:
     """The kubelet's own word on a sandbox forecast to fail: its latest FailedCreatePodSandBox
-    event for ``pod``, and whether it says what containerd ``version`` says.
+    event for ``pod``, and whether it says what the runtime says (``expected``: ``sandbox_refusal``).
 
-        kubelet_agrees(pod, events, "1.6.20", "nvidia") -> {"event": "Failed to create ...", "agrees": True}
+        kubelet_agrees(pod, events, sandbox_refusal(view, "nvidia")) -> {"event": "Failed to create ...", "agrees": True}
     """
     event = sandbox_failure(events, pod)
     return {"event": event["message"] if event else None,
-            "agrees": bool(event) and says_sandbox_error(event["message"], version, handler)}
+            "agrees": bool(event) and says_sandbox_error(event["message"], expected)}
 
 
 def _loaded_words(view: dict) -> str:
-    return {"cri": f"loaded, live through CRI of containerd {view['version']}",
+    return {"cri": f"loaded, live through CRI of {view['runtime']} {view['version']}",
             "recorded": "recorded: the incident day's observation, no lab containerd here"}[view["loaded_from"]]
 
 
@@ -70,19 +86,29 @@ def runtime_findings(view: dict) -> list:
 
         runtime_findings(view) -> [{"kind": "restart-takes-cri-down", "subject": "containerd", ...}, ...]
     """
-    gaps, version, d = [], view["version"], view["daemon"]
+    gaps, version, d, rt = [], view["version"], view["daemon"], view["runtime"]
     if view["cri_after_restart"] == "refuses-start":
-        gaps.append(gap("restart-refuses-start", RUNTIME, ["after-restart"],
-                        f"containerd {version} would not start at its next restart, so no Pod could start on "
+        gaps.append(gap("restart-refuses-start", rt, ["after-restart"],
+                        f"{rt} {version} would not start at its next restart, so no Pod could start on "
                         f"this node{_above_root(view)}: {view['restart_reason']}"))
     elif view["cri_after_restart"] == "fails":
-        gaps.append(gap("restart-takes-cri-down", RUNTIME, ["after-restart"],
-                        f"a restart of containerd on this node takes CRI down: {view['restart_reason']} "
+        gaps.append(gap("restart-takes-cri-down", rt, ["after-restart"],
+                        f"a restart of {rt} on this node takes CRI down: {view['restart_reason']} "
                         f"(after restart: {view['restart_from']})"))
+    elif rt == crio.NAME and view["cri_after_restart"] == "ok":
+        # it starts without a runtime whose binary is missing (gpuop.crio.restart_forecast)
+        for handler in view["written"]:
+            if handler not in view["after_restart"]:
+                why = next((w for w in view["restart_reason"].split("; ") if f"runtime {handler}'s" in w), "")
+                gaps.append(gap("restart-drops-runtime", handler, ["written", "after-restart"],
+                                f"runtime handler {handler} is written, but a restart or reload of {rt} {version} "
+                                f"drops it: {why}"))
     for other in view["others"]:
-        gaps.append(gap("second-containerd", str(other["pid"]), ["loaded"],
-                        f"a second containerd runs (pid {other['pid']}, config {other['config']}, socket "
-                        f"{other['address']}); the audited one is pid {d['pid']} on {d['address']}"
+        ort = other.get("runtime", RUNTIME)
+        gaps.append(gap(f"second-{ort}", str(other["pid"]), ["loaded"],
+                        f"{'a second ' + ort if ort == rt else ort + ' also'} runs (pid {other['pid']}, config "
+                        f"{other['config']}, socket {other['address']}); the audited one is "
+                        f"{'' if ort == rt else rt + ' '}pid {d['pid']} on {d['address']}"
                         + (", kubelet's endpoint" if view["kubelet_endpoint"] else "")))
     config = d["config"] if d else "the main config"
     gaps += [gap("config-unreadable", config, ["written"], e) for e in view["config_errors"]]
@@ -92,8 +118,8 @@ def runtime_findings(view: dict) -> list:
                         f"(imports: {', '.join(view['imports']) or 'none'}): containerd never reads it"))
     if view["loaded_from"] == "cri-down":
         where = f" on {d['address']}" if d else ""
-        gaps.append(gap("cri-down", RUNTIME, ["loaded"],
-                        f"containerd {version} runs but its CRI does not answer{where} ({view['cri_error']}): "
+        gaps.append(gap("cri-down", rt, ["loaded"],
+                        f"{rt} {version} runs but its CRI does not answer{where} ({view['cri_error']}): "
                         "no Pod can start on this node"))
     if view["loaded_from"] in KNOWN:
         for handler in view["written"]:
@@ -136,7 +162,7 @@ def api_disagrees(node: dict, view: dict) -> list:
         return []
     return [gap("loaded-disagrees-with-api", name, ["loaded", "scheduled"],
                 f"node {name}'s kubelet reports {','.join(h or '(default)' for h in reported)} loaded "
-                f"(Node.status.runtimeHandlers), its containerd {view['version']} answers "
+                f"(Node.status.runtimeHandlers), its {view['runtime']} {view['version']} answers "
                 f"{','.join(view['loaded']) or 'none'} through CRI")]
 
 
@@ -157,7 +183,7 @@ def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> 
     """Pods bound to the node whose RuntimeClass's handler is not loaded (their sandbox fails, in
     the version's words and, where Events were read, against the kubelet's own), or will not be
     after a restart."""
-    gaps, version, loaded_from = [], view["version"], view["loaded_from"]
+    gaps, version, loaded_from, rt = [], view["version"], view["loaded_from"], view["runtime"]
     knows = loaded_from in JUDGED
     restart_ok = view["cri_after_restart"] == "ok"
     for pod, rc, handler in classed_pods(name, objects):
@@ -168,9 +194,10 @@ def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> 
                 why = (f"its kubelet reports only {','.join(view['loaded']) or 'none'} loaded "
                        "(Node.status.runtimeHandlers; the node itself was not read)")
             else:
-                why = f"containerd {version} says: {sandbox_error(version, handler)}"
+                refusal = sandbox_refusal(view, handler)
+                why = f"{rt} {version} says: {refusal}"
                 if events is not None:
-                    said = kubelet_agrees(pod, events, version, handler)
+                    said = kubelet_agrees(pod, events, refusal)
                     why += ("; the kubelet's event agrees" if said["agrees"]
                             else f"; the kubelet's event says otherwise: {said['event']}" if said["event"]
                             else "; no kubelet event for it yet")
@@ -181,7 +208,7 @@ def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> 
             gaps.append(gap("handler-gone-after-restart", ref(pod), ["scheduled", "after-restart"],
                             f"Pod {ref(pod)} (handler {handler}) runs now, but after a restart "
                             + (f"CRI is {view['cri_after_restart']}" if not restart_ok
-                               else f"containerd loads only {','.join(view['after_restart']) or 'nothing'}")))
+                               else f"{rt} loads only {','.join(view['after_restart']) or 'nothing'}")))
     return gaps
 
 
@@ -190,9 +217,9 @@ def _gpu_pods_without_a_class(name: str, view: dict, objects: list, gpu_handler:
     node's default): each gets its GPU from the default runtime when that is ``gpu_handler``,
     else only through CDI, which needs CDI on in the daemon and a spec of nvidia.com/gpu devices
     in the directories it reads. Either missing is a gap naming the Pod."""
-    gaps, cdi, version = [], view["cdi"], view["version"]
+    gaps, cdi, version, rt = [], view["cdi"], view["version"], view["runtime"]
     default = view["default_runtime"] or "runc"
-    if default == gpu_handler or cdi is None:
+    if default == gpu_handler or cdi is None or view.get("gpu_hooks"):  # an OCI hook hands every container its GPUs
         return gaps
     for pod in of_kind(objects, "Pod"):
         if pod["spec"].get("nodeName") != name or pod["spec"].get("runtimeClassName") or not active(pod):
@@ -204,11 +231,11 @@ def _gpu_pods_without_a_class(name: str, view: dict, objects: list, gpu_handler:
         if not cdi["enabled"]:
             refusal = _cdi_refusal(version, "the Pod's")
             gaps.append(gap("gpu-pod-cdi-off", ref(pod), ["scheduled", "loaded"],
-                            f"{asks}: containerd {version} runs it with its default runtime {default}, and "
+                            f"{asks}: {rt} {version} runs it with its default runtime {default}, and "
                             f"CDI is off (enable_cdi), so it {refusal}"))
         elif not cdi["gpu_specs"]:
             gaps.append(gap("cdi-spec-missing", ref(pod), ["scheduled", "loaded"],
-                            f"{asks}: CDI is on in containerd {version}, but no spec of nvidia.com/gpu "
+                            f"{asks}: CDI is on in {rt} {version}, but no spec of nvidia.com/gpu "
                             f"devices is in {', '.join(cdi['spec_dirs']) or 'its spec directories'}: "
                             "its device request cannot be resolved"))
     return gaps
@@ -254,13 +281,15 @@ def node_gpus(node: dict, objects: list, driver: str = DRIVER) -> int:
 def gpu_paths(view: dict, gpu_handler: str = "nvidia") -> list:
     """How a GPU can reach a container through this runtime: ``handler`` (the GPU handler is
     loaded), ``cdi`` (CDI is on, with a spec of GPU devices where the daemon reads them: the GPU
-    Operator's CDI and NRI ways, and DRA's).
+    Operator's CDI and NRI ways, and DRA's), ``oci-hook`` (CRI-O reads NVIDIA's OCI hook, which
+    hands every container its GPUs: the GPU Operator's way on CRI-O without CDI).
 
         gpu_paths(view) -> ["handler", "cdi"]
     """
     cdi = view.get("cdi") or {}
     return ([p for p, on in (("handler", gpu_handler in view["loaded"]),
-                             ("cdi", bool(cdi.get("enabled") and cdi.get("gpu_specs")))) if on])
+                             ("cdi", bool(cdi.get("enabled") and cdi.get("gpu_specs"))),
+                             ("oci-hook", bool(view.get("gpu_hooks")))) if on])
 
 
 def _cdi_refusal(version: str, whose: str) -> str:
@@ -285,7 +314,7 @@ def _dra_findings(name: str, view: dict, objects: list, driver: str) -> list:
         for claim, devices in dra_gpus(pod, claims, driver):
             gaps.append(gap("dra-claim-cdi-off", ref(pod), ["scheduled", "loaded"],
                             f"Pod {ref(pod)}'s claim {claim} was allocated {driver} device(s) "
-                            f"{', '.join(devices)} on {name}, which its driver hands containerd {view['version']} "
+                            f"{', '.join(devices)} on {name}, which its driver hands {view['runtime']} {view['version']} "
                             f"as CDI devices, and CDI is off (enable_cdi), so it {refusal}"))
     return gaps
 
@@ -310,12 +339,12 @@ def node_bound_findings(name: str, node: dict, view: dict, objects: list, gpu_ha
         gpus = node_gpus(node, objects, gpu_driver)
         if gpus:
             gaps.append(gap("gpu-advertised-not-loaded", name, ["scheduled", "loaded"],
-                            f"node {name} offers {gpus} GPU(s) but its containerd neither loads "
+                            f"node {name} offers {gpus} GPU(s) but its {view['runtime']} neither loads "
                             f"{gpu_handler} nor resolves CDI devices of GPUs"))
         for pod in of_kind(objects, "Pod"):
             if pod["spec"].get("nodeName") == name and _toolkit_pod(pod) and ready(pod):
                 gaps.append(gap("toolkit-ready-not-loaded", ref(pod), ["scheduled", "loaded"],
-                                f"toolkit Pod {ref(pod)} is Ready on {name} while containerd does not "
+                                f"toolkit Pod {ref(pod)} is Ready on {name} while {view['runtime']} does not "
                                 f"load {gpu_handler}: Ready says the toolkit wrote its drop-in, not that "
                                 "anything loaded it"))
     return gaps
@@ -378,7 +407,8 @@ def node_entry(runtime: dict, gaps: list, node: dict | None = None, objects: lis
     if node is not None and any(g["kind"] == "restart-refuses-start" for g in gaps):
         at_risk = sum(1 for p in of_kind(objects, "Pod") if p["spec"].get("nodeName") == node["metadata"]["name"]
                       and active(p))
-    return {"runtime_handlers": api_handlers(node) if node else None, "version": runtime["version"],
+    return {"runtime_handlers": api_handlers(node) if node else None, "runtime": runtime["runtime"],
+            "version": runtime["version"],
             "daemon": runtime["daemon"], "loaded": runtime["loaded"],
             "loaded_from": runtime["loaded_from"], "written": runtime["written"],
             "default_runtime": runtime.get("default_runtime", ""), "cdi": runtime.get("cdi"),

@@ -82,18 +82,19 @@ def fleet_table(report: dict) -> list:
     start again first).
 
         fleet_table({"nodes": {"gpu-a": {...}}, "gaps": []})
-        -> ["NODE   VERSION  LOADED  AFTER RESTART  CRI AFTER RESTART  GPU PATH  PODS AT RISK  GAPS", ...]
+        -> ["NODE   RUNTIME            LOADED  AFTER RESTART  CRI AFTER RESTART  GPU PATH  PODS AT RISK  GAPS", ...]
 
-    LOADED: what CRI answered; what the kubelet reports, marked ``(api)``, where the node was not
-    read; else why not. GPU PATH: how a GPU reaches a container there (``handler``, ``cdi``, both,
-    or ``-``).
+    RUNTIME: the runtime that serves the node and its version (``containerd 2.4.2``,
+    ``cri-o 1.36.3``). LOADED: what CRI answered; what the kubelet reports, marked ``(api)``,
+    where the node was not read; else why not. GPU PATH: how a GPU reaches a container there
+    (``handler``, ``cdi``, ``oci-hook``, or ``-``).
     """
     def loaded(n):
         return {"cri": handlers(n["loaded"]), "api": f"{handlers(n['loaded'])} (api)"}.get(n["loaded_from"], n["loaded_from"])
 
     nodes = sorted(report["nodes"].items())
-    lines = columns([("NODE", "VERSION", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "GPU PATH", "PODS AT RISK", "GAPS")]
-                    + [(name, n["version"], loaded(n), handlers(n["after_restart"]), n["cri_after_restart"],
+    lines = columns([("NODE", "RUNTIME", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "GPU PATH", "PODS AT RISK", "GAPS")]
+                    + [(name, f"{n.get('runtime', 'containerd')} {n['version']}", loaded(n), handlers(n["after_restart"]), n["cri_after_restart"],
                         handlers(n.get("gpu_path") or []), str(n["pods_at_risk"]), str(len(n["gaps"])))
                        for name, n in nodes])
     refusing = [item for item in nodes if item[1]["cri_after_restart"] == "refuses-start"]

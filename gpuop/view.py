@@ -2,14 +2,15 @@
 lab's facts) or a real node (read by ``facts.node.NodeRuntime`` in one command), or a node judged from
 the API alone. Every audit judges this one shape (``gpuop.rules.findings``).
 
-    {"runtime": "containerd", "version": "1.6.20",
+    {"runtime": "containerd" or "cri-o", "version": "1.6.20",
      "daemon": {"pid", "exe", "config", "address", "binary"} or None,   # the one that serves
-     "others": [{"pid", "config", "address"}],       # other containerds on the node
+     "others": [{"pid", "config", "address", "runtime"}],  # the node's other runtime daemons
      "kubelet_endpoint": "/run/containerd/containerd.sock" or None,
      "written": ["runc", "nvidia"], "dropins": [...], "unreached": [...], "config_errors": [...],
      "imports": [...], "versions": {path: its top-level version}, "regenerated": gpuop.regen's answer or None,
      "loaded": ["runc"], "loaded_from": "cri", "cri_error": "", "default_runtime": "runc",
      "cdi": {"enabled", "spec_dirs", "gpu_specs"} or None,
+     "gpu_hooks": [...],                             # CRI-O: OCI hook files that hand GPUs over
      "after_restart": ["runc", "nvidia"], "cri_after_restart": "ok" | "fails" | "refuses-start" | "unknown",
      "restart_reason": "...", "restart_from": "containerd 1.6.20's own merge of the files"}
 
@@ -17,12 +18,13 @@ Where "loaded" comes from, one vocabulary for every target: ``cri`` (the daemon 
 CRI), ``cri-down`` (it runs, its CRI does not answer), ``no-crictl`` (no crictl on the node to
 ask), ``recorded`` (the incident day's observation: a lab host without a lab containerd), ``api``
 (the node's kubelet report, Node.status.runtimeHandlers: the node was not read), ``none`` (no
-containerd runs).
+runtime runs).
 """
 
 import fnmatch
 import posixpath
 
+from . import crio
 from .containerd import analyze_merge, cdi_enabled, import_globs, parsed_toml
 from .regen import regenerated
 
@@ -75,7 +77,7 @@ def unknown_view(**given) -> dict:
     return {"runtime": RUNTIME, "version": "unknown", "daemon": None, "others": [], "kubelet_endpoint": None,
             "written": [], "dropins": [], "unreached": [], "config_errors": [], "imports": [], "versions": {},
             "regenerated": None,
-            "loaded": [], "loaded_from": "none", "cri_error": "", "default_runtime": "", "cdi": None,
+            "loaded": [], "loaded_from": "none", "cri_error": "", "default_runtime": "", "cdi": None, "gpu_hooks": [],
             "after_restart": [], "cri_after_restart": "unknown", "restart_reason": "", "restart_from": "", **given}
 
 
@@ -106,7 +108,7 @@ def cdi_part(answer: dict | None, version: str, gpu_specs: list) -> dict:
             "spec_dirs": answer.get("cdi_spec_dirs", []), "gpu_specs": list(gpu_specs)}
 
 
-def restart_part(restart: dict | None, version: str, asked: str = "") -> dict:
+def restart_part(restart: dict | None, version: str, asked: str = "", runtime: str = RUNTIME) -> dict:
     """The after-a-restart view's keys from the binary's own merge (``facts.containerd.restart_answer``
     or a ``Forecast``'s fields); ``asked``: the binary, said where it was not there to ask.
 
@@ -118,7 +120,7 @@ def restart_part(restart: dict | None, version: str, asked: str = "") -> dict:
                 "restart_reason": f"{asked} is not there to ask" if asked else "", "restart_from": ""}
     cri = "refuses-start" if not restart.get("starts", True) else "ok" if restart["cri_ok"] else "fails"
     return {"after_restart": list(restart["runtimes"]), "cri_after_restart": cri,
-            "restart_reason": restart["reason"], "restart_from": f"containerd {version}'s own merge of the files"}
+            "restart_reason": restart["reason"], "restart_from": f"{runtime} {version}'s own merge of the files"}
 
 
 def lab_view(config: str, files: dict, loaded: dict | None, restart: dict | None, observed=(),
@@ -176,11 +178,14 @@ def node_view(read: dict) -> dict:
         node_view(read)["cri_after_restart"] -> "ok" | "fails" | "refuses-start" | "unknown"
     """
     endpoint = read["kubelet"]["endpoint"] if read.get("kubelet") else None
-    daemon = next((d for d in read["containerds"] if d["serves"]), None)
-    others = [{"pid": d["pid"], "config": d["config"], "address": d["address"]}
-              for d in read["containerds"] if d is not daemon]
+    daemons = [(RUNTIME, d) for d in read["containerds"]] + [(crio.NAME, d) for d in read.get("crios", [])]
+    runtime, daemon = next(((r, d) for r, d in daemons if d["serves"]), (RUNTIME, None))
+    others = [{"pid": d["pid"], "config": d["config"], "address": d["address"], "runtime": r}
+              for r, d in daemons if d is not daemon]
     if daemon is None:
         return unknown_view(version="none", kubelet_endpoint=endpoint, others=others)
+    if runtime == crio.NAME:
+        return crio_view(daemon, endpoint, others)
     loaded, restart = daemon["loaded"] or {}, daemon["restart"]
     written = written_view(daemon["config"], daemon["files"])
     version = restart["version"] if restart else "unknown"
@@ -202,3 +207,23 @@ def node_view(read: dict) -> dict:
         return {**view, "restart_reason": f"{daemon['exe']} is not named containerd and has no containerd "
                                           "beside it to ask"}
     return {**view, **restart_part(restart, version, daemon.get("binary") or "")}
+
+
+def crio_view(daemon: dict, endpoint: str | None, others: list) -> dict:
+    """A real node's CRI-O, from ``NodeRuntime``'s read of the daemon that serves: its files
+    (``gpuop.crio.written_view``), what it holds (CRI), its binary's own merge for the next start
+    or SIGHUP, and the OCI hooks that hand GPUs to containers with no handler (``gpu_hooks``).
+
+        crio_view(read["crios"][0], "/var/run/crio/crio.sock", [])["runtime"] -> "cri-o"
+    """
+    loaded, restart = daemon["loaded"] or {}, daemon["restart"]
+    written = crio.written_view(daemon["config"], daemon["config_dir"], daemon["files"])
+    version = restart["version"] if restart else "unknown"
+    return unknown_view(runtime=crio.NAME, version=version, kubelet_endpoint=endpoint, others=others,
+                        daemon={"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
+                                "config_dir": daemon["config_dir"], "address": daemon["address"],
+                                "binary": daemon["exe"]},
+                        written=written["runtimes"], dropins=written["dropins"], config_errors=written["errors"],
+                        **loaded_part(loaded), cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])),
+                        gpu_hooks=crio.hooked_gpus(daemon.get("hooks") or {}),
+                        **restart_part(restart, version, daemon["exe"], crio.NAME))

@@ -13,7 +13,7 @@
 #   lab/build.sh nvidia-ctk [V] (V one of NVIDIA_CTK_VERSIONS, NVIDIA_CTK_VERSION by default)
 #                           -> ~/.cache/gpuop-lab/nvidia-ctk-V-stamped/bin (nvidia-ctk, nvidia-ctk-installer)
 #   lab/build.sh crio       -> ~/.cache/gpuop-lab/cri-o-CRIO_VERSION/bin (crio: CRI-O, with no gpgme, btrfs
-#                           or devicemapper headers needed)
+#                           or devicemapper headers needed; pinns, its namespace helper)
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the kubelet node's stand-in images' program)
 #   lab/build.sh all        everything `make test` needs (prints nothing)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
@@ -152,6 +152,8 @@ build_crio() {
   CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" \
     -tags "containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper" \
     -o "$bin/crio" ./cmd/crio
+  # pinns, the C helper crio runs to pin a Pod's namespaces, from the same module (its Makefile's flags)
+  gcc -std=c99 -Os -Wall -static -o "$bin/pinns" pinns/src/*.c
 }
 
 build_nvidia_ctk() {  # the CLI, and the GPU Operator's installer of the same release
@@ -198,7 +200,7 @@ cluster)
   ;;
 kubelet) have_all kubelet || built "kubelet v$K8S_VERSION" build_kubernetes kubelet ;;
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
-crio) have_all crio || built "CRI-O v$CRIO_VERSION" build_crio ;;
+crio) have_all crio pinns || built "CRI-O v$CRIO_VERSION" build_crio ;;
 nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer || built "nvidia-ctk and nvidia-ctk-installer v$ctk_version" build_nvidia_ctk ;;
 standin) have_all standin || built "the stand-in program" build_standin ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd containerd ;;

@@ -8,7 +8,9 @@
 # - busybox-static: the node audit's cluster reach runs its read Pod from an image of it (its sh and
 #   nsenter; lab/standin/images.py), since nothing can be pulled here;
 # - an OpenSSH server for the SSH tests (started by the tests themselves on loopback, never as a
-#   system service), and sudo for the test of a non-root SSH user.
+#   system service), and sudo for the test of a non-root SSH user;
+# - conmon: the monitor the CRI-O sim nodes' real crio (lab/build.sh crio) runs each container
+#   under, with Debian's runc as its OCI runtime.
 set -euo pipefail
 missing=()
 [ -x /usr/bin/containerd ] || missing+=(containerd)
@@ -19,6 +21,7 @@ command -v gcc >/dev/null || missing+=(gcc)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
 command -v sudo >/dev/null || missing+=(sudo)
+[ -x /usr/bin/conmon ] || missing+=(conmon)
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "lab/deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive

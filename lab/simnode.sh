@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # A simulated GPU node, for the node audit's tests and benchmark: its own mount, pid and UTS
-# namespaces, where /etc/containerd, /run and /var/lib/containerd are its own at the default
-# paths; a containerd started with no flags, as systemd starts it; and sshd on a loopback port.
+# namespaces, where /etc/containerd (or /etc/crio), /run and /var/lib are its own at the default
+# paths; a containerd (or CRI-O) started with no flags, as systemd starts it; and sshd on a
+# loopback port.
 # Nothing of the host's is touched: /etc/containerd is a bind of DIR/etc, /run a tmpfs, /var/lib
 # an overlay whose writes land in DIR/varlib, all private to the namespace and gone with it.
 #
-#   lab/simnode.sh start DIR CONTAINERD HOSTNAME [CLUSTER]   DIR holds etc/ (the node's
-#       /etc/containerd) and sshd_config; optionally usr-bin/ (files the node's /usr/bin has
+#   lab/simnode.sh start DIR RUNTIME HOSTNAME [CLUSTER]   DIR holds etc/ (the node's
+#       /etc/containerd) and sshd_config; RUNTIME: a containerd, or a crio (CRI-O: DIR/crio is
+#       then the node's /etc/crio); optionally usr-bin/ (files the node's /usr/bin has
 #       beside the host's: a stand-in nvidia-container-runtime); optional hooks run inside: DIR/before.sh before
-#       containerd starts, DIR/after.sh once its socket is there. Returns once sshd listens.
+#       the runtime starts, DIR/after.sh once its socket is there. SIMNODE_ALSO=BINARY starts a
+#       second runtime beside it. Returns once sshd listens.
 #       The node is lab CLUSTER's (default gpuop-lab): that lab's down stops it. With
 #       SIMNODE_RESTART=always its containerd is supervised as systemd's Restart=always does:
 #       started again whenever it ends, after DIR/restart.sh where there is one (what a
@@ -42,33 +45,61 @@ listening() {
 
 gone() { [[ -z $(ns_unshare "$1") ]]; }
 
+# socket_of BINARY: the socket a runtime opens when started with no flags, as systemd starts it.
+socket_of() {
+  case ${1##*/} in
+  crio) echo /var/run/crio/crio.sock ;;
+  *) echo /run/containerd/containerd.sock ;;
+  esac
+}
+
+# start_daemon DIR BINARY: a runtime started with no flags, its output in DIR/NAME.log, and
+# supervised as systemd's Restart=always does with SIMNODE_RESTART=always; returns once its socket
+# is there.
+start_daemon() {
+  local dir=$1 bin=$2 log=$1/${2##*/}.log
+  if [[ ${SIMNODE_RESTART:-no} == always ]]; then
+    # shellcheck disable=SC2016 # expanded by the supervisor's own shell
+    setsid bash -c 'while :; do "$0" </dev/null >>"$1" 2>&1; sleep 0.2; [[ ! -x $2 ]] || "$2" >>"$1" 2>&1; done' \
+      "$bin" "$log" "$dir/restart.sh" &
+  else
+    setsid "$bin" </dev/null >"$log" 2>&1 &
+  fi
+  wait_until 20 0.1 "${bin##*/} to open its socket" test -S "$(socket_of "$bin")"
+}
+
 inside() {  # runs as the namespace's pid 1
-  local dir=$1 containerd=$2
+  local dir=$1 runtime=$2
   mount -t tmpfs -o mode=755 tmpfs /run
   mkdir -p /run/containerd /run/sshd "$dir/varlib/upper" "$dir/varlib/work"
   mount --bind "$dir/etc" /etc/containerd
   mount -t overlay overlay -o "lowerdir=/var/lib,upperdir=$dir/varlib/upper,workdir=$dir/varlib/work" /var/lib
+  if [[ -d $dir/crio ]]; then
+    # A CRI-O node: /etc/crio (which the host has not) is DIR/crio, on an overlay of /etc whose
+    # writes land in DIR/etc-upper; its Pods' logs go to a private /var/log.
+    mkdir -p "$dir/etc-upper/crio" "$dir/etc-work"
+    mount -t overlay overlay -o "lowerdir=/etc,upperdir=$dir/etc-upper,workdir=$dir/etc-work" /etc
+    mount --bind "$dir/crio" /etc/crio
+    mount --bind "$dir/etc" /etc/containerd
+    mount -t tmpfs -o mode=755 tmpfs /var/log
+  fi
   # What a package would have installed in /usr/bin (DIR/usr-bin: a stand-in runtime), over the host's, read-only
   [[ ! -d $dir/usr-bin ]] || mount -t overlay overlay -o "lowerdir=$dir/usr-bin:/usr/bin" /usr/bin
   hostname "$3"
   [[ ! -x $dir/before.sh ]] || "$dir/before.sh"
-  # Its Pods' runc shim is its own release's, found beside it first (a package installs them together).
-  export PATH=${containerd%/*}:$PATH
-  if [[ ${SIMNODE_RESTART:-no} == always ]]; then
-    # shellcheck disable=SC2016 # expanded by the supervisor's own shell
-    setsid bash -c 'while :; do "$0" </dev/null >>"$1" 2>&1; sleep 0.2; [[ ! -x $2 ]] || "$2" >>"$1" 2>&1; done' \
-      "$containerd" "$dir/containerd.log" "$dir/restart.sh" &
-  else
-    setsid "$containerd" </dev/null >"$dir/containerd.log" 2>&1 &
-  fi
-  wait_until 20 0.1 "containerd to open its socket" test -S /run/containerd/containerd.sock || exit 1
+  # Its Pods' runc shim (CRI-O's pinns) is its own release's, found beside it first (a package
+  # installs them together).
+  export PATH=${runtime%/*}:$PATH
+  start_daemon "$dir" "$runtime" || exit 1
+  # SIMNODE_ALSO: a second runtime beside the first (a node that runs containerd and CRI-O).
+  [[ -z ${SIMNODE_ALSO:-} ]] || PATH=${SIMNODE_ALSO%/*}:$PATH SIMNODE_RESTART=no start_daemon "$dir" "$SIMNODE_ALSO" || exit 1
   [[ ! -x $dir/after.sh ]] || "$dir/after.sh"
   exec /usr/sbin/sshd -D -e -f "$dir/sshd_config"
 }
 
 case ${1:-} in
   start)
-    [[ $# -eq 4 || $# -eq 5 ]] || die "usage: start DIR CONTAINERD HOSTNAME [CLUSTER]"
+    [[ $# -eq 4 || $# -eq 5 ]] || die "usage: start DIR RUNTIME HOSTNAME [CLUSTER]"
     dir=$(realpath "$2"); [[ -d $dir/etc && -f $dir/sshd_config ]] || die "$dir needs etc/ and sshd_config"
     [[ -d /etc/containerd ]] || die "/etc/containerd is missing on this host (install containerd: lab/deps.sh)"
     [[ -z $(ns_unshare "$dir") ]] || die "a node already runs on $dir"
@@ -101,5 +132,5 @@ case ${1:-} in
     wait_until 10 0.1 "node $dir to stop" gone "$dir" || die "node $dir did not stop"
     for c in "${cgroups[@]}"; do [[ ! -d $c ]] || wait_until 10 0.1 "cgroup $c to empty" rmdir "$c" 2>/dev/null || true; done
     rmdir /sys/fs/cgroup/*/k8s.io 2>/dev/null || true ;;  # only where no other containerd's Pods are
-  *) die "usage: start DIR CONTAINERD HOSTNAME [CLUSTER] | stop DIR | pid DIR | stop-all CLUSTER" ;;
+  *) die "usage: start DIR RUNTIME HOSTNAME [CLUSTER] | stop DIR | pid DIR | stop-all CLUSTER" ;;
 esac

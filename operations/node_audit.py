@@ -19,6 +19,7 @@ from gpuop.tables import fleet_table
 from gpuop.rules import DRIVER, findings, node_entry
 from gpuop.view import api_view, node_view
 from gpuop.kubeapi import ClusterUnreadable, inventory_read, read_cluster
+from gpuop.objects import of_kind
 from gpuop.textfile import registry_of, write_reports
 
 _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
@@ -139,7 +140,7 @@ def judge_node(node_name: str, gpu_handler: str, gpu_driver: str, crictl: str, k
             return
         runtime = node_view(read)
         node = next((o for o in objects if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
-        gaps = findings(runtime, objects, name, gpu_handler, gpu_driver=gpu_driver)
+        gaps = findings(runtime, objects, name, gpu_handler, events=of_kind(objects, "Event"), gpu_driver=gpu_driver)
         fleet.nodes[name] = node_entry(runtime, gaps, node, objects, gpu_handler, gpu_driver)
         fleet.hosts[host.name] = name
     yield from ()

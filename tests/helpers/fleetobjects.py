@@ -62,6 +62,14 @@ def create_cluster_objects(nodes, gpus: int = 4):
                     "-p", json.dumps({"status": {"runtimeHandlers": handlers}}))
 
 
+def create_settled(nodes):
+    """The fleet's objects, once its toolkit DaemonSet is rolled out and every Pod is Ready (kwok
+    marks them Ready on its Nodes): what the audit then judges."""
+    create_cluster_objects(nodes)
+    kubectl("rollout", "status", "-n", NAMESPACE, "daemonset/fleet-container-toolkit", "--timeout=120s")
+    kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "pod", "--all", "--timeout=120s")
+
+
 def delete_cluster_objects(nodes):
     # Pods at once, without grace: a registered node's kubelet may be gone, and would never confirm.
     kubectl("delete", "daemonset,pod", "--all", "-n", NAMESPACE, "--grace-period=0", "--force", "--ignore-not-found")

@@ -76,15 +76,9 @@ def kubelet(dir_: str, endpoint: str, layout: str = "yaml", register: str = "") 
             f"</dev/null >{dir_}/kubelet.log 2>&1 &"]
 
 
-def pod_ready(node) -> tuple:
-    """What a registered node's containerd needs to run Pods (its config's CRI part, and hook
-    lines run inside before it starts and once it answers): the stand-in Pod network in the
-    node's directory, its root on a plain directory (overlayfs snapshots cannot sit on the
-    node's /var/lib overlay), its runc shim beside a built binary, and the images nothing can
-    pull here, imported into its store: its sandbox image (the stand-in program) and the
-    cluster reach's (Debian's static busybox, lab/standin/images.py)."""
-    from gpuop.containerd import kubelet_node_cri
-
+def pod_network(node) -> str:
+    """The stand-in Pod network in the node's directory (lab/standin/cni, and Debian's loopback
+    plugin): its folder, whose bin/ and net.d/ a runtime's CNI settings name."""
     cni = os.path.join(node.dir, "cni")
     os.makedirs(os.path.join(cni, "bin"), exist_ok=True)
     os.makedirs(os.path.join(cni, "net.d"), exist_ok=True)
@@ -95,6 +89,26 @@ def pod_ready(node) -> tuple:
         os.symlink("/usr/lib/cni/loopback", os.path.join(cni, "bin/loopback"))
     with open(os.path.join(cni, "net.d/10-gpuop-lab.conflist"), "w") as f:
         json.dump({"cniVersion": "1.0.0", "name": "gpuop-lab", "plugins": [{"type": "gpuop-lab", "subnet": "10.89.0"}]}, f)
+    return cni
+
+
+def crio_network(node) -> str:
+    """A registered CRI-O node's drop-in for the stand-in Pod network: CRI-O reports its network
+    ready, so kubelet asks it for a Pod's sandbox (its handler is checked before any image)."""
+    cni = pod_network(node)
+    return f'[crio.network]\nnetwork_dir = "{cni}/net.d"\nplugin_dirs = ["{cni}/bin"]\n'
+
+
+def pod_ready(node) -> tuple:
+    """What a registered node's containerd needs to run Pods (its config's CRI part, and hook
+    lines run inside before it starts and once it answers): the stand-in Pod network in the
+    node's directory, its root on a plain directory (overlayfs snapshots cannot sit on the
+    node's /var/lib overlay), its runc shim beside a built binary, and the images nothing can
+    pull here, imported into its store: its sandbox image (the stand-in program) and the
+    cluster reach's (Debian's static busybox, lab/standin/images.py)."""
+    from gpuop.containerd import kubelet_node_cri
+
+    cni = pod_network(node)
     containerd = binary(node.version)
     if not os.path.exists(os.path.join(os.path.dirname(containerd), "containerd-shim-runc-v2")):
         run([os.path.join(HERE, "lab/build.sh"), "shim", node.version], timeout_s=1800, check=True)

@@ -36,6 +36,11 @@ def crictl() -> str:
     return built("crictl", "crictl")
 
 
+def crio_binary() -> str:
+    """The lab's CRI-O (``CRIO_VERSION``), pinns beside it."""
+    return built("crio", "crio")
+
+
 def nvidia_ctk(name: str = "nvidia-ctk") -> str:
     """The toolkit's CLI, or its installer (``nvidia-ctk-installer``) of the same release."""
     return built("nvidia-ctk", name)

@@ -16,10 +16,10 @@ import tomli_w
 from gpuop.containerd import seed_config
 from lab import labproc
 from tests.helpers import ROOT as HERE  # the project
-from tests.helpers.fleetobjects import delete_cluster_objects
+from tests.helpers.fleetobjects import create_settled, delete_cluster_objects
 from tests.helpers.kube import LAB
-from tests.helpers.kubelets import kubelet, pod_ready
-from tests.helpers.labcontainerd import binary, built, crictl, nvidia_ctk_of
+from tests.helpers.kubelets import crio_network, kubelet, pod_ready
+from tests.helpers.labcontainerd import binary, built, crictl, crio_binary, nvidia_ctk_of
 from tests.helpers.layouts import CONFIG, generated_header
 from tests.helpers.proc import run
 from tests.helpers.ssh import free_port, keygen, sshd_config
@@ -45,8 +45,10 @@ class Node:
     knobs: dict = field(default_factory=dict)  # its own keys in the nodes file (gpu_handler...)
     registered: bool = False  # its kubelet (on its own containerd) registers it in the lab cluster: Pods run on it
     files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
-    nvidia_runtime: bool = False  # a stand-in /usr/bin/nvidia-container-runtime (logs each call, runs runc)
+    nvidia_runtime: bool = False  # a stand-in /usr/bin/nvidia-container-runtime (logs each call, runs runc), and its hook
     nvidia_ctk: str = ""  # the real nvidia-ctk of this release in its /usr/bin, as the toolkit's package installs it
+    crio: dict = field(default_factory=dict)  # /etc/crio files: the node runs the lab's CRI-O (crio.conf: CRIO_CONF)
+    containerd_too: bool = False  # a CRI-O node whose containerd of ``version`` runs beside it
     k3s_template: str = ""  # k3s-like: its config.toml carries k3s's header, its config.toml.tmpl is its config and
     #                         this text after it (an operator's full template), and each restart of its containerd
     #                         (supervised) renders config.toml from the template first, as k3s does
@@ -54,6 +56,23 @@ class Node:
     port: int = 0
     host_key: str = ""
 
+
+# A CRI-O node's own crio.conf, as its distribution leaves it: Debian's runc and conmon; vfs, since
+# its /var/lib is an overlay (CRI-O's default overlay driver cannot sit on one); cgroupfs, no systemd.
+CRIO_CONF = """[crio]
+storage_driver = "vfs"
+
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+
+[crio.runtime.runtimes.runc]
+runtime_path = "/usr/sbin/runc"
+runtime_type = "oci"
+monitor_path = "/usr/bin/conmon"
+"""
+CRIO_SOCKET = "/var/run/crio/crio.sock"
 
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what kubelet sets
 
@@ -63,7 +82,9 @@ def host_files() -> dict:
     the node paths' trees, the stand-in runtime's place, and the global sysctls kubelet sets."""
     found = {p: tree(p) if os.path.isdir(p) else os.path.exists(p)
              for p in ("/etc/containerd", "/var/lib/containerd", "/var/lib/kubelet", "/var/log/pods",
-                       "/var/lib/cni", "/run/containerd", "/usr/bin/nvidia-container-runtime", "/usr/local/nvidia")}
+                       "/var/lib/cni", "/run/containerd", "/usr/bin/nvidia-container-runtime", "/usr/local/nvidia",
+                       "/etc/crio", "/var/lib/crio", "/var/lib/containers", "/var/log/crio", "/run/crio",
+                       "/usr/share/containers")}
     for s in SYSCTLS:
         with open(f"/proc/sys/{s}") as f:
             found[s] = f.read()
@@ -91,7 +112,9 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     """Start ``node`` under ``root`` (its files, its sshd trusting ``pubkey``)."""
     node.dir, node.port = os.path.join(root, node.name), free_port()
     os.makedirs(os.path.join(node.dir, "etc", "conf.d"), exist_ok=True)
-    node_cri, store, imports = pod_ready(node) if node.registered else (None, [], [])
+    node_cri, store, imports = pod_ready(node) if node.registered and not node.crio else (None, [], [])
+    if node.registered and node.crio:
+        node.crio = {**node.crio, "/etc/crio/crio.conf.d/20-network.conf": crio_network(node)}
     after = node.after + imports + (kubelet(node.dir, node.kubelet, node.kubelet_layout, node.name if node.registered else "")
                                     if node.kubelet else [])
     config = seed_config(node.imports, node_cri=node_cri)
@@ -106,11 +129,19 @@ def start(node: Node, root: str, pubkey: str) -> Node:
         with open(stand_in, "w") as f:
             f.write(f'#!/bin/sh\necho "$*" >>{node.dir}/nvidia-container-runtime.log\nexec runc "$@"\n')
         os.chmod(stand_in, 0o755)
+        hook = os.path.join(node.dir, "usr-bin", "nvidia-container-runtime-hook")  # the OCI hook, a no-op here
+        with open(hook, "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(hook, 0o755)
     if node.nvidia_ctk:
         os.makedirs(os.path.join(node.dir, "usr-bin"), exist_ok=True)
         shutil.copy2(nvidia_ctk_of(node.nvidia_ctk), os.path.join(node.dir, "usr-bin", "nvidia-ctk"))
     for path, text in files.items():
         with open(os.path.join(node.dir, "etc", os.path.relpath(path, "/etc/containerd")), "w") as f:
+            f.write(text)
+    for path, text in node.crio.items():  # lab/simnode.sh binds DIR/crio over the node's /etc/crio
+        os.makedirs(os.path.dirname(os.path.join(node.dir, "crio", os.path.relpath(path, "/etc/crio"))), exist_ok=True)
+        with open(os.path.join(node.dir, "crio", os.path.relpath(path, "/etc/crio")), "w") as f:
             f.write(text)
     # kubelet asks a new containerd for its CRI status within seconds of its start, and 1.7+
     # then writes its introspection uuid once, for good: a real node has it before any audit.
@@ -129,7 +160,10 @@ def start(node: Node, root: str, pubkey: str) -> Node:
         f.write(sshd_config(node.port, f"{node.dir}/host_ed25519", f"{node.dir}/authorized_keys"))
     node.host_key = host_key
     env = {**os.environ, "SIMNODE_RESTART": "always" if node.supervised else "no"}
-    run([NODE_SH, "start", node.dir, binary(node.version), node.hostname or node.name, LAB], timeout_s=60,
+    if node.containerd_too:
+        env["SIMNODE_ALSO"] = binary(node.version)
+    runtime = crio_binary() if node.crio else binary(node.version)
+    run([NODE_SH, "start", node.dir, runtime, node.hostname or node.name, LAB], timeout_s=60,
         check=True, env=env)
     return node
 
@@ -153,6 +187,14 @@ def running(nodes, root: str):
             stop(n)
         delete_cluster_objects(nodes)
     assert host_files() == host_before
+
+
+@contextlib.contextmanager
+def fleet(nodes, root: str):
+    """``running`` nodes with the fleet's objects settled in the lab cluster (``create_settled``)."""
+    with running(nodes, root) as key:
+        create_settled(nodes)
+        yield key
 
 
 def stop(node: Node):
@@ -203,11 +245,16 @@ def etc_containerd(node: Node) -> dict:
 
 def node_files(node: Node) -> dict:
     """Every file the node's processes may write, read from the host: its /etc/containerd and
-    /run as the node sees them, and everything written to its /var/lib and /var/log."""
+    /run as the node sees them, and everything written to its /var/lib and /var/log (a CRI-O
+    node's: its /etc/crio and /etc too)."""
     root = f"/proc/{ns_pid(node)}/root"
-    return {"/etc/containerd": etc_containerd(node), "/run": tree(root + "/run"),
-            "/var/lib": tree(os.path.join(node.dir, "varlib", "upper")),
-            "/var/log": tree(os.path.join(node.dir, "varlog", "upper"))}
+    found = {"/etc/containerd": etc_containerd(node), "/run": tree(root + "/run"),
+             "/var/lib": tree(os.path.join(node.dir, "varlib", "upper")),
+             "/var/log": tree(os.path.join(node.dir, "varlog", "upper"))}
+    if node.crio:  # its /etc/crio, what it wrote in /etc, and its private /var/log
+        found.update({"/etc/crio": tree(root + "/etc/crio"), "/etc": tree(os.path.join(node.dir, "etc-upper")),
+                      "/var/log": tree(root + "/var/log")})
+    return found
 
 
 def keypair(root: str) -> tuple:

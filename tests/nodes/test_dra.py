@@ -80,7 +80,7 @@ def test_the_scheduler_allocated_each_claim_on_its_node(audited):
 
 def test_a_dra_gpu_pod_on_a_node_with_cdi_off_is_named_with_its_claim(audited):
     run, doc, _ = audited
-    assert doc["cluster"]["dra"] == "read" and doc["cluster"]["requests"] == 6
+    assert doc["cluster"]["dra"] == "read" and doc["cluster"]["requests"] == 7
     off = [g for g in doc["nodes"]["dra-cdi-off"]["gaps"] if g["kind"] == "dra-claim-cdi-off"]
     assert [(g["subject"], g["views"]) for g in off] == [(f"{fleetobjects.NAMESPACE}/train-dra-cdi-off",
                                                           ["scheduled", "loaded"])]

@@ -14,7 +14,7 @@ import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuop.containerd import nvidia_dropin
-from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
+from tests.helpers import layouts, nodesfiles, simnodes
 from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.simnodes import Node
 from tests.helpers.kube import component_pidfile, kubectl, lab_up
@@ -132,10 +132,7 @@ def simulated(tmp_path_factory):
     """The fleet, its kubelets included, leaves nothing on the host: the sysctls kubelet sets too."""
     root = str(tmp_path_factory.mktemp("fleet"))
     nodes = planted()
-    with simnodes.running(nodes, root) as key:
-        fleetobjects.create_cluster_objects(nodes)
-        kubectl("rollout", "status", "-n", fleetobjects.NAMESPACE, "daemonset/fleet-container-toolkit", "--timeout=120s")
-        kubectl("wait", "-n", fleetobjects.NAMESPACE, "--for=condition=Ready", "pod", "--all", "--timeout=120s")
+    with simnodes.fleet(nodes, root) as key:
         yield nodes, nodesfiles.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {"gpu-incident": "gpu-incident"}), root
 
 
@@ -314,7 +311,7 @@ def test_the_cluster_read_pages_and_reads_the_same(simulated):
     paged, paged_how = read_cluster(os.environ.get("KUBECONFIG", ""), "", 20, page=3)
     key = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in whole]
     assert [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in paged] == key
-    assert len(set(key)) == len(key) and how["requests"] == 6 and how["dra"] == "read"  # DRA's two kinds too
+    assert len(set(key)) == len(key) and how["requests"] == 7 and how["dra"] == "read"  # DRA's two kinds and Events too
     counts = [sum(1 for o in whole if o["kind"] == k)
               for k in ("Node", "RuntimeClass", "Pod", "DaemonSet", "ResourceClaim", "ResourceSlice")]
     # a full last page may still carry a continue token: one more request, answering none

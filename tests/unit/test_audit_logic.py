@@ -151,12 +151,12 @@ def test_on_a_kubelet_node_the_sandbox_forecast_is_held_against_the_kubelet_s_ev
 
 
 def test_the_kubelet_s_words_match_each_version_s_sandbox_error():
-    from gpuop.rules import says_sandbox_error
+    from gpuop.rules import sandbox_error, says_sandbox_error
     prefix = "Failed to create pod sandbox: rpc error: code = Unknown desc = "
     two = f'unable to get OCI runtime for sandbox "{"a1" * 32}": no runtime for "nvidia" is configured'
-    assert says_sandbox_error(prefix + two, "2.4.2", "nvidia")
-    assert not says_sandbox_error(prefix + two, "1.6.20", "nvidia")
-    assert not says_sandbox_error(prefix + two.replace("nvidia", "kata"), "2.4.2", "nvidia")
+    assert says_sandbox_error(prefix + two, sandbox_error("2.4.2", "nvidia"))
+    assert not says_sandbox_error(prefix + two, sandbox_error("1.6.20", "nvidia"))
+    assert not says_sandbox_error(prefix + two.replace("nvidia", "kata"), sandbox_error("2.4.2", "nvidia"))
 
 
 def test_on_a_kubelet_node_the_apis_view_of_loaded_is_read_and_held_against_cri():

@@ -175,10 +175,10 @@ def test_fleet_table_json_and_textfile_from_one_report():
     assert [g["kind"] for g in nodes["b"]["gaps"]] == ["restart-takes-cri-down", "sandbox-fails",
                                                        "gpu-advertised-not-loaded"]
     lines = fleet_table(report)
-    assert lines[0].split() == ["NODE", "VERSION", "LOADED", "AFTER", "RESTART", "CRI", "AFTER", "RESTART",
+    assert lines[0].split() == ["NODE", "RUNTIME", "LOADED", "AFTER", "RESTART", "CRI", "AFTER", "RESTART",
                                 "GPU", "PATH", "PODS", "AT", "RISK", "GAPS"]
-    assert lines[1].split() == ["a", "1.6.20", "runc,nvidia", "runc,nvidia", "ok", "handler", "0", "0"]
-    assert lines[2].split() == ["b", "1.6.20", "runc", "nvidia", "fails", "-", "1", "3"]
+    assert lines[1].split() == ["a", "containerd", "1.6.20", "runc,nvidia", "runc,nvidia", "ok", "handler", "0", "0"]
+    assert lines[2].split() == ["b", "containerd", "1.6.20", "runc", "nvidia", "fails", "-", "1", "3"]
     assert lines[-1] == "4 gap(s) on 2 node(s)"  # b's three and the fleet's own
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in text_string_to_metric_families(textfile(report)) for s in f.samples}

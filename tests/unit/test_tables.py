@@ -37,7 +37,7 @@ def test_a_node_s_handlers_read_the_same_on_both_tables():
     assert "runc,nvidia (the main config and its drop-ins)" in rows["written"]
     assert "runc (live, through CRI of containerd 1.6.20)" in rows["loaded"]
     assert "-; containerd REFUSES TO START" in rows["after restart"]
-    assert fleet[1].split()[:5] == ["lab", "1.6.20", "runc", "-", "refuses-start"]
+    assert fleet[1].split()[:6] == ["lab", "containerd", "1.6.20", "runc", "-", "refuses-start"]
 
 
 def test_worst_first_keeps_the_others_in_the_order_found():

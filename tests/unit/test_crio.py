@@ -1,0 +1,144 @@
+"""CRI-O's own words, recorded from the lab's CRI-O 1.36.3 (tests/unit/data/README), read as the
+node audit reads them, and judged by the one rule set."""
+
+import os
+
+from facts.containerd import cri_answer
+from gpuop import crio
+from gpuop.rules import findings, gpu_paths, says_sandbox_error, sandbox_refusal
+from gpuop.view import cdi_part, loaded_part, restart_part, unknown_view
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+# What the lab's CRI-O 1.36.3 answered `crictl runp --runtime nvidia` (a sandbox on the host
+# network) while it held runc only: Go's print of its runtime map, a pointer per handler.
+RUNP_SAID = ("rpc error: code = Unknown desc = failed to find runtime handler nvidia from runtime list "
+             "map[runc:0x1c0ab90408c0]")
+
+
+def data(name: str) -> str:
+    with open(os.path.join(DATA, name)) as f:
+        return f.read()
+
+
+def merge_lines(binaries: list) -> list:
+    return ["Version: 1.36.3", *data("crio-1.36.3-config.toml").splitlines(), crio.PATHS, *binaries]
+
+
+THERE = ["crun||no", "nvidia|/usr/bin/nvidia-container-runtime|yes", "runc|/usr/sbin/runc|yes"]
+
+
+def test_crictl_info_of_cri_o_says_its_handlers_default_and_cdi_dirs():
+    answer = cri_answer([data("crio-1.36.3-crictl-info.json"), "0"])
+    assert answer["cri"] == "ok" and answer["runtimes"] == ["runc"] and answer["default_runtime"] == "runc"
+    assert answer["cdi"] is True and answer["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+
+
+def test_the_merge_is_read_and_a_runtime_whose_binary_is_missing_is_dropped():
+    said = crio.restart_answer(merge_lines(THERE))
+    assert said["version"] == "1.36.3" and said["starts"] and said["cri_ok"]
+    assert said["runtimes"] == ["nvidia", "runc"] and said["default_runtime"] == "runc"
+    # crun is CRI-O's built-in runtime: in its merge, and dropped at start where it is not installed
+    assert "runtime crun's binary (crun on its PATH) is missing, so CRI-O drops it" == said["reason"]
+    gone = crio.restart_answer(merge_lines([THERE[0], "nvidia|/usr/bin/nvidia-container-runtime|no", THERE[2]]))
+    assert gone["runtimes"] == ["runc"] and gone["starts"]
+    assert "runtime nvidia's binary (/usr/bin/nvidia-container-runtime) is missing" in gone["reason"]
+
+
+def test_a_missing_default_runtime_binary_stops_the_start():
+    said = crio.restart_answer(merge_lines([THERE[0], THERE[1], "runc|/usr/sbin/runc|no"]))
+    assert not said["starts"] and not said["cri_ok"]
+    assert said["reason"].startswith("the daemon will not start: runtime validation: the binary of its "
+                                     "default_runtime runc (/usr/sbin/runc) is missing")
+
+
+def test_a_config_crio_refuses_is_a_start_that_fails_in_its_own_words():
+    said = crio.restart_answer(["Version: 1.36.3", crio.MERGE_FAILED,
+                                *data("crio-1.36.3-config-refused.txt").splitlines(), "", crio.PATHS])
+    assert not said["starts"] and said["runtimes"] == []
+    assert said["reason"] == ('the daemon will not start: validating runtime config: default_runtime set to "kata", '
+                              "but no runtime entry table [crio.runtime.runtimes.kata] was found")
+
+
+def test_written_is_the_config_then_its_drop_ins_in_name_order():
+    files = {"/etc/crio/crio.conf": {"text": '[crio.runtime]\ndefault_runtime = "runc"\n'
+                                             "[crio.runtime.runtimes.runc]\n"},
+             "/etc/crio/crio.conf.d/99-nvidia.toml": {"text": data("crio-1.36.3-config.toml")},
+             "/etc/crio/crio.conf.d/10-crun.conf": {"text": '[crio.runtime]\ndefault_runtime = "crun"\n'},
+             "/etc/crio/crio.conf.d/50-bad.conf": {"text": "[crio.runtime\n"}}
+    view = crio.written_view("/etc/crio/crio.conf", "/etc/crio/crio.conf.d", files)
+    assert view["dropins"] == ["/etc/crio/crio.conf.d/10-crun.conf", "/etc/crio/crio.conf.d/50-bad.conf",
+                               "/etc/crio/crio.conf.d/99-nvidia.toml"]
+    assert view["runtimes"] == ["runc", "crun", "nvidia"]
+    assert view["default_runtime"] == "runc"  # 99-nvidia.toml, the last, sets it again (crio config's output)
+    assert len(view["errors"]) == 1 and "50-bad.conf is not valid TOML" in view["errors"][0]
+
+
+def test_the_sandbox_refusal_is_cri_os_own_and_matches_what_it_said():
+    view = crio_view(loaded=["runc"])
+    assert sandbox_refusal(view, "nvidia") == "failed to find runtime handler nvidia from runtime list map[runc:<ptr>]"
+    assert says_sandbox_error("Failed to create pod sandbox: " + RUNP_SAID, sandbox_refusal(view, "nvidia"))
+    assert not says_sandbox_error("Failed to create pod sandbox: " + RUNP_SAID,
+                                  sandbox_refusal(crio_view(loaded=["crun", "runc"]), "nvidia"))
+
+
+def test_the_toolkits_oci_hook_is_a_gpu_path_with_no_handler():
+    hook = {"/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json": {"text": data("ctk-1.20.2-oci-hook.json")},
+            "/usr/share/containers/oci/hooks.d/other.json": {"text": '{"hook": {"path": "/usr/bin/true"}}'},
+            "/usr/share/containers/oci/hooks.d/broken.json": {"text": "{"}}
+    assert crio.hooked_gpus(hook) == ["/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"]
+    view = crio_view(gpu_hooks=crio.hooked_gpus(hook))
+    assert gpu_paths(view) == ["oci-hook"]
+    gpu_pod = pod("train", "gpu-a", gpus=1)
+    assert findings(view, [node("gpu-a"), gpu_pod], "gpu-a") == []  # the hook hands it its GPU
+    assert [g["kind"] for g in findings(crio_view(), [node("gpu-a"), gpu_pod], "gpu-a")] == [
+        "cdi-spec-missing", "gpu-advertised-not-loaded"]
+
+
+def test_the_incident_in_cri_os_form():
+    """nvidia-ctk's drop-in written after CRI-O started: written, not loaded; a restart loads it."""
+    answer = cri_answer([data("crio-1.36.3-crictl-info.json"), "0"])
+    restart = crio.restart_answer(merge_lines(THERE))
+    view = crio_view(written=["runc", "nvidia"], **loaded_part(answer), cdi=cdi_part(answer, "1.36.3", []),
+                     **restart_part(restart, "1.36.3", runtime=crio.NAME))
+    gaps = findings(view, [node("gpu-a"), rc("nvidia"), pod("job", "gpu-a", runtime_class="nvidia")], "gpu-a")
+    kinds = {g["kind"]: g for g in gaps}
+    assert set(kinds) == {"handler-not-loaded", "sandbox-fails", "gpu-advertised-not-loaded"}
+    assert kinds["sandbox-fails"]["detail"].endswith(
+        "cri-o 1.36.3 says: failed to find runtime handler nvidia from runtime list map[runc:<ptr>]")
+    assert "live through CRI of cri-o 1.36.3" in kinds["handler-not-loaded"]["detail"]
+
+
+def test_a_written_handler_a_restart_drops_is_named():
+    restart = crio.restart_answer(merge_lines([THERE[0], "nvidia|/usr/bin/nvidia-container-runtime|no", THERE[2]]))
+    view = crio_view(written=["runc", "nvidia"], loaded=["runc", "nvidia"],
+                     **restart_part(restart, "1.36.3", runtime=crio.NAME))
+    gaps = findings(view, [], "")
+    assert [(g["kind"], g["subject"]) for g in gaps] == [("restart-drops-runtime", "nvidia")]
+    assert gaps[0]["detail"].endswith("drops it: runtime nvidia's binary (/usr/bin/nvidia-container-runtime) "
+                                      "is missing, so CRI-O drops it")
+
+
+def crio_view(**given) -> dict:
+    base = {"version": "1.36.3", "loaded": ["runc"], "loaded_from": "cri", "default_runtime": "runc",
+            "written": ["runc"], "after_restart": ["runc"], "cri_after_restart": "ok",
+            "cdi": {"enabled": True, "spec_dirs": ["/etc/cdi"], "gpu_specs": []},
+            "daemon": {"pid": 7, "exe": "/usr/bin/crio", "config": "/etc/crio/crio.conf",
+                       "config_dir": "/etc/crio/crio.conf.d", "address": "/var/run/crio/crio.sock",
+                       "binary": "/usr/bin/crio"}}
+    return unknown_view(runtime=crio.NAME, **{**base, **given})
+
+
+def node(name: str) -> dict:
+    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+
+
+def rc(name: str) -> dict:
+    return {"kind": "RuntimeClass", "metadata": {"name": name}, "handler": name}
+
+
+def pod(name: str, node_name: str, runtime_class: str = "", gpus: int = 0) -> dict:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    spec = {"nodeName": node_name, "containers": [{"name": "c", "resources": {"limits": limits}}]}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"kind": "Pod", "metadata": {"name": name, "namespace": "ml"}, "spec": spec, "status": {"phase": "Pending"}}
