@@ -57,7 +57,7 @@ all)
   ctks=""
   for v in $NVIDIA_CTK_VERSIONS; do ctks+=" nvidia-ctk:$v"; done
   # shellcheck disable=SC2086 # word lists
-  for c in cluster kubelet crictl $ctks containerds "shim:$newest" "multicall:$newest" standin; do
+  for c in cluster kubelet crictl $ctks containerds "shim:$newest" "multicall:$newest" standin crio; do
     "$0" ${c/:/ } >/dev/null
   done
   exit 0
