@@ -85,7 +85,7 @@ def fleet_table(report: dict) -> list:
         -> ["NODE   RUNTIME            LOADED  AFTER RESTART  CRI AFTER RESTART  GPU PATH  PODS AT RISK  GAPS", ...]
 
     RUNTIME: the runtime that serves the node and its version (``containerd 2.4.2``,
-    ``cri-o 1.36.3``). LOADED: what CRI answered; what the kubelet reports, marked ``(api)``,
+    ``cri-o 1.36.3``; ``none`` where none runs). LOADED: what CRI answered; what the kubelet reports, marked ``(api)``,
     where the node was not read; else why not. GPU PATH: how a GPU reaches a container there
     (``handler``, ``cdi``, ``oci-hook``, or ``-``).
     """
@@ -94,7 +94,7 @@ def fleet_table(report: dict) -> list:
 
     nodes = sorted(report["nodes"].items())
     lines = columns([("NODE", "RUNTIME", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "GPU PATH", "PODS AT RISK", "GAPS")]
-                    + [(name, f"{n.get('runtime', 'containerd')} {n['version']}", loaded(n), handlers(n["after_restart"]), n["cri_after_restart"],
+                    + [(name, "none" if n["version"] == "none" else f"{n.get('runtime', 'containerd')} {n['version']}", loaded(n), handlers(n["after_restart"]), n["cri_after_restart"],
                         handlers(n.get("gpu_path") or []), str(n["pods_at_risk"]), str(len(n["gaps"])))
                        for name, n in nodes])
     refusing = [item for item in nodes if item[1]["cri_after_restart"] == "refuses-start"]

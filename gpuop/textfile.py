@@ -36,6 +36,8 @@ def registry_of(report: dict) -> CollectorRegistry:
                 "forecast", ["node", "state"], registry=registry)
     info = Gauge("gpuop_node_containerd_info", "The containerd that serves kubelet on a node",
                  ["node", "version"], registry=registry)
+    runtime = Gauge("gpuop_node_runtime_info", "The runtime that serves kubelet on a node (containerd, cri-o)",
+                    ["node", "runtime", "version"], registry=registry)
     fleet = Gauge("gpuop_fleet_gaps", "Gaps of the fleet as a whole, by kind", ["kind"], registry=registry)
     for name, node in report["nodes"].items():
         count.labels(name).set(len(node["gaps"]))
@@ -47,7 +49,9 @@ def registry_of(report: dict) -> CollectorRegistry:
                 handler.labels(name, h, view).set(1)
         for state in CRI_STATES:
             cri.labels(name, state).set(1 if node["cri_after_restart"] == state else 0)
-        info.labels(name, node["version"]).set(1)
+        runtime.labels(name, node.get("runtime", "containerd"), node["version"]).set(1)
+        if node.get("runtime", "containerd") == "containerd":
+            info.labels(name, node["version"]).set(1)
     for g in report["gaps"]:
         fleet.labels(g["kind"]).inc()
     return registry

@@ -158,7 +158,8 @@ def api_handlers(node: dict) -> list | None:
 
 def api_view(node: dict) -> dict | None:
     """A node judged from the API alone, where the node itself was not read: "loaded" is what its
-    kubelet reports (``api_handlers``), the other views unknown; None where it reports none.
+    kubelet reports (``api_handlers``), its runtime what it names (``api_runtime``), the other
+    views unknown; None where it reports none.
 
         api_view({"metadata": {"name": "gpu-a"}, "status": {"runtimeHandlers": [{"name": ""}, {"name": "runc"}]}})
         -> {"loaded": ["runc"], "loaded_from": "api", "daemon": None, ...}
@@ -166,7 +167,20 @@ def api_view(node: dict) -> dict | None:
     handlers = api_handlers(node)
     if handlers is None:
         return None
-    return unknown_view(loaded=[h for h in handlers if h], loaded_from="api")
+    runtime, version = api_runtime(node)
+    return unknown_view(runtime=runtime, version=version, loaded=[h for h in handlers if h], loaded_from="api")
+
+
+def api_runtime(node: dict) -> tuple:
+    """The runtime and its version as the node's kubelet reports them
+    (``Node.status.nodeInfo.containerRuntimeVersion``, "NAME://VERSION"); containerd and
+    "unknown" where it reports none.
+
+        api_runtime({"status": {"nodeInfo": {"containerRuntimeVersion": "cri-o://1.36.3"}}}) -> ("cri-o", "1.36.3")
+    """
+    said = ((node.get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion") or ""
+    name, sep, version = said.partition("://")
+    return (name, version.lstrip("v") or "unknown") if sep and name else (RUNTIME, "unknown")
 
 
 def node_view(read: dict) -> dict:

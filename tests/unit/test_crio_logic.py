@@ -6,7 +6,7 @@ import os
 from facts.containerd import cri_answer
 from gpuop import crio
 from gpuop.rules import findings, gpu_paths, says_sandbox_error, sandbox_refusal
-from gpuop.view import cdi_part, loaded_part, restart_part, unknown_view
+from gpuop.view import api_view, cdi_part, loaded_part, restart_part, unknown_view
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 # What the lab's CRI-O 1.36.3 answered `crictl runp --runtime nvidia` (a sandbox on the host
@@ -116,6 +116,16 @@ def test_a_written_handler_a_restart_drops_is_named():
     assert [(g["kind"], g["subject"]) for g in gaps] == [("restart-drops-runtime", "nvidia")]
     assert gaps[0]["detail"].endswith("drops it: runtime nvidia's binary (/usr/bin/nvidia-container-runtime) "
                                       "is missing, so CRI-O drops it")
+
+
+def test_a_cri_o_node_not_read_is_named_and_judged_from_what_its_kubelet_reports():
+    reporting = {**node("gpu-a"), "status": {**node("gpu-a")["status"], "runtimeHandlers": [{"name": ""}, {"name": "runc"}],
+                                            "nodeInfo": {"containerRuntimeVersion": "cri-o://1.36.3"}}}
+    view = api_view(reporting)
+    assert (view["runtime"], view["version"], view["loaded"], view["loaded_from"]) == ("cri-o", "1.36.3", ["runc"], "api")
+    gaps = findings(view, [reporting, rc("nvidia"), pod("job", "gpu-a", runtime_class="nvidia")], "gpu-a")
+    assert [g["kind"] for g in gaps] == ["sandbox-fails", "gpu-advertised-not-loaded"]
+    assert gaps[1]["detail"] == "node gpu-a offers 8 GPU(s) but its cri-o neither loads nvidia nor resolves CDI devices of GPUs"
 
 
 def crio_view(**given) -> dict:
