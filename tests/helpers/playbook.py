@@ -35,6 +35,10 @@ class Run:
         return self.results["totals"]["success"]
 
     def changed_ops(self) -> list:
+        """The operations that changed something; a run that printed no results (it failed
+        before its report): its log's tail, for the assertion that called this to show."""
+        if self.doc is None:
+            return [f"no results, exit {self.code}: {self.log[-3000:]}"]
         return [op["name"] for op in self.results["operations"] if op["success"]]
 
 

@@ -185,8 +185,9 @@ def test_the_readme_s_one_line_cluster_reach_reads_the_kubelet_node(kubelet_lab)
     assert said.returncode != 0, log[-3000:]  # the incident's gaps fail it
     row = next((line.split() for line in log.splitlines() if line.split()[:1] == [NODE]), None)
     assert row is not None, log[-3000:]
-    version, loaded, after, cri = row[1:5]  # the fleet table's node row
-    assert version == kubelet_lab.version and (loaded, after, cri) == INCIDENT_ROW[kubelet_lab.version], row
+    runtime, version, loaded, after, cri = row[1:6]  # the fleet table's node row
+    assert (runtime, version) == ("containerd", kubelet_lab.version), row
+    assert (loaded, after, cri) == INCIDENT_ROW[kubelet_lab.version], row
     assert f"GAP {NODE}: [handler-not-loaded]" in log and f"GAP {NODE}: [sandbox-fails] " in log
     kwok_gpu_nodes = sorted(n["metadata"]["name"] for n in get("nodes")["items"]
                             if int((n["status"].get("allocatable") or {}).get("nvidia.com/gpu", "0")) > 0
