@@ -127,6 +127,8 @@ class NodeRuntime(FactBase):
                 runtime["loaded"] = cri_answer(lines)
             elif kind == "cdi":
                 runtime["gpu_cdi_specs"] = [line for line in lines if line.strip()]
+            elif kind == "status":  # CRI-O's own answer, asked where the node has no crictl
+                runtime["loaded"] = crio.status_answer(lines) or runtime["loaded"]
             elif kind == "hooks":
                 runtime["hooks"] = untarred(lines[0]) if lines and lines[0].strip() else {}
             elif kind == "nvidia":

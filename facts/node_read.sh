@@ -242,6 +242,10 @@ read_node() {
     echo "--- gpuop cdi"
     cdi_specs "$out"
     if [ -n "$dir" ]; then
+      if [ "$(printf "%s\n" "$out" | tail -n 1)" = 127 ]; then  # no crictl: CRI-O's own status API
+        echo "--- gpuop status"
+        timeout -k 2 10 "$exe" status --socket "$addr" config 2>/dev/null </dev/null; echo "$?"
+      fi
       echo "--- gpuop hooks"
       crio_hooks "$out" </dev/null
     else

@@ -135,6 +135,26 @@ def _said(line: str) -> str:
     return m.group(1).replace('\\"', '"') if m else line.strip()
 
 
+def status_answer(lines: list) -> dict:
+    """What ``crio status config`` printed (the running daemon's config, through its own API on
+    its socket), then its exit status, as a CRI answer (``facts.containerd.cri_answer``'s shape,
+    ``via`` "status"); None where it did not answer.
+
+        status_answer(["[crio.runtime]", 'default_runtime = "runc"', ..., "0"])
+        -> {"cri": "ok", "runtimes": ["runc"], "default_runtime": "runc", "via": "status", ...}
+    """
+    if not lines or lines[-1].strip() != "0":
+        return None
+    try:
+        doc = tomllib.loads("\n".join(lines[:-1]))
+    except tomllib.TOMLDecodeError:
+        return None
+    tables, default = runtimes_of(doc)
+    dirs = ((doc.get("crio") or {}).get("runtime") or {}).get("cdi_spec_dirs") or []
+    return {"cri": "ok", "runtimes": list(tables), "default_runtime": default, "error": "", "crictl": False,
+            "cdi": True, "cdi_spec_dirs": list(dirs), "via": "status"}
+
+
 def sandbox_error(handler: str, loaded: list) -> str:
     """What CRI-O answers kubelet for a sandbox whose handler it does not hold
     (``ValidateRuntimeHandler`` in ``internal/oci/oci.go``: Go's print of its runtime map, each

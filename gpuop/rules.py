@@ -15,7 +15,7 @@ from .containerd import release
 from .gaps import gap
 from .objects import of_kind, ref
 from .regen import template_to_edit
-from .view import JUDGED, KNOWN, RUNTIME, api_handlers
+from .view import JUDGED, KNOWN, LIVE, RUNTIME, api_handlers
 
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
 DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: the devices it allocates are GPUs
@@ -77,6 +77,7 @@ def kubelet_agrees(pod: dict, events: list, expected: str) -> dict:
 
 def _loaded_words(view: dict) -> str:
     return {"cri": f"loaded, live through CRI of {view['runtime']} {view['version']}",
+            "status": f"loaded, live from {view['runtime']} {view['version']}'s own status (no crictl on the node)",
             "recorded": "recorded: the incident day's observation, no lab containerd here"}[view["loaded_from"]]
 
 
@@ -158,7 +159,7 @@ def api_disagrees(node: dict, view: dict) -> list:
         -> [{"kind": "loaded-disagrees-with-api", "subject": "gpu-a", ...}]
     """
     reported, name = api_handlers(node), node["metadata"]["name"]
-    if reported is None or view["loaded_from"] != "cri" or set(reported) - {""} == set(view["loaded"]):
+    if reported is None or view["loaded_from"] not in LIVE or set(reported) - {""} == set(view["loaded"]):
         return []
     return [gap("loaded-disagrees-with-api", name, ["loaded", "scheduled"],
                 f"node {name}'s kubelet reports {','.join(h or '(default)' for h in reported)} loaded "
@@ -204,7 +205,7 @@ def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> 
             gaps.append(gap("sandbox-fails", ref(pod), ["scheduled", "loaded"],
                             f"Pod {ref(pod)} (RuntimeClass {rc}, handler {handler}) cannot start a sandbox "
                             f"on {name}: {why}"))
-        elif loaded_from in ("cri", "cri-down") and (not restart_ok or handler not in view["after_restart"]):
+        elif loaded_from in LIVE + ("cri-down",) and (not restart_ok or handler not in view["after_restart"]):
             gaps.append(gap("handler-gone-after-restart", ref(pod), ["scheduled", "after-restart"],
                             f"Pod {ref(pod)} (handler {handler}) runs now, but after a restart "
                             + (f"CRI is {view['cri_after_restart']}" if not restart_ok
@@ -304,7 +305,7 @@ def _dra_findings(name: str, view: dict, objects: list, driver: str) -> list:
     """Pods bound to the node whose claims were allocated GPUs (DRA): the driver hands containerd
     CDI devices, which it resolves only with CDI on."""
     cdi = view.get("cdi")
-    if view["loaded_from"] != "cri" or cdi is None or cdi["enabled"]:
+    if view["loaded_from"] not in LIVE or cdi is None or cdi["enabled"]:
         return []
     gaps = []
     refusal, claims = _cdi_refusal(view["version"], "the claim's"), claims_of(objects)
@@ -331,7 +332,7 @@ def node_bound_findings(name: str, node: dict, view: dict, objects: list, gpu_ha
     GPUs it offers and the toolkit Pod that is Ready on it. A node whose GPUs CDI delivers (the
     GPU Operator's CDI and NRI ways: CDI on, a GPU spec) needs no GPU handler of its own."""
     gaps = api_disagrees(node, view) + _pod_findings(name, view, objects, events)
-    if view["loaded_from"] == "cri":
+    if view["loaded_from"] in LIVE:
         gaps += _gpu_pods_without_a_class(name, view, objects, gpu_handler)
     gaps += _dra_findings(name, view, objects, gpu_driver)
     knows = view["loaded_from"] in JUDGED

@@ -85,12 +85,14 @@ def fleet_table(report: dict) -> list:
         -> ["NODE   RUNTIME            LOADED  AFTER RESTART  CRI AFTER RESTART  GPU PATH  PODS AT RISK  GAPS", ...]
 
     RUNTIME: the runtime that serves the node and its version (``containerd 2.4.2``,
-    ``cri-o 1.36.3``; ``none`` where none runs). LOADED: what CRI answered; what the kubelet reports, marked ``(api)``,
-    where the node was not read; else why not. GPU PATH: how a GPU reaches a container there
+    ``cri-o 1.36.3``; ``none`` where none runs). LOADED: what CRI answered (CRI-O's own status API on a node
+    with no crictl, marked ``(status)``); what the kubelet reports, marked ``(api)``, where the
+    node was not read; else why not. GPU PATH: how a GPU reaches a container there
     (``handler``, ``cdi``, ``oci-hook``, or ``-``).
     """
     def loaded(n):
-        return {"cri": handlers(n["loaded"]), "api": f"{handlers(n['loaded'])} (api)"}.get(n["loaded_from"], n["loaded_from"])
+        return {"cri": handlers(n["loaded"]), "status": f"{handlers(n['loaded'])} (status)",
+                "api": f"{handlers(n['loaded'])} (api)"}.get(n["loaded_from"], n["loaded_from"])
 
     nodes = sorted(report["nodes"].items())
     lines = columns([("NODE", "RUNTIME", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "GPU PATH", "PODS AT RISK", "GAPS")]

@@ -15,7 +15,8 @@ the API alone. Every audit judges this one shape (``gpuop.rules.findings``).
      "restart_reason": "...", "restart_from": "containerd 1.6.20's own merge of the files"}
 
 Where "loaded" comes from, one vocabulary for every target: ``cri`` (the daemon answered through
-CRI), ``cri-down`` (it runs, its CRI does not answer), ``no-crictl`` (no crictl on the node to
+CRI), ``status`` (CRI-O answered its own status API, ``crio status config``, on a node with no
+crictl), ``cri-down`` (it runs, its CRI does not answer), ``no-crictl`` (no crictl on the node to
 ask), ``recorded`` (the incident day's observation: a lab host without a lab containerd), ``api``
 (the node's kubelet report, Node.status.runtimeHandlers: the node was not read), ``none`` (no
 runtime runs).
@@ -32,8 +33,9 @@ RUNTIME = "containerd"  # the subject of a finding about the daemon itself
 
 # A finding about loaded holds only where loaded was seen; one about the Pods of a node also
 # where CRI was seen down, or the kubelet reported it.
-KNOWN = ("cri", "recorded")
-JUDGED = ("cri", "cri-down", "api", "recorded")
+LIVE = ("cri", "status")  # the running daemon's own answer
+KNOWN = LIVE + ("recorded",)
+JUDGED = LIVE + ("cri-down", "api", "recorded")
 
 
 def written_view(config: str, files: dict) -> dict:
@@ -88,7 +90,9 @@ def loaded_part(answer: dict | None) -> dict:
         -> {"loaded": ["runc"], "loaded_from": "cri", "cri_error": "", "default_runtime": "runc"}
     """
     answer = answer or {}
-    if not answer.get("crictl", True):
+    if answer.get("via") == "status":
+        loaded_from = "status"
+    elif not answer.get("crictl", True):
         loaded_from = "no-crictl"
     else:
         loaded_from = "cri" if answer.get("cri") == "ok" else "cri-down"

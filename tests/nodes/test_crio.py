@@ -42,6 +42,9 @@ def planted():
                      f"--oci-hook-path={HOOKS}/oci-nvidia-hook.json 2>/dev/null"]),
         # the toolkit's drop-in naming a runtime binary the node lacks: CRI-O's next start drops it
         Node("crio-no-binary", "2.4.2", crio={CONF: CRIO_CONF}, nvidia_ctk="1.20.2", before=[CTK_CRIO]),
+        # the incident on a node with no crictl: CRI-O's own status API says what it holds
+        Node("crio-no-crictl", "2.4.2", crio={CONF: CRIO_CONF}, nvidia_runtime=True, nvidia_ctk="1.20.2",
+             after=[CTK_CRIO], knobs={"crictl_binary": "/nonexistent/crictl"}),
         # a containerd beside CRI-O: kubelet's endpoint (CRI-O's socket) says which is the node's
         Node("crio-and-containerd", "2.4.2", crio={CONF: CRIO_CONF}, nvidia_runtime=True, nvidia_ctk="1.20.2",
              before=[CTK_CRIO], containerd_too=True, kubelet=f"unix://{CRIO_SOCKET}"),
@@ -51,6 +54,8 @@ def planted():
 EXPECTED = {
     "crio-incident": [("handler-not-loaded", "nvidia"), ("sandbox-fails", "gpuop-fleet/gpu-crio-incident"),
                       ("gpu-advertised-not-loaded", "crio-incident"), ("toolkit-ready-not-loaded", "toolkit")],
+    "crio-no-crictl": [("handler-not-loaded", "nvidia"), ("sandbox-fails", "gpuop-fleet/gpu-crio-no-crictl"),
+                       ("gpu-advertised-not-loaded", "crio-no-crictl"), ("toolkit-ready-not-loaded", "toolkit")],
     "crio-healthy": [],
     # its Pod of the nvidia RuntimeClass cannot start (drop runtimeClassName: NVSentinel#442); the
     # GPU Pod with no class gets its GPU from the hook
@@ -103,8 +108,12 @@ def test_each_cri_o_is_read_from_itself(audited):
     for name, e in nodes.items():
         assert (e["runtime"], e["version"]) == (crio.NAME, "1.36.3"), name
         assert e["daemon"]["config"] == CONF and e["daemon"]["address"] == CRIO_SOCKET, name
-        assert e["loaded_from"] == "cri" and e["cri_after_restart"] == "ok", name
+        assert e["loaded_from"] == ("status" if name == "crio-no-crictl" else "cri"), name
+        assert e["cri_after_restart"] == "ok", name
     incident, healthy = nodes["crio-incident"], nodes["crio-healthy"]
+    assert nodes["crio-no-crictl"]["loaded"] == incident["loaded"] == ["runc"]  # its status API: the same answer
+    (unloaded,) = [g for g in nodes["crio-no-crictl"]["gaps"] if g["kind"] == "handler-not-loaded"]
+    assert unloaded["detail"].endswith("(loaded, live from cri-o 1.36.3's own status (no crictl on the node))")
     assert incident["written"] == ["runc", "nvidia"] and incident["loaded"] == ["runc"]
     assert sorted(incident["after_restart"]) == ["nvidia", "runc"]  # crun: not on the node, dropped at start
     assert sorted(healthy["loaded"]) == sorted(healthy["after_restart"]) == ["nvidia", "runc"]

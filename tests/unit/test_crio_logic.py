@@ -33,6 +33,14 @@ def test_crictl_info_of_cri_o_says_its_handlers_default_and_cdi_dirs():
     assert answer["cdi"] is True and answer["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
 
 
+def test_its_own_status_api_answers_what_it_holds_where_no_crictl_is():
+    answer = crio.status_answer([*data("crio-1.36.3-status-config.toml").splitlines(), "0"])
+    assert (answer["runtimes"], answer["default_runtime"], answer["cdi_spec_dirs"]) == (
+        ["runc"], "runc", ["/etc/cdi", "/var/run/cdi"])
+    assert loaded_part(answer) == {"loaded": ["runc"], "loaded_from": "status", "cri_error": "", "default_runtime": "runc"}
+    assert crio.status_answer(["Error: connection refused", "1"]) is None  # not answered: crictl's word stands
+
+
 def test_the_merge_is_read_and_a_runtime_whose_binary_is_missing_is_dropped():
     said = crio.restart_answer(merge_lines(THERE))
     assert said["version"] == "1.36.3" and said["starts"] and said["cri_ok"]
