@@ -108,7 +108,8 @@ def restart_forecast(merged: dict, binaries: dict) -> Forecast:
 def restart_answer(lines: list) -> dict:
     """What the read printed for the restart view: ``crio version``'s Version line, the binary's
     own merge (or its refusal after ``MERGE_FAILED``), then ``PATHS`` and the runtime binaries.
-    As ``facts.containerd.restart_answer``: the version and ``Forecast``'s fields.
+    As ``facts.containerd.restart_answer``: the version and ``Forecast``'s fields; None where the
+    merge printed is not TOML.
 
         restart_answer(["Version: 1.36.3", "[crio]", ..., "--- runtime paths", "crun|/usr/bin/crun|yes"])
         -> {"version": "1.36.3", "runtimes": ["crun"], "default_runtime": "crun", "cri_ok": True, ...}
@@ -122,7 +123,11 @@ def restart_answer(lines: list) -> dict:
         forecast = Forecast([], "", False, f"the daemon will not start: {said[-1] if said else 'crio config failed'}",
                             starts=False)
     else:
-        forecast = restart_forecast(tomllib.loads("\n".join(body)), binaries)
+        try:
+            merged = tomllib.loads("\n".join(body))
+        except tomllib.TOMLDecodeError:  # not crio config's output (cut short): no forecast
+            return None
+        forecast = restart_forecast(merged, binaries)
     return {"version": version, **forecast.__dict__}
 
 

@@ -52,6 +52,10 @@ def test_the_merge_is_read_and_a_runtime_whose_binary_is_missing_is_dropped():
     assert "runtime nvidia's binary (/usr/bin/nvidia-container-runtime) is missing" in gone["reason"]
 
 
+def test_a_merge_cut_short_is_no_forecast():
+    assert crio.restart_answer(["Version: 1.36.3", "[crio.runtime", crio.PATHS]) is None
+
+
 def test_a_missing_default_runtime_binary_stops_the_start():
     said = crio.restart_answer(merge_lines([THERE[0], THERE[1], "runc|/usr/sbin/runc|no"]))
     assert not said["starts"] and not said["cri_ok"]
