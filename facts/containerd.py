@@ -7,13 +7,12 @@ its next start (``ContainerdRestart``). None of them reads the host's own /etc/c
 
 import base64
 import json
-import re
 import shlex
 import tomllib
 
 from pyinfra.api import FactBase
 
-from gpuop.containerd import (DUMP_WITHOUT_MIGRATIONS, binary_version, cri_cdi, cri_runtimes, restart_forecast,
+from gpuop.containerd import (DUMP_WITHOUT_MIGRATIONS, binary_version, cri_cdi, cri_runtimes, logged_words, restart_forecast,
                               start_subcommand, unreadable_config)
 from gpuop.layout import holds_root
 
@@ -105,15 +104,6 @@ def cri_info(crictl: str, socket: str) -> str:
             f'--runtime-endpoint unix://{socket} --timeout 3s info 2>&1; echo "$?"')
 
 
-_MSG = re.compile(r'msg="((?:[^"\\]|\\.)*)"')
-
-
-def _said(line: str) -> str:
-    """crictl's words in its log line (``time=... level=fatal msg="..."``), or the line itself."""
-    m = _MSG.search(line)
-    return m.group(1).replace('\\"', '"') if m else line
-
-
 def cri_answer(lines: list) -> dict:
     """What ``cri_info`` printed, as the loaded view: ``cri`` ok or down, the runtimes, the error.
 
@@ -124,7 +114,7 @@ def cri_answer(lines: list) -> dict:
     answer, status = "\n".join(lines[:-1]), lines[-1].strip()
     if status != "0":
         error = (f"crictl did not answer within {CRICTL_DEADLINE_S}s" if status in ("124", "137")
-                 else _said(answer.strip().splitlines()[-1]) if answer.strip() else f"exit {status}")
+                 else logged_words(answer.strip().splitlines()[-1]) if answer.strip() else f"exit {status}")
         return {"cri": "down", "runtimes": [], "default_runtime": "", "error": error, "crictl": status != "127",
                 "cdi": False, "cdi_spec_dirs": []}
     info = json.loads(answer)

@@ -297,6 +297,19 @@ def unreadable_config(version: str, error: str) -> Forecast:
                     starts=False)
 
 
+_MSG = re.compile(r'msg="((?:[^"\\]|\\.)*)"')
+
+
+def logged_words(line: str) -> str:
+    """The words of a logrus log line (crictl's, CRI-O's: ``time=... level=fatal msg="..."``), or
+    the line itself.
+
+        logged_words('level=fatal msg="validating runtime config: ..."') -> "validating runtime config: ..."
+    """
+    m = _MSG.search(line)
+    return m.group(1).replace('\\"', '"') if m else line.strip()
+
+
 def binary_version(version_line: str) -> str:
     """The release in ``containerd --version``, as the project names it.
 

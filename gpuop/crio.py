@@ -14,7 +14,7 @@ import posixpath
 import re
 import tomllib
 
-from .containerd import Forecast, parsed_toml
+from .containerd import Forecast, logged_words, parsed_toml
 
 NAME = "cri-o"  # the runtime's name in every report
 MERGE_FAILED = "--- merge failed"  # the read's line between `crio config`'s output and its error
@@ -119,7 +119,7 @@ def restart_answer(lines: list) -> dict:
     at = lines.index(PATHS) if PATHS in lines else len(lines)
     body, binaries = lines[:at], binaries_answer(lines[at + 1:])
     if MERGE_FAILED in body:
-        said = [_said(line) for line in body[body.index(MERGE_FAILED) + 1:] if line.strip()]
+        said = [logged_words(line) for line in body[body.index(MERGE_FAILED) + 1:] if line.strip()]
         forecast = Forecast([], "", False, f"the daemon will not start: {said[-1] if said else 'crio config failed'}",
                             starts=False)
     else:
@@ -129,15 +129,6 @@ def restart_answer(lines: list) -> dict:
             return None
         forecast = restart_forecast(merged, binaries)
     return {"version": version, **forecast.__dict__}
-
-
-_MSG = re.compile(r'msg="((?:[^"\\]|\\.)*)"')
-
-
-def _said(line: str) -> str:
-    """CRI-O's words in its log line (``level=fatal msg="..."``), or the line itself."""
-    m = _MSG.search(line)
-    return m.group(1).replace('\\"', '"') if m else line.strip()
 
 
 def status_answer(lines: list) -> dict:

@@ -96,7 +96,7 @@ def fleet_table(report: dict) -> list:
 
     nodes = sorted(report["nodes"].items())
     lines = columns([("NODE", "RUNTIME", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "GPU PATH", "PODS AT RISK", "GAPS")]
-                    + [(name, "none" if n["version"] == "none" else f"{n.get('runtime', 'containerd')} {n['version']}", loaded(n), handlers(n["after_restart"]), n["cri_after_restart"],
+                    + [(name, "none" if n["version"] == "none" else f"{n['runtime']} {n['version']}", loaded(n), handlers(n["after_restart"]), n["cri_after_restart"],
                         handlers(n.get("gpu_path") or []), str(n["pods_at_risk"]), str(len(n["gaps"])))
                        for name, n in nodes])
     refusing = [item for item in nodes if item[1]["cri_after_restart"] == "refuses-start"]

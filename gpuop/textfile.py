@@ -49,8 +49,8 @@ def registry_of(report: dict) -> CollectorRegistry:
                 handler.labels(name, h, view).set(1)
         for state in CRI_STATES:
             cri.labels(name, state).set(1 if node["cri_after_restart"] == state else 0)
-        runtime.labels(name, node.get("runtime", "containerd"), node["version"]).set(1)
-        if node.get("runtime", "containerd") == "containerd":
+        runtime.labels(name, node["runtime"], node["version"]).set(1)
+        if node["runtime"] == "containerd":
             info.labels(name, node["version"]).set(1)
     for g in report["gaps"]:
         fleet.labels(g["kind"]).inc()

@@ -72,17 +72,16 @@ inside() {  # runs as the namespace's pid 1
   local dir=$1 runtime=$2
   mount -t tmpfs -o mode=755 tmpfs /run
   mkdir -p /run/containerd /run/sshd "$dir/varlib/upper" "$dir/varlib/work"
-  mount --bind "$dir/etc" /etc/containerd
-  mount -t overlay overlay -o "lowerdir=/var/lib,upperdir=$dir/varlib/upper,workdir=$dir/varlib/work" /var/lib
   if [[ -d $dir/crio ]]; then
     # A CRI-O node: /etc/crio (which the host has not) is DIR/crio, on an overlay of /etc whose
     # writes land in DIR/etc-upper; its Pods' logs go to a private /var/log.
     mkdir -p "$dir/etc-upper/crio" "$dir/etc-work"
     mount -t overlay overlay -o "lowerdir=/etc,upperdir=$dir/etc-upper,workdir=$dir/etc-work" /etc
     mount --bind "$dir/crio" /etc/crio
-    mount --bind "$dir/etc" /etc/containerd
     mount -t tmpfs -o mode=755 tmpfs /var/log
   fi
+  mount --bind "$dir/etc" /etc/containerd
+  mount -t overlay overlay -o "lowerdir=/var/lib,upperdir=$dir/varlib/upper,workdir=$dir/varlib/work" /var/lib
   # What a package would have installed in /usr/bin (DIR/usr-bin: a stand-in runtime), over the host's, read-only
   [[ ! -d $dir/usr-bin ]] || mount -t overlay overlay -o "lowerdir=$dir/usr-bin:/usr/bin" /usr/bin
   hostname "$3"

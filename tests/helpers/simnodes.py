@@ -113,8 +113,8 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     node.dir, node.port = os.path.join(root, node.name), free_port()
     os.makedirs(os.path.join(node.dir, "etc", "conf.d"), exist_ok=True)
     node_cri, store, imports = pod_ready(node) if node.registered and not node.crio else (None, [], [])
-    if node.registered and node.crio:
-        node.crio = {**node.crio, "/etc/crio/crio.conf.d/20-network.conf": crio_network(node)}
+    crio_files = {**node.crio, **({"/etc/crio/crio.conf.d/20-network.conf": crio_network(node)}
+                                  if node.registered and node.crio else {})}
     after = node.after + imports + (kubelet(node.dir, node.kubelet, node.kubelet_layout, node.name if node.registered else "")
                                     if node.kubelet else [])
     config = seed_config(node.imports, node_cri=node_cri)
@@ -139,7 +139,7 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     for path, text in files.items():
         with open(os.path.join(node.dir, "etc", os.path.relpath(path, "/etc/containerd")), "w") as f:
             f.write(text)
-    for path, text in node.crio.items():  # lab/simnode.sh binds DIR/crio over the node's /etc/crio
+    for path, text in crio_files.items():  # lab/simnode.sh binds DIR/crio over the node's /etc/crio
         os.makedirs(os.path.dirname(os.path.join(node.dir, "crio", os.path.relpath(path, "/etc/crio"))), exist_ok=True)
         with open(os.path.join(node.dir, "crio", os.path.relpath(path, "/etc/crio")), "w") as f:
             f.write(text)
