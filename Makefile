@@ -76,27 +76,33 @@ lab-status:
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-# The lab's tests (marker lab: they share one cluster) run in one pytest, and every other test
-# (unit, the containerd version matrix, files of any size, and those that drive a lab of their
-# own: marker beside, the repair's and the lab containerd's among them) in a second one beside it,
-# on a second lab cluster ($(LAB)-beside, with a kubeconfig of its own, so that neither lab's
-# context switches the other's): each spends most of its time waiting on a cluster or a daemon.
+# Two pytest lanes side by side, each on a lab cluster of its own: every test but those that drive
+# a lab of their own (marker beside: the repair's, the lab containerd's, the kubelet node, the
+# fleet's simulated nodes) in one, on the lab's cluster (marker lab: they share it; unit, the
+# containerd version matrix, the harness's need none); those in a second one beside it, on a
+# second lab cluster ($(LAB)-beside, with a kubeconfig of its own, so that neither lab's context
+# switches the other's). Each spends most of its time waiting on a cluster or a daemon.
 # Each prints its 30 slowest durations; the second one's output follows the lab's. (Exit 5, no
 # test selected by PYTEST_ARGS, fails neither.)
 # Each its own short temporary root: a lab root's socket path has at most 108 bytes, and pytest's
 # own numbered roots grow longer with every run on the machine (pytest-99, pytest-127...).
-# On a new machine the lab's tests start once its cluster is built; the lane beside builds every
-# other binary first (niced: the lab's waits on the cluster stay on time), then runs its tests,
-# those that need every containerd last (marker every_containerd; lab/build.sh builds one binary once).
+# Every lab binary is built beside both lanes from the start (niced: the lab's waits on the cluster
+# stay on time); a test asks lab/build.sh for what it needs, which waits for that one binary (one
+# build of each at a time) or builds it. So on a new machine the lanes start once the cluster is
+# built, the tests that need every containerd last (marker every_containerd).
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=30
 BESIDE := GPUOP_LAB=$(LAB)-beside KUBECONFIG=$(HOME)/.kwok/$(LAB)-beside.kubeconfig
 
-test: setup deps lab-up
-	@free_log=$$(mktemp); trap 'rm -f "$$free_log"' EXIT; \
-	{ nice -n 19 lab/build.sh all && $(BESIDE) lab/lab.sh up $(LAB)-beside && $(BESIDE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-beside tests -m "not lab" $(PYTEST_ARGS); } >"$$free_log" 2>&1 & free=$$!; \
-	$(PYTEST) --basetemp=/tmp/gpuop-pytest-lab tests -m lab $(PYTEST_ARGS); lab=$$?; \
-	wait $$free; other=$$?; echo "--- the tests run beside the lab's:"; cat "$$free_log"; \
-	[ $$lab -eq 0 -o $$lab -eq 5 ] && [ $$other -eq 0 -o $$other -eq 5 ]
+test: setup deps
+	@builds_log=$$(mktemp); free_log=$$(mktemp); trap 'rm -f "$$builds_log" "$$free_log"' EXIT; \
+	nice -n 19 lab/build.sh all >"$$builds_log" 2>&1 & builds=$$!; \
+	$(NODE_ENV) lab/lab.sh up $(LAB) || { kill $$builds; exit 1; }; \
+	{ $(BESIDE) lab/lab.sh up $(LAB)-beside && $(BESIDE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-beside tests -m beside $(PYTEST_ARGS); } >"$$free_log" 2>&1 & free=$$!; \
+	$(PYTEST) --basetemp=/tmp/gpuop-pytest-lab tests -m "not beside" $(PYTEST_ARGS); lab=$$?; \
+	wait $$free; other=$$?; wait $$builds; built=$$?; \
+	echo "--- the tests run beside the lab's:"; cat "$$free_log"; \
+	echo "--- every lab binary, built beside them (lab/build.sh all):"; cat "$$builds_log"; \
+	[ $$lab -eq 0 -o $$lab -eq 5 ] && [ $$other -eq 0 -o $$other -eq 5 ] && [ $$built -eq 0 ]
 
 run: setup deps lab-up
 	@$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA) $(NODE_DATA) --data reboot=$(REBOOT)

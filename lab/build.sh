@@ -51,13 +51,13 @@ containerds)
   exit 0
   ;;
 all)
-  # kubelet right after the other Kubernetes binaries: it reuses their compiled packages from Go's
+  # crictl next (lab.sh up needs it), then kubelet: it reuses their compiled packages from Go's
   # build cache. Two lanes side by side were measured no faster here: the builds are CPU-bound.
   newest=${CONTAINERD_VERSIONS##* }
   ctks=""
   for v in $NVIDIA_CTK_VERSIONS; do ctks+=" nvidia-ctk:$v"; done
   # shellcheck disable=SC2086 # word lists
-  for c in cluster kubelet crictl $ctks containerds "shim:$newest" "multicall:$newest" standin crio; do
+  for c in cluster crictl kubelet $ctks containerds "shim:$newest" "multicall:$newest" standin crio; do
     "$0" ${c/:/ } >/dev/null
   done
   exit 0

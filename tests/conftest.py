@@ -14,7 +14,7 @@ pytest_plugins = ["pytester"]  # tests/harness: a suite run inside the suite
 
 def pytest_collection_modifyitems(items):
     """The tests that need every containerd built (marker every_containerd) run after the rest,
-    in the order they had: on a new machine the lane beside the lab's builds them meanwhile."""
+    in the order they had: on a new machine `make test` builds them beside the tests meanwhile."""
     items.sort(key=lambda item: item.get_closest_marker("every_containerd") is not None)
 
 

@@ -12,7 +12,7 @@ from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk_of
 from tests.helpers.proc import run
 from tests.unit.test_containerd import DROPINS as SEEN_DROPINS, OBSERVED
 
-pytestmark = pytest.mark.daemons  # real containerd daemons of its own, no cluster: see pytest.ini
+pytestmark = [pytest.mark.daemons, pytest.mark.every_containerd]  # daemons of its own, no cluster: see pytest.ini
 
 CELLS = [(v, d) for v in VERSIONS for d in DROPINS]
 
