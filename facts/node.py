@@ -68,6 +68,7 @@ class NodeRuntime(FactBase):
                           "address": "/run/containerd/containerd.sock", "serves": True,
                           "files": {"/etc/containerd/config.toml": {"mode": "644", "text": "..."}},
                           "loaded": {"cri": "ok", "runtimes": ["runc"], ...}, "nvidia_runtimes": [],
+                          "started": 1796380000,  # when it started, seconds since the epoch
                           "restart": {"version": "1.6.20", "runtimes": ["runc"], "cri_ok": True, ...}}]}
 
     Every CRI-O (``crios``, found by its binary's name ``crio``) the same way, with its
@@ -123,6 +124,8 @@ class NodeRuntime(FactBase):
                 runtime["restart"] = crio.restart_answer(lines) if any(x.strip() for x in lines) else None
             elif kind == "restart":
                 runtime["restart"] = restart_answer(lines) if lines else None
+            elif kind == "started":
+                runtime["started"] = int(lines[0]) if lines and lines[0].strip().isdigit() else None
             elif kind == "cri":
                 runtime["loaded"] = cri_answer(lines)
             elif kind == "cdi":
@@ -147,7 +150,7 @@ _DROPIN_MARK, _ROOT_MARK = "Drop-in config:", "Top-level config:"
 class ToolkitDropin(FactBase):
     """
     The node's own nvidia-ctk (on PATH, else where the GPU Operator installs it) and the drop-in it
-    would write for the node's containerd: ``nvidia-ctk runtime configure --dry-run``, which
+    would write for the node's containerd (or ``runtime`` "crio": CRI-O): ``nvidia-ctk runtime configure --dry-run``, which
     prints the drop-in and the root config it would write and writes nothing. None where the node
     has no nvidia-ctk.
 
@@ -162,13 +165,14 @@ class ToolkitDropin(FactBase):
     def default():
         return None
 
-    def command(self, config, dropin, timeout_s=30):
+    def command(self, config, dropin, runtime="containerd", timeout_s=30):
         dirs = " ".join(f"{shlex.quote(d)}/nvidia-ctk" for d in TOOLKIT_DIRS)
+        configure = (f'timeout -k 2 {int(timeout_s)} "$ctk" runtime configure --runtime={shlex.quote(runtime)} '
+                     f"--config={shlex.quote(config)} --drop-in-config={shlex.quote(dropin)} --config-source=file --dry-run")
+        # for CRI-O it prints the drop-in alone on its output (its log on stderr, left out), unmarked
+        configure = f"echo '{_DROPIN_MARK}'; {configure} 2>/dev/null" if runtime == "crio" else f"{configure} 2>&1"
         return (f"ctk=$(command -v nvidia-ctk || for c in {dirs}; do [ -x \"$c\" ] && echo \"$c\" && break; done) || true; "
-                '[ -n "$ctk" ] || exit 0; echo "$ctk"; timeout -k 2 10 "$ctk" --version 2>&1 | head -n 1; '
-                f'timeout -k 2 {int(timeout_s)} "$ctk" runtime configure --runtime=containerd '
-                f"--config={shlex.quote(config)} --drop-in-config={shlex.quote(dropin)} --config-source=file "
-                "--dry-run 2>&1")
+                '[ -n "$ctk" ] || exit 0; echo "$ctk"; timeout -k 2 10 "$ctk" --version 2>&1 | head -n 1; ' + configure)
 
     def process(self, output):
         if not output:

@@ -189,6 +189,14 @@ crio_restart() {
     done
 }
 
+# When process $1 started, in whole seconds since the epoch: now, less the uptime, plus its start
+# in clock ticks after boot (/proc/PID/stat's 22nd field; its 2nd, the name, may hold spaces).
+started() {
+  read -r up _ </proc/uptime
+  awk -v now="$(date +%s)" -v up="$up" -v hz="$(getconf CLK_TCK 2>/dev/null || echo 100)" \
+    '{ sub(/^.*\) /, ""); printf "%d\n", now - up + $20 / hz }' "/proc/$1/stat"
+}
+
 read_node() {
   echo "--- gpuop hostname $(cat /proc/sys/kernel/hostname)"
   ke= list=
@@ -236,6 +244,8 @@ read_node() {
       echo "--- gpuop restart"
       gpuop_restart "$exe" "$cfg" </dev/null
     fi
+    echo "--- gpuop started"  # a kubelet's event older than this daemon is not its word
+    started "$p"
     echo "--- gpuop cri"
     out=$(gpuop_cri "$addr" </dev/null)
     printf "%s\n" "$out"

@@ -8,6 +8,7 @@ from .quantity import parse_quantity
 from .scheduling import blocker, pod_scheduled, unschedulable
 
 _READY = "status.conditions[?type=='Ready'].status | [0]"
+_SANDBOX = "status.conditions[?type=='PodReadyToStartContainers'].status | [0]"
 
 GPU = "nvidia.com/gpu"
 
@@ -18,6 +19,16 @@ def ready(obj: dict) -> bool:
         ready({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}) -> True
     """
     return jmespath.search(_READY, obj) == "True"
+
+
+def has_sandbox(pod: dict) -> bool:
+    """Whether a Pod's sandbox runs: its PodReadyToStartContainers condition is True (kubelet
+    1.29 on); where kubelet sets none, whether it left Pending.
+
+        has_sandbox({"status": {"phase": "Pending", "conditions": [{"type": "PodReadyToStartContainers", "status": "False"}]}}) -> False
+    """
+    said = jmespath.search(_SANDBOX, pod)
+    return said == "True" if said is not None else (pod.get("status") or {}).get("phase") not in (None, "Pending")
 
 
 def advertised(node: dict, resource: str = GPU) -> dict:
@@ -219,6 +230,14 @@ def node_ready(node: dict | None) -> tuple:
 def _event_time(event: dict) -> str:
     return (event.get("lastTimestamp") or (event.get("series") or {}).get("lastObservedTime")
             or event.get("eventTime") or event["metadata"]["creationTimestamp"])
+
+
+def event_epoch(event: dict) -> float:
+    """When an event was last seen, in seconds since the epoch.
+
+        event_epoch({"lastTimestamp": "2026-12-04T04:03:30Z", ...}) -> 1796357010.0
+    """
+    return datetime.fromisoformat(_event_time(event)).timestamp()
 
 
 def sandbox_failure(events: list, pod: dict) -> dict | None:

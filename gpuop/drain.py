@@ -169,7 +169,8 @@ def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, name
             if failed:
                 raise Stalled(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) on {node}: "
                               f"no sandbox: {failed[-1]}")
-            return False, f"phase {phase}"
+            last = max(events, key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp, default=None)
+            return False, f"phase {phase}" + (f", its last event {last.reason}: {last.message}" if last else "")
         wait(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) to run on {node}", ran, deadline_s, say)
     finally:
         try:

@@ -139,7 +139,7 @@ def _reach(key, value):
 
 def _image_ref(key, value):
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise KnobError(key, value, "an image reference with a shell and nsenter, such as busybox:1.37")
+        raise KnobError(key, value, "an image reference with a shell and nsenter, such as docker.io/library/busybox:1.37")
     return value
 
 
@@ -232,6 +232,7 @@ class NodeKnobs:
     node_pod_image: str
     node_pod_namespace: str
     containerd_restart: str
+    crio_restart: str
     drain: bool
     drain_unmanaged: bool
     drain_timeout_s: int
@@ -255,6 +256,7 @@ NODE_PARSERS = {
     "node_pod_image": _image_ref,
     "node_pod_namespace": _name,
     "containerd_restart": _shell_line,
+    "crio_restart": _shell_line,
     "drain": _bool,
     "drain_unmanaged": _bool,
     "drain_timeout_s": _int(1),

@@ -5,7 +5,9 @@ would stop it, and why. Pure: a node's read and the cluster's objects in, a plan
 The file, per kind of node: the drop-in the imports reach (the node's own nvidia-ctk's on 2.x,
 where the root's version takes it; else gpuop's, in the node's containerd's layout), with an
 import added to a root config that reaches no place for it; on k3s and RKE2 the template they
-render the config from, never the config they write anew.
+render the config from, never the config they write anew. On CRI-O, the toolkit's drop-in in its
+``crio.conf.d`` (``nvidia-ctk runtime configure --runtime=crio``), then a restart: a reload
+(SIGHUP) shows the new runtime in CRI-O's status but not to its sandboxes (cri-o#10202).
 
 A node is repaired when the GPU handler is missing now or after a restart (not loaded, dropped by
 a restart, or a restart that would not bring CRI up) and the node is meant to hold it: its files
@@ -26,7 +28,8 @@ from .containerd import (CRI_PLUGIN, dropin_keeping_cri, import_globs, nvidia_dr
 from .nodepod import MANAGED_BY
 from .objects import of_kind, ref
 from .regen import V3_TEMPLATE, template_path
-from .rules import active, classed_pods
+from .rules import active, classed_pods, refused_while_loaded
+from .view import LIVE
 
 CORDONED_BY = "gpuop.io/cordoned-by"  # on a Node gpuop cordoned: only such a node is uncordoned by gpuop
 REPAIR_FAILED = "gpuop.io/repair-failed"  # on a Node left cordoned: the step and what was seen
@@ -95,26 +98,29 @@ def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str
     pods = [p for p in of_kind(objects, "Pod") if p["spec"].get("nodeName") == name]
     asking = [ref(p) for p, _, handler in classed_pods(name, objects) if handler == gpu_handler]
     meant = gpu_handler in view["written"] or bool(asking)
-    loaded_now = view["loaded_from"] == "cri" and gpu_handler in view["loaded"]
+    refused = sorted(ref(p) for p, _, handler, _ in refused_while_loaded(name, view, objects, of_kind(objects, "Event"))
+                     if handler == gpu_handler)
+    loaded_now = view["loaded_from"] in LIVE and gpu_handler in view["loaded"] and not refused
+    behind = (f"the running daemon's status names it, its sandboxes refuse it ({', '.join(refused)})" if refused
+              else "the running daemon does not hold it")
     after_ok = view["cri_after_restart"] == "ok" and gpu_handler in view["after_restart"]
     plan = {"node": name, "action": "none", "why": "", "files": [], "restart": False,
             "evict": sorted(ref(p) for p in pods if drainable(p) == "evict"),
             "unmanaged": sorted(ref(p) for p in pods if drainable(p) == "unmanaged"),
             "stays": sorted(ref(p) for p in pods if drainable(p) == "stays"),
-            "version": view["version"], "asking": sorted(asking)}
+            "runtime": view["runtime"], "version": view["version"], "asking": sorted(asking)}
     if not meant:
         return {**plan, "why": f"no file writes {gpu_handler} and no Pod asks it: nothing to repair"}
     if loaded_now and after_ok:
         return {**plan, "why": f"{gpu_handler} is loaded now and after a restart"}
     if view["runtime"] == crio.NAME:
-        return {**plan, "action": "blocked", "why": f"{view['runtime']} {view['version']} is judged, not yet repaired by "
-                                                      "gpuop: its drop-in is nvidia-ctk's (runtime configure --runtime=crio)"}
+        return {**plan, **_crio_repair(read, view, gpu_handler, toolkit, behind)}
     if view["loaded_from"] not in ("cri", "cri-down") or view["cri_after_restart"] == "unknown":
         return {**plan, "action": "blocked", "why": f"the node was not read whole (loaded from {view['loaded_from']}, "
                                                       f"after a restart {view['cri_after_restart']}): nothing is planned blind"}
     if after_ok:  # the files are right; only the daemon is behind them
         return {**plan, "action": "repair", "restart": True,
-                "why": f"{gpu_handler} is written and a restart loads it with CRI up; the running daemon does not hold it"}
+                "why": f"{gpu_handler} is written and a restart loads it with CRI up; {behind}"}
     daemon = next((d for d in read["containerds"] if d["serves"]), None)
     if view.get("regenerated"):
         return {**plan, **_template_repair(daemon, view, gpu_handler)}
@@ -145,6 +151,36 @@ def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str
            f" ({view.get('restart_reason') or 'its own merge of the files'}): {target} is written for containerd "
            f"{view['version']}, then restarted once its own merge says CRI comes up with {gpu_handler}")
     return {**plan, "action": "repair", "restart": True, "why": why, "files": files}
+
+
+def _crio_repair(read: dict, view: dict, gpu_handler: str, toolkit: dict | None, behind: str) -> dict:
+    """A handler CRI-O's files give and its own merge keeps needs a restart only; else the
+    toolkit's drop-in (gpuop's, of the same table, where the node has no nvidia-ctk) goes into its
+    ``crio.conf.d``, then the restart. A handler its merge drops (its binary missing) or a config
+    it refuses is not gpuop's to fix: blocked, in CRI-O's words."""
+    if view["loaded_from"] not in LIVE or view["cri_after_restart"] == "unknown":
+        return {"action": "blocked", "why": f"the node was not read whole (loaded from {view['loaded_from']}, "
+                                            f"after a restart {view['cri_after_restart']}): nothing is planned blind"}
+    restart = f"a restart of cri-o {view['version']}"
+    if view["cri_after_restart"] == "ok" and gpu_handler in view["after_restart"]:
+        return {"action": "repair", "restart": True,
+                "why": f"{gpu_handler} is written and {restart} loads it (its own merge of the files); {behind}"}
+    if view["cri_after_restart"] != "ok" or gpu_handler in view["written"]:
+        return {"action": "blocked", "why": f"{restart} would not load {gpu_handler}: "
+                                            f"{view.get('restart_reason') or 'its own merge leaves it out'}; not gpuop's to fix"}
+    daemon = next(d for d in read["crios"] if d["serves"])
+    target = posixpath.join(daemon["config_dir"], DROPIN_NAME)
+    table = {"runtime_path": nvidia_dropin()["plugins"][CRI_PLUGIN]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"],
+             "runtime_type": "oci"}
+    by, after = "gpuop (nvidia-ctk's table: the node has no nvidia-ctk)", tomli_w.dumps(
+        {"crio": {"runtime": {"runtimes": {gpu_handler: table}}}})
+    if toolkit and toolkit.get("dropin"):
+        doc, _ = parsed_toml(target, toolkit["dropin"])
+        if doc and gpu_handler in crio.runtimes_of(doc)[0]:
+            by, after = f"nvidia-ctk {toolkit['version']} ({toolkit['path']})", toolkit["dropin"]
+    return {"action": "repair", "restart": True,
+            "files": [_change(target, daemon["files"].get(target, {}).get("text"), after, by)],
+            "why": f"no file gives {gpu_handler}: {target} is written, then {restart} once its own merge says it loads {gpu_handler}"}
 
 
 def _template_repair(daemon: dict, view: dict, gpu_handler: str) -> dict:
@@ -238,5 +274,5 @@ def plan_lines(plan: dict) -> list:
         kept = " (the file before kept beside it)" if file["before"] is not None else ""
         lines += [f"{name}:   write {file['path']}, by {file['by']}{kept}:"]
         lines += [f"{name}:     {line}" for line in file["diff"]]
-    lines.append(f"{name}:   restart containerd {plan['version']}, prove it (CRI, kubelet Ready, a probe Pod), uncordon")
+    lines.append(f"{name}:   restart {plan['runtime']} {plan['version']}, prove it (CRI, kubelet Ready, a probe Pod), uncordon")
     return lines

@@ -10,7 +10,7 @@ about a file its path.
 import re
 
 from . import crio
-from .cluster import allocatable_count, gpus_asked, ready, sandbox_failure
+from .cluster import allocatable_count, event_epoch, gpus_asked, has_sandbox, ready, sandbox_failure
 from .containerd import release
 from .gaps import gap
 from .objects import of_kind, ref
@@ -19,7 +19,7 @@ from .view import JUDGED, KNOWN, LIVE, RUNTIME, api_handlers
 
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
 DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: the devices it allocates are GPUs
-AT_RISK = ("sandbox-fails", "handler-gone-after-restart", "gpu-pod-cdi-off", "cdi-spec-missing", "dra-claim-cdi-off")
+AT_RISK = ("sandbox-fails", "sandbox-refuses-loaded", "handler-gone-after-restart", "gpu-pod-cdi-off", "cdi-spec-missing", "dra-claim-cdi-off")
 
 
 def active(pod: dict) -> bool:
@@ -73,6 +73,38 @@ def kubelet_agrees(pod: dict, events: list, expected: str) -> dict:
     event = sandbox_failure(events, pod)
     return {"event": event["message"] if event else None,
             "agrees": bool(event) and says_sandbox_error(event["message"], expected)}
+
+
+def refuses(view: dict, handler: str, message: str) -> bool:
+    """Whether a kubelet's sandbox failure is the view's runtime refusing ``handler`` as one it
+    does not hold, whatever handlers CRI-O lists beside.
+
+        refuses(crio_view, "nvidia", "... failed to find runtime handler nvidia from runtime list map[runc:0xc0]") -> True
+    """
+    if view["runtime"] == crio.NAME:
+        return re.search(rf"failed to find runtime handler {re.escape(handler)} from runtime list map\[[^\]]*\]$",
+                         message) is not None
+    return says_sandbox_error(message, sandbox_error(view["version"], handler))
+
+
+def refused_while_loaded(name: str, view: dict, objects: list, events: list) -> list:
+    """The active Pods on node ``name`` whose handler the runtime's live status names while they
+    have no sandbox, the kubelet's newest word on it, said after this daemon started, being that
+    runtime refusing the handler: a status its sandboxes do not share (CRI-O after a reload,
+    cri-o#10202). Each with its class, handler and the kubelet's event. None where the daemon's
+    start is not known (an older event may be a daemon's since restarted).
+
+        refused_while_loaded("gpu-a", view, objects, events) -> [(pod, "nvidia", "nvidia", "Failed to create pod sandbox: ...")]
+    """
+    started = (view["daemon"] or {}).get("started")
+    if view["loaded_from"] not in LIVE or started is None:
+        return []
+    found = []
+    for pod, rc, handler in classed_pods(name, objects):
+        event = sandbox_failure(events, pod) if handler in view["loaded"] and not has_sandbox(pod) else None
+        if event and event_epoch(event) > started and refuses(view, handler, event["message"]):
+            found.append((pod, rc, handler, event["message"]))
+    return found
 
 
 def _loaded_words(view: dict) -> str:
@@ -187,6 +219,7 @@ def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> 
     gaps, version, loaded_from, rt = [], view["version"], view["loaded_from"], view["runtime"]
     knows = loaded_from in JUDGED
     restart_ok = view["cri_after_restart"] == "ok"
+    refused = {ref(p): said for p, _, _, said in refused_while_loaded(name, view, objects, events or [])}
     for pod, rc, handler in classed_pods(name, objects):
         if knows and handler not in view["loaded"]:
             if loaded_from == "cri-down":
@@ -205,6 +238,13 @@ def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> 
             gaps.append(gap("sandbox-fails", ref(pod), ["scheduled", "loaded"],
                             f"Pod {ref(pod)} (RuntimeClass {rc}, handler {handler}) cannot start a sandbox "
                             f"on {name}: {why}"))
+        elif ref(pod) in refused:
+            reload = "; a reload (SIGHUP) reaches CRI-O's status, not its sandboxes (cri-o#10202)" if rt == crio.NAME else ""
+            cure = "; a restart loads it" if restart_ok and handler in view["after_restart"] else ""
+            gaps.append(gap("sandbox-refuses-loaded", ref(pod), ["loaded", "scheduled"],
+                            f"Pod {ref(pod)} (RuntimeClass {rc}, handler {handler}) cannot start a sandbox on {name}: "
+                            f"{rt} {version}'s status names {handler}, its sandboxes refuse it (the kubelet's newest "
+                            f"event: {refused[ref(pod)]}){reload}{cure}"))
         elif loaded_from in LIVE + ("cri-down",) and (not restart_ok or handler not in view["after_restart"]):
             gaps.append(gap("handler-gone-after-restart", ref(pod), ["scheduled", "after-restart"],
                             f"Pod {ref(pod)} (handler {handler}) runs now, but after a restart "

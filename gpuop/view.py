@@ -209,7 +209,8 @@ def node_view(read: dict) -> dict:
     version = restart["version"] if restart else "unknown"
     view = unknown_view(version=version, kubelet_endpoint=endpoint, others=others,
                   daemon={"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
-                          "address": daemon["address"], "binary": daemon.get("binary") or daemon["exe"]},
+                          "address": daemon["address"], "binary": daemon.get("binary") or daemon["exe"],
+                          "started": daemon.get("started")},
                   written=written["runtimes"], dropins=written["dropins"], unreached=written["unreached"],
                   config_errors=written["errors"], imports=written["imports"], versions=written["versions"],
                   **loaded_part(loaded),
@@ -240,7 +241,7 @@ def crio_view(daemon: dict, endpoint: str | None, others: list) -> dict:
     return unknown_view(runtime=crio.NAME, version=version, kubelet_endpoint=endpoint, others=others,
                         daemon={"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
                                 "config_dir": daemon["config_dir"], "address": daemon["address"],
-                                "binary": daemon["exe"]},
+                                "binary": daemon["exe"], "started": daemon.get("started")},
                         written=written["runtimes"], dropins=written["dropins"], config_errors=written["errors"],
                         **loaded_part(loaded), cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])),
                         gpu_hooks=crio.hooked_gpus(daemon.get("hooks") or {}),

@@ -38,7 +38,7 @@ textfile = ""  # the audit in Prometheus' text format for node_exporter's textfi
 node_read_timeout_s = 150  # the deadline of a node's one read (crictl and config dump have shorter ones of their own)
 cluster_read_timeout_s = 20  # the deadline of the fleet's one cluster read, every page of it (a cluster of many thousand Pods needs more)
 reach = "ssh"  # how a node is read: ssh (its SSH login), or cluster (a short-lived privileged Pod on it, its log read through the API server: no SSH needed)
-node_pod_image = "busybox:1.37"  # the cluster reach's Pod image: any with a shell and nsenter (the lab imports one built from Debian's busybox-static)
+node_pod_image = "docker.io/library/busybox:1.37"  # the cluster reach's Pod image and the repair's probe: any with a shell and nsenter, fully qualified (CRI-O refuses a short name it has no alias for); the lab imports one built from Debian's busybox-static
 node_pod_namespace = "default"  # where gpuop makes its short-lived Pods (the cluster reach's reads: its Pod Security level must allow a privileged host-PID Pod; the repair's probes) and the repair's Lease
 
 # Real nodes repaired (pyinfra nodes.py fix.py): one node at a time, from the audit's own judgment.
@@ -46,6 +46,7 @@ containerd_restart = "systemctl restart containerd"  # the command that restarts
 drain = True  # evict a node's Pods (PodDisruptionBudgets honoured) before its containerd restarts; false: only cordon, as teams that restart under running Pods do
 drain_unmanaged = False  # true: delete Pods no controller owns (kubectl drain --force); false: such a Pod stops the node's drain, named
 drain_timeout_s = 300  # the drain's deadline: a budget that still blocks then leaves the node uncordoned untouched and stops the rollout
+crio_restart = "systemctl restart crio"  # the command that restarts CRI-O on a node (never a reload: a SIGHUP's new runtimes reach its status, not its sandboxes, cri-o#10202); a nodes file may set it per node
 restart_timeout_s = 120  # the deadline of each proof after the restart: CRI loads the handler, kubelet Ready, the probe Pod runs
 repair_max_unavailable = 1  # how many nodes the repair takes out of service at once (in the order of their names); step 8's max_unavailable is the lab DaemonSet's
 repair_max_failures = 0  # how many failed nodes the repair goes on past; one more stops it (the nodes not yet begun are untouched)

@@ -14,6 +14,8 @@
 #                           -> ~/.cache/gpuop-lab/nvidia-ctk-V-stamped/bin (nvidia-ctk, nvidia-ctk-installer)
 #   lab/build.sh crio       -> ~/.cache/gpuop-lab/cri-o-CRIO_VERSION/bin (crio: CRI-O, with no gpgme, btrfs
 #                           or devicemapper headers needed; pinns, its namespace helper)
+#   lab/build.sh crio-import -> ~/.cache/gpuop-lab/cri-o-import-CRIO_VERSION-<source hash>/bin (crio-import: an
+#                           image into CRI-O's store, since nothing can be pulled; lab/crioimport)
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the kubelet node's stand-in images' program)
 #   lab/build.sh all        everything `make test` needs (prints nothing)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
@@ -25,12 +27,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|kubelet|crictl|crio|containerd VERSION|shim VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|crio|crio-import|containerd VERSION|shim VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
 crictl) cache=$cache_root/cri-tools-$CRICTL_VERSION ;;
 crio) cache=$cache_root/cri-o-$CRIO_VERSION ;;
+crio-import) cache=$cache_root/cri-o-import-$CRIO_VERSION-$(sha256sum "$here/crioimport/main.go" | cut -c1-12) ;;
 nvidia-ctk)
   ctk_version=${2:-$NVIDIA_CTK_VERSION}
   [[ " $NVIDIA_CTK_VERSIONS " == *" $ctk_version "* ]] || { echo "$usage" >&2; exit 2; }
@@ -57,7 +60,7 @@ all)
   ctks=""
   for v in $NVIDIA_CTK_VERSIONS; do ctks+=" nvidia-ctk:$v"; done
   # shellcheck disable=SC2086 # word lists
-  for c in cluster crictl kubelet $ctks containerds "shim:$newest" "multicall:$newest" standin crio; do
+  for c in cluster crictl kubelet $ctks containerds "shim:$newest" "multicall:$newest" standin crio crio-import; do
     "$0" ${c/:/ } >/dev/null
   done
   exit 0
@@ -139,21 +142,31 @@ build_crictl() {
     "sigs.k8s.io/cri-tools/cmd/crictl@v$CRICTL_VERSION"
 }
 
-build_crio() {
-  # Inside a writable copy of the module: `go install` is refused here (its version list is not
-  # served) and its go.mod carries replace directives. The tags drop what needs C headers this
-  # machine has no package for (gpgme: the openpgp signature code in Go instead; btrfs,
-  # devicemapper); seccomp is off (no libseccomp-dev): the lab's Pods need no profile.
+# A writable copy of CRI-O's module, where its packages build: `go install` is refused here (its
+# version list is not served) and its go.mod carries replace directives.
+crio_module() {
   local dir src
   dir=$(wrapper crio)
   src=$(cd "$dir" && go mod download -json "github.com/cri-o/cri-o@v$CRIO_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   cp -r "$src" "$dir/cri-o" && chmod -R u+w "$dir/cri-o"
-  cd "$dir/cri-o"
-  CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" \
-    -tags "containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper" \
-    -o "$bin/crio" ./cmd/crio
+  echo "$dir/cri-o"
+}
+
+# The tags drop what needs C headers this machine has no package for (gpgme: the openpgp signature
+# code in Go instead; btrfs, devicemapper); seccomp is off (no libseccomp-dev): the lab's Pods need no profile.
+CRIO_TAGS="containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper"
+
+build_crio() {
+  cd "$(crio_module)"
+  CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -tags "$CRIO_TAGS" -o "$bin/crio" ./cmd/crio
   # pinns, the C helper crio runs to pin a Pod's namespaces, from the same module (its Makefile's flags)
   gcc -std=c99 -Os -Wall -static -o "$bin/pinns" pinns/src/*.c
+}
+
+build_crio_import() {  # inside CRI-O's module: the daemon's own image and storage libraries
+  cd "$(crio_module)"
+  mkdir -p cmd/gpuop-crio-import && cp "$here/crioimport/main.go" cmd/gpuop-crio-import/
+  CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -tags "$CRIO_TAGS" -o "$bin/crio-import" ./cmd/gpuop-crio-import
 }
 
 build_nvidia_ctk() {  # the CLI, and the GPU Operator's installer of the same release
@@ -201,6 +214,7 @@ cluster)
 kubelet) have_all kubelet || built "kubelet v$K8S_VERSION" build_kubernetes kubelet ;;
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
 crio) have_all crio pinns || built "CRI-O v$CRIO_VERSION" build_crio ;;
+crio-import) have_all crio-import || built "crio-import (CRI-O v$CRIO_VERSION's image libraries)" build_crio_import ;;
 nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer || built "nvidia-ctk and nvidia-ctk-installer v$ctk_version" build_nvidia_ctk ;;
 standin) have_all standin || built "the stand-in program" build_standin ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd containerd ;;

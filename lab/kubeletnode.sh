@@ -34,7 +34,7 @@ IMAGES=(
   "nvcr.io/nvidia/k8s/container-toolkit:v1.17.0=container-toolkit-v1.17.0"
 )
 SYSCTLS="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
-# The cluster reach's read image (group_data's node_pod_image, busybox:1.37, as the runtime names
+# The cluster reach's read image (group_data's node_pod_image, as every runtime names
 # it): Debian's static busybox packed as an image, so that `nodes.py audit.py --data reach=cluster`
 # reads this node as it reads a real one (nothing can be pulled here).
 READ_IMAGE=docker.io/library/busybox:1.37

@@ -79,6 +79,10 @@ inside() {  # runs as the namespace's pid 1
     mount -t overlay overlay -o "lowerdir=/etc,upperdir=$dir/etc-upper,workdir=$dir/etc-work" /etc
     mount --bind "$dir/crio" /etc/crio
     mount -t tmpfs -o mode=755 tmpfs /var/log
+    # No huge pages here: kubelet would then ask a limit of 0 for each size, and CRI-O passes them on
+    # whenever the kernel knows hugetlb (/proc/cgroups), mounted or not; runc then fails to create
+    # any container on a cgroup v1 host that leaves hugetlb unmounted (containerd skips them there).
+    mount -t tmpfs -o ro,mode=755 tmpfs /sys/kernel/mm/hugepages
   fi
   mount --bind "$dir/etc" /etc/containerd
   mount -t overlay overlay -o "lowerdir=/var/lib,upperdir=$dir/varlib/upper,workdir=$dir/varlib/work" /var/lib

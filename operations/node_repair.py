@@ -21,7 +21,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.node import NodeRuntime, ToolkitDropin, node_read
-from gpuop import drain as nodes
+from gpuop import crio, drain as nodes
 from gpuop.containerd import release
 from gpuop.fleet import fleet_gaps
 from gpuop.kubeapi import api_client, in_words, read_cluster
@@ -30,7 +30,7 @@ from gpuop.repair_plan import plan_lines, plan_node
 from gpuop.rules import findings, node_entry
 from gpuop.tables import fleet_table
 from gpuop.textfile import repair_registry, write_reports
-from gpuop.view import api_handlers, node_view
+from gpuop.view import LIVE, api_handlers, node_view
 
 from .files import inline_write
 from .node_audit import cluster_objects
@@ -101,10 +101,11 @@ def planned_repair(knobs):
     name = knobs.node_name or read["hostname"] or host.name
     view = node_view(read)
     plan = plan_node(name, read, view, objects, knobs.gpu_handler)
-    if plan["files"] and release(view["version"]) >= (2,) and not view["regenerated"]:  # the toolkit's own drop-in
-        config = next(d["config"] for d in read["containerds"] if d["serves"])
+    on_crio = view["runtime"] == crio.NAME
+    if plan["files"] and (on_crio or release(view["version"]) >= (2,) and not view["regenerated"]):  # the toolkit's own drop-in
+        config = next(d["config"] for d in read["crios" if on_crio else "containerds"] if d["serves"])
         toolkit = host.get_fact(ToolkitDropin, config=config, dropin=plan["files"][-1]["path"],
-                                _timeout=knobs.node_read_timeout_s)
+                                runtime="crio" if on_crio else "containerd", _timeout=knobs.node_read_timeout_s)
         if toolkit:
             plan = plan_node(name, read, view, objects, knobs.gpu_handler, toolkit)
     rollout_of(host.state).plans[name] = plan
@@ -310,12 +311,15 @@ class _Steps:
             path = shlex.quote(file["path"])
             self.on_node("putting the file back", f"mv -f {shlex.quote(self.backups[file['path']])} {path}"
                          if file["path"] in self.backups else f"rm -f {path}", self.knobs.node_read_timeout_s)
-        raise nodes.Stalled(f"containerd {view['version']}'s own merge of the files says a restart gives "
+        raise nodes.Stalled(f"{view['runtime']} {view['version']}'s own merge of the files says a restart gives "
                             f"{','.join(view['after_restart']) or 'nothing'} with CRI {view['cri_after_restart']} "
                             f"({view.get('restart_reason') or ''}): not restarted, the files put back")
 
     def restart(self):
-        command = self.knobs.containerd_restart
+        # CRI-O is restarted, never reloaded: a SIGHUP's new runtimes reach its status, not its
+        # sandboxes (cri-o#10202, seen on 1.36.3: docs/cri-o.md)
+        on_crio = self.node.plan["runtime"] == crio.NAME
+        command = self.knobs.crio_restart if on_crio else self.knobs.containerd_restart
         done, out = self.target.run_shell_command(StringCommand(command), _timeout=self.knobs.restart_timeout_s)
         if not done and self.knobs.reach != "cluster":
             raise nodes.Stalled(f"the restart ({command}) failed on {self.name}: {out.stderr or out.stdout or 'no words'}")
@@ -329,10 +333,11 @@ class _Steps:
         def holds():
             now = self.seen_now()
             pid = (now["daemon"] or {}).get("pid")
-            return (pid not in (None, self.before) and now["loaded_from"] == "cri" and handler in now["loaded"],
+            return (pid not in (None, self.before) and now["loaded_from"] in LIVE and handler in now["loaded"],
                     f"pid {pid or '-'}{' (not restarted yet)' if pid == self.before else ''}, "
                     f"loaded {','.join(now['loaded']) or '-'} ({now['loaded_from']})")
-        nodes.wait(f"containerd on {self.name} to restart and load {handler}", holds, self.knobs.restart_timeout_s, self.say)
+        nodes.wait(f"{self.node.plan['runtime']} on {self.name} to restart and load {handler}", holds,
+                   self.knobs.restart_timeout_s, self.say)
 
     def ready(self):
         """kubelet Ready, and the handler among its Node's runtime handlers where the runtime

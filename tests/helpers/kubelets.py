@@ -3,6 +3,7 @@ containerd needs to run Pods here (a stand-in Pod network, images imported, not 
 
 import json
 import os
+import re
 
 import yaml
 
@@ -90,6 +91,27 @@ def pod_network(node) -> str:
     with open(os.path.join(cni, "net.d/10-gpuop-lab.conflist"), "w") as f:
         json.dump({"cniVersion": "1.0.0", "name": "gpuop-lab", "plugins": [{"type": "gpuop-lab", "subnet": "10.89.0"}]}, f)
     return cni
+
+
+def crio_images(node) -> list:
+    """The shell lines that put a registered CRI-O node's images into its store before CRI-O
+    starts, since nothing can be pulled (lab/crioimport, built on CRI-O's own image libraries):
+    its pause image (the stand-in program; CRI-O asks for it at every sandbox) and the cluster
+    reach's (Debian's static busybox: the probe's and the workloads' too); and the image policy a
+    CRI-O node's containers-common package installs."""
+    from tests.helpers.labcontainerd import crio_binary
+
+    default = run([crio_binary(), "--config", "/dev/null", "config"], timeout_s=30, check=True).stdout
+    pause = re.search(r'^#? ?pause_image = "(.*)"', default, re.M).group(1)
+    images = os.path.join(HERE, "lab/standin/images.py")
+    reader, sandbox = os.path.join(node.dir, "read.tar"), os.path.join(node.dir, "pause.tar")
+    run(["python3", images, sandbox, built("standin", "standin"), f"{pause}=pause"], timeout_s=60, check=True)
+    run(["python3", images, "--busybox", reader, "/bin/busybox", READ_IMAGE], timeout_s=60, check=True)
+    store = "containers-storage:[vfs@/var/lib/containers/storage+/run/containers/storage]"
+    policy = json.dumps({"default": [{"type": "insecureAcceptAnything"}]})
+    importer = built("crio-import", "crio-import")
+    return ["mkdir -p /etc/containers", f"echo '{policy}' >/etc/containers/policy.json",
+            f"{importer} oci-archive:{sandbox} '{store}{pause}'", f"{importer} oci-archive:{reader} '{store}{READ_IMAGE}'"]
 
 
 def crio_network(node) -> str:

@@ -18,7 +18,7 @@ from lab import labproc
 from tests.helpers import ROOT as HERE  # the project
 from tests.helpers.fleetobjects import create_settled, delete_cluster_objects
 from tests.helpers.kube import LAB
-from tests.helpers.kubelets import crio_network, kubelet, pod_ready
+from tests.helpers.kubelets import crio_images, crio_network, kubelet, pod_ready
 from tests.helpers.labcontainerd import binary, built, crictl, crio_binary, nvidia_ctk_of
 from tests.helpers.layouts import CONFIG, generated_header
 from tests.helpers.proc import run
@@ -113,6 +113,7 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     node.dir, node.port = os.path.join(root, node.name), free_port()
     os.makedirs(os.path.join(node.dir, "etc", "conf.d"), exist_ok=True)
     node_cri, store, imports = pod_ready(node) if node.registered and not node.crio else (None, [], [])
+    store += crio_images(node) if node.registered and node.crio else []
     crio_files = {**node.crio, **({"/etc/crio/crio.conf.d/20-network.conf": crio_network(node)}
                                   if node.registered and node.crio else {})}
     after = node.after + imports + (kubelet(node.dir, node.kubelet, node.kubelet_layout, node.name if node.registered else "")
@@ -210,7 +211,16 @@ def ns_pid(node: Node) -> int:
 def node_containerd(node: Node) -> int:
     """The host's pid of the node's own containerd (the one systemd would start: no flags), found
     in the node's pid namespace by its command line."""
-    ns, own = os.readlink(f"/proc/{ns_pid(node)}/ns/pid"), [binary(node.version)]
+    return _own_daemon(node, binary(node.version))
+
+
+def node_runtime(node: Node) -> int:
+    """The host's pid of the node's own runtime: its CRI-O on a CRI-O node, else its containerd."""
+    return _own_daemon(node, crio_binary()) if node.crio else node_containerd(node)
+
+
+def _own_daemon(node: Node, exe: str) -> int:
+    ns, own = os.readlink(f"/proc/{ns_pid(node)}/ns/pid"), [exe]
     found = []
     for pid, args in labproc.processes():
         try:
@@ -218,7 +228,7 @@ def node_containerd(node: Node) -> int:
                 found.append(pid)
         except OSError:
             pass
-    assert len(found) == 1, f"node {node.name}: containerds {found}"
+    assert len(found) == 1, f"node {node.name}: daemons {found} of {exe}"
     return found[0]
 
 

@@ -7,6 +7,7 @@ and a 2.3.3 whose config imports nothing (the toolkit's CLI installed) are drain
 restarted, proven by a probe Pod and put back; the healthy 2.4.2 is never touched."""
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -95,21 +96,28 @@ def running(app) -> bool:
     return any(p["status"].get("phase") == "Running" for p in get("pods", NAMESPACE, labelSelector=f"app={app}")["items"])
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("repair"))
-    nodes = planted()
+@contextlib.contextmanager
+def registered(nodes, root, awaited=()):
+    """``nodes`` started under ``root``, each registered Ready by its kubelet, with workloads()
+    applied (``awaited``: the Deployments whose Pod must run first); yields their nodes file."""
     with simnodes.running(nodes, root) as key:
         for n in nodes:
             eventually(f"node {n.name}'s kubelet to register it Ready", lambda: ready(n.name), timeout=120)
         kubectl("apply", "-f", "-", stdin=workloads(nodes))
-        for app in ("work-fix-healthy", "steady-fix-ctk"):
+        for app in awaited:
             eventually(f"{app}'s Pod running", lambda: running(app), timeout=120)
-        path = nodesfiles.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {n.name: n.name for n in nodes})
         try:
-            yield nodes, path, root
+            yield nodesfiles.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {n.name: n.name for n in nodes})
         finally:
             kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("repair"))
+    nodes = planted()
+    with registered(nodes, root, awaited=("work-fix-healthy", "steady-fix-ctk")) as path:
+        yield nodes, path, root
 
 
 # A Pod no controller owns, on fix-ctk: nothing would bring it back, so it stops that node's drain.

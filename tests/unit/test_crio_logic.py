@@ -5,6 +5,7 @@ import os
 
 from facts.containerd import cri_answer
 from gpuop import crio
+from gpuop.repair_plan import plan_node
 from gpuop.rules import findings, gpu_paths, says_sandbox_error, sandbox_refusal
 from gpuop.view import api_view, cdi_part, loaded_part, restart_part, unknown_view
 
@@ -164,3 +165,54 @@ def pod(name: str, node_name: str, runtime_class: str = "", gpus: int = 0) -> di
     if runtime_class:
         spec["runtimeClassName"] = runtime_class
     return {"kind": "Pod", "metadata": {"name": name, "namespace": "ml"}, "spec": spec, "status": {"phase": "Pending"}}
+
+
+RELOADED_SAID = "Failed to create pod sandbox: rpc error: code = Unknown desc = " + RUNP_SAID.split("desc = ")[1]
+STARTED = 1796357000  # 2026-12-04T04:03:20Z
+
+
+def refused_event(pod_name: str, at: str) -> dict:
+    return {"kind": "Event", "reason": "FailedCreatePodSandBox", "message": RELOADED_SAID, "lastTimestamp": at,
+            "involvedObject": {"kind": "Pod", "name": pod_name},
+            "metadata": {"name": f"{pod_name}.1", "creationTimestamp": at}}
+
+
+def no_sandbox(p: dict, there: bool = False) -> dict:
+    p["status"]["conditions"] = [{"type": "PodReadyToStartContainers", "status": str(there)}]
+    return p
+
+
+def reloaded_view(started=STARTED) -> dict:
+    """CRI-O after a SIGHUP that brought nvidia: its status names it (cri-o#10202)."""
+    view = crio_view(written=["runc", "nvidia"], loaded=["nvidia", "runc"], after_restart=["nvidia", "runc"])
+    return {**view, "daemon": {**view["daemon"], "started": started}}
+
+
+def test_a_handler_its_status_names_and_its_sandboxes_refuse_is_named_and_a_restart_repairs_it():
+    """What the lab's CRI-O 1.36.3 did after a reload: its status names nvidia, its sandboxes say
+    it holds runc only. The kubelet's event, said after the daemon started, is the proof."""
+    job = no_sandbox(pod("job", "gpu-a", runtime_class="nvidia"))
+    objects = [node("gpu-a"), rc("nvidia"), job]
+    events = [refused_event("job", "2026-12-04T04:05:00Z")]
+    gaps = findings(reloaded_view(), objects, "gpu-a", events=events)
+    assert [(g["kind"], g["subject"]) for g in gaps] == [("sandbox-refuses-loaded", "ml/job")]
+    assert gaps[0]["detail"] == (
+        "Pod ml/job (RuntimeClass nvidia, handler nvidia) cannot start a sandbox on gpu-a: cri-o 1.36.3's status "
+        f"names nvidia, its sandboxes refuse it (the kubelet's newest event: {RELOADED_SAID}); a reload (SIGHUP) "
+        "reaches CRI-O's status, not its sandboxes (cri-o#10202); a restart loads it")
+    # the repair plan: a restart alone
+    r = {"hostname": "gpu-a", "containerds": [], "kubelet": None,
+         "crios": [{**reloaded_view()["daemon"], "serves": True, "files": {}}]}
+    plan = plan_node("gpu-a", r, reloaded_view(), [*objects, *events], "nvidia")
+    assert (plan["action"], plan["restart"], plan["files"]) == ("repair", True, [])
+    assert plan["why"].endswith("the running daemon's status names it, its sandboxes refuse it (ml/job)")
+
+
+def test_a_refusal_said_before_the_daemon_started_or_to_a_pod_that_has_its_sandbox_is_no_gap():
+    job = no_sandbox(pod("job", "gpu-a", runtime_class="nvidia"))
+    before = [refused_event("job", "2026-12-04T04:03:00Z")]  # the daemon restarted since: not its word
+    assert findings(reloaded_view(), [node("gpu-a"), rc("nvidia"), job], "gpu-a", events=before) == []
+    after = [refused_event("job", "2026-12-04T04:05:00Z")]
+    started = no_sandbox(pod("job", "gpu-a", runtime_class="nvidia"), there=True)  # the kubelet's retry worked
+    assert findings(reloaded_view(), [node("gpu-a"), rc("nvidia"), started], "gpu-a", events=after) == []
+    assert findings(reloaded_view(None), [node("gpu-a"), rc("nvidia"), job], "gpu-a", events=after) == []

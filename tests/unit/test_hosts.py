@@ -88,6 +88,7 @@ def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
     knobs = parse_node_knobs({"gpu_handler": "nvidia", "gpu_driver": "gpu.nvidia.com", "crictl_binary": "crictl", "node_read_timeout_s": 150,
                               "cluster_read_timeout_s": 20, "reach": "ssh", "node_pod_image": "busybox:1.37",
                               "node_pod_namespace": "default", "containerd_restart": "systemctl restart containerd",
+                              "crio_restart": "systemctl restart crio",
                               "drain": True, "drain_unmanaged": False, "drain_timeout_s": 300,
                               "restart_timeout_s": 120, "repair_max_unavailable": 1,
                               "repair_max_failures": 0, **data})

@@ -5,10 +5,13 @@ import tomllib
 
 import tomli_w
 
+from facts.containerd import cri_answer
 from facts.node import ToolkitDropin
+from gpuop import crio
 from gpuop.containerd import nvidia_dropin, runtime_names, seed_config
 from gpuop.repair_plan import drainable, dropin_target, handler_dropin, plan_lines, plan_node, with_import
 from gpuop.view import node_view
+from tests.unit.test_crio_logic import THERE, data, merge_lines
 from tests.unit.test_node_logic import CONFIG, MAIN, RC, daemon, node, pod, read
 
 NVIDIA = "/etc/containerd/conf.d/99-nvidia.toml"
@@ -173,3 +176,58 @@ def test_the_toolkit_s_dry_run_is_read_for_its_drop_in_alone():
     assert doc["version"] == 2 and runtime_names(doc) == ["nvidia"] and "imports" not in doc  # not the root's part
     assert ToolkitDropin().process(["/usr/bin/nvidia-ctk", "NVIDIA Container Toolkit CLI version 1.20.2",
                                     'level=error msg="unable to load config"'])["said"] == 'level=error msg="unable to load config"'
+
+
+# CRI-O: its files, what the daemon holds (its recorded `crictl info`: runc) and its own merge
+CRIO_CONF, CRIO_DROPIN = "/etc/crio/crio.conf", "/etc/crio/crio.conf.d/99-nvidia.toml"
+CTK_CRIO_TABLE = '[crio.runtime.runtimes.nvidia]\nruntime_path = "/usr/bin/nvidia-container-runtime"\nruntime_type = "oci"\n'
+
+
+def crio_daemon(files, binaries, loaded_from_crictl=True):
+    return {"pid": 7, "exe": "/usr/bin/crio", "config": CRIO_CONF, "config_dir": "/etc/crio/crio.conf.d",
+            "address": "/var/run/crio/crio.sock", "serves": True,
+            "files": {p: {"mode": "644", "text": t} for p, t in files.items()},
+            "loaded": cri_answer([data("crio-1.36.3-crictl-info.json"), "0"]) if loaded_from_crictl else None,
+            "restart": crio.restart_answer(merge_lines(binaries)), "hooks": {}}
+
+
+def crio_planned(d, *objects, toolkit=None):
+    r = {"hostname": "gpu-a", "containerds": [], "crios": [d], "kubelet": None}
+    return plan_node("gpu-a", r, node_view(r), [RC, node(), *objects], "nvidia", toolkit)
+
+
+def test_on_cri_o_a_drop_in_written_after_it_started_is_a_restart_alone():
+    p = crio_planned(crio_daemon({CRIO_CONF: "", CRIO_DROPIN: CTK_CRIO_TABLE}, THERE))
+    assert (p["action"], p["restart"], p["files"], p["runtime"]) == ("repair", True, [], "cri-o")
+    assert p["why"] == ("nvidia is written and a restart of cri-o 1.36.3 loads it (its own merge of the files); "
+                        "the running daemon does not hold it")
+    assert plan_lines(p)[-1] == "gpu-a:   restart cri-o 1.36.3, prove it (CRI, kubelet Ready, a probe Pod), uncordon"
+
+
+def test_on_cri_o_with_nothing_written_the_toolkit_s_drop_in_goes_into_its_folder_then_the_restart():
+    with open(os.path.join(os.path.dirname(__file__), "data", "ctk-1.20.2-crio-dry-run.txt")) as f:
+        toolkit = ToolkitDropin().process(f.read().splitlines())
+    assert (toolkit["version"], toolkit["said"]) == ("1.20.2", "")  # its log left out, its drop-in alone
+    d = crio_daemon({CRIO_CONF: ""}, [THERE[0], "nvidia|/usr/bin/nvidia-container-runtime|yes", THERE[2]])
+    d["restart"]["runtimes"] = ["runc"]  # the merge of files that give no nvidia
+    asking = owned(pod("train", runtime_class="nvidia"), "ReplicaSet")
+    p = crio_planned(d, asking, toolkit=toolkit)
+    assert (p["action"], p["restart"], [(f["path"], f["by"], f["before"]) for f in p["files"]]) == (
+        "repair", True, [(CRIO_DROPIN, "nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk)", None)])
+    assert tomllib.loads(p["files"][0]["after"])["crio"]["runtime"]["runtimes"]["nvidia"] == {
+        "runtime_path": "/usr/bin/nvidia-container-runtime", "runtime_type": "oci"}
+    assert p["evict"] == ["ns/train"] and "no file gives nvidia" in p["why"]
+    # no nvidia-ctk on the node: the same table, by gpuop
+    own = crio_planned(d, asking)
+    assert own["files"][0]["by"].startswith("gpuop") and tomllib.loads(own["files"][0]["after"]) == tomllib.loads(
+        p["files"][0]["after"])
+
+
+def test_on_cri_o_a_handler_its_merge_drops_or_a_node_not_read_whole_is_not_repaired():
+    dropped = crio_planned(crio_daemon({CRIO_CONF: "", CRIO_DROPIN: CTK_CRIO_TABLE},
+                                       [THERE[0], "nvidia|/usr/bin/nvidia-container-runtime|no", THERE[2]]))
+    assert dropped["action"] == "blocked" and dropped["why"].startswith(
+        "a restart of cri-o 1.36.3 would not load nvidia: runtime crun's binary")
+    assert "nvidia-container-runtime) is missing" in dropped["why"] and not dropped["files"]
+    unread = crio_planned(crio_daemon({CRIO_CONF: "", CRIO_DROPIN: CTK_CRIO_TABLE}, THERE, loaded_from_crictl=False))
+    assert unread["action"] == "blocked" and "nothing is planned blind" in unread["why"]

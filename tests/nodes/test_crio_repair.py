@@ -1,0 +1,105 @@
+"""The fleet repair (``pyinfra nodes.py fix.py``) on CRI-O nodes: simulated nodes running the
+lab's real CRI-O 1.36.3 with no flags, whose real kubelets register them in the lab cluster; a
+Deployment's GPU Pod of RuntimeClass fleet-nvidia pinned to each, whose sandbox CRI-O refuses.
+The incident (nvidia-ctk's drop-in written after CRI-O started) needs a restart only; a node with
+no drop-in gets nvidia-ctk's own (``--runtime=crio``), then the restart; a node reloaded after the
+drop-in (SIGHUP), whose status names nvidia while its sandboxes refuse it (cri-o#10202), is named
+by the audit from the kubelet's event and restarted; each proven by CRI, the kubelet and a probe
+Pod that runs through the handler."""
+
+import json
+import os
+
+import pytest
+
+from gpuop import crio
+from tests.helpers import simnodes
+from tests.helpers.fleetobjects import NAMESPACE
+from tests.helpers.kube import eventually, get
+from tests.helpers.playbook import deploy
+from tests.helpers.simnodes import CRIO_CONF, CRIO_SOCKET, Node
+from tests.nodes.test_crio import CONF, CTK_CRIO, DROPIN
+from tests.nodes.test_node_repair import registered, running, work_pods
+
+pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
+
+RESTART = {"crio_restart": "pkill -x crio"}  # its supervisor starts it again, as systemd would
+
+
+def planted():
+    common = {"crio": {CONF: CRIO_CONF}, "kubelet": f"unix://{CRIO_SOCKET}", "registered": True,
+              "nvidia_runtime": True, "nvidia_ctk": "1.20.2", "supervised": True, "knobs": RESTART}
+    return [Node("crio-fix-incident", "2.4.2", after=[CTK_CRIO], **common),  # written, not loaded
+            Node("crio-fix-ctk", "2.4.2", **common),  # nothing written: the toolkit's drop-in, then the restart
+            # written, then reloaded: its status names nvidia, its sandboxes refuse it (cri-o#10202)
+            Node("crio-fix-reload", "2.4.2", after=[CTK_CRIO, "pkill -HUP -x crio"], **common)]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("crio-repair"))
+    nodes = planted()
+    with registered(nodes, root) as path:
+        yield nodes, path, root
+
+
+def fix(path, *data, dry=False):
+    return deploy(None, *data, env={"GPUOP_NODES": path}, inventory="nodes.py", script="fix.py", dry=dry)
+
+
+def refused(pod: str) -> str:
+    """The message of the kubelet's newest FailedCreatePodSandBox event for ``pod``, or ''."""
+    events = get("events", NAMESPACE, fieldSelector=f"involvedObject.name={pod},reason=FailedCreatePodSandBox")["items"]
+    return max(events, key=lambda e: e["lastTimestamp"] or "")["message"] if events else ""
+
+
+def test_cri_o_nodes_are_restarted_into_the_handler_and_the_rerun_changes_nothing(fleet):
+    nodes, path, root = fleet
+    crios = {n.name: simnodes.node_runtime(n) for n in nodes}
+    # the reloaded node: its status (and its Node's runtimeHandlers) name nvidia, its sandboxes refuse it
+    reloaded = work_pods("crio-fix-reload")[0]["metadata"]["name"]
+    eventually(f"the kubelet's refusal of {reloaded}'s sandbox", lambda: "failed to find runtime handler nvidia "
+               "from runtime list map[runc:" in refused(reloaded), timeout=60)
+    audit = os.path.join(root, "audit.json")
+    before = deploy(None, f"report={audit}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
+    with open(audit) as f:
+        entry = json.load(f)["nodes"]["crio-fix-reload"]
+    assert "nvidia" in entry["loaded"] and [g["kind"] for g in entry["gaps"]] == ["sandbox-refuses-loaded"], before.log[-3000:]
+    assert "a reload (SIGHUP) reaches CRI-O's status, not its sandboxes (cri-o#10202); a restart loads it" in \
+        entry["gaps"][0]["detail"]
+    plan = fix(path, dry=True)
+    assert plan.code == 0, plan.log[-4000:]
+    assert ("crio-fix-incident: repair: nvidia is written and a restart of cri-o 1.36.3 loads it "
+            "(its own merge of the files); the running daemon does not hold it") in plan.log, plan.log[-4000:]
+    assert f"crio-fix-ctk:   write {DROPIN}, by nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk):" in plan.log
+    assert ("crio-fix-reload: repair: nvidia is written and a restart of cri-o 1.36.3 loads it (its own merge of "
+            f"the files); the running daemon's status names it, its sandboxes refuse it ({NAMESPACE}/{reloaded})") in plan.log
+    assert "crio-fix-ctk:   restart cri-o 1.36.3, prove it (CRI, kubelet Ready, a probe Pod), uncordon" in plan.log
+    assert not os.path.exists(f"/proc/{simnodes.ns_pid(nodes[1])}/root{DROPIN}")  # --dry wrote nothing
+
+    report = os.path.join(root, "repair.json")
+    run = fix(path, f"report={report}")
+    assert run.code == 0, run.log[-4000:]
+    with open(report) as f:
+        doc = json.load(f)
+    assert {name: (n["runtime"], n["outcome"], [(f["path"], f["by"]) for f in n["files"]])
+            for name, n in doc["nodes"].items()} == {
+        "crio-fix-incident": (crio.NAME, "repaired", []),
+        "crio-fix-ctk": (crio.NAME, "repaired", [(DROPIN, "nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk)")]),
+        "crio-fix-reload": (crio.NAME, "repaired", [])}
+    assert "a probe Pod of RuntimeClass fleet-nvidia ran there" in run.log
+    # a new daemon on each holds nvidia, and the GPU Pods run through it
+    restarted = {n.name: simnodes.node_runtime(n) for n in nodes}
+    assert all(restarted[name] != pid for name, pid in crios.items()), (crios, restarted)
+    assert {name: (e["gaps"], sorted(e["loaded"])) for name, e in doc["audit_after"]["nodes"].items()} == {
+        name: ([], ["nvidia", "runc"]) for name in crios}
+    for n in nodes:
+        eventually(f"work-{n.name}'s GPU Pod running", lambda: running(f"work-{n.name}"), timeout=120)
+        with open(os.path.join(n.dir, "nvidia-container-runtime.log")) as f:
+            assert " create " in f" {f.read()} "  # the handler's runtime made its containers
+
+    again = fix(path, f"report={report}")
+    assert again.code == 0 and again.changed == 0, again.log[-3000:]
+    with open(report) as f:
+        assert {n["outcome"] for n in json.load(f)["nodes"].values()} == {"nothing to do"}
+    assert {n.name: simnodes.node_runtime(n) for n in nodes} == restarted
