@@ -189,12 +189,13 @@ crio_restart() {
     done
 }
 
-# When process $1 started, in whole seconds since the epoch: now, less the uptime, plus its start
-# in clock ticks after boot (/proc/PID/stat's 22nd field; its 2nd, the name, may hold spaces).
+# When process $1 started, in whole seconds since the epoch: the boot's time (/proc/stat's btime,
+# fixed, so two reads agree) plus its start in clock ticks after boot (/proc/PID/stat's 22nd field;
+# its 2nd, the name, may hold spaces).
 started() {
-  read -r up _ </proc/uptime
-  awk -v now="$(date +%s)" -v up="$up" -v hz="$(getconf CLK_TCK 2>/dev/null || echo 100)" \
-    '{ sub(/^.*\) /, ""); printf "%d\n", now - up + $20 / hz }' "/proc/$1/stat"
+  awk -v hz="$(getconf CLK_TCK 2>/dev/null || echo 100)" '
+    FNR == NR { if ($1 == "btime") boot = $2; next }
+    { sub(/^.*\) /, ""); printf "%d\n", boot + int($20 / hz) }' /proc/stat "/proc/$1/stat"
 }
 
 read_node() {
