@@ -310,6 +310,27 @@ def logged_words(line: str) -> str:
     return m.group(1).replace('\\"', '"') if m else line.strip()
 
 
+_LOG_RECORD = re.compile(r'\s*(?:time="|level=)')
+
+
+def in_one_line(message: str) -> str:
+    """A runtime's message as one line of a report. runc's, through the kubelet, spans several:
+    its warnings first, the error last (``container create failed: time=... level=warning
+    msg=...`` then ``... level=error msg="runc create failed: ..."``). It becomes the words
+    before its log and the last record's words; lines that are not a log, the first and the
+    last joined.
+
+        in_one_line('container create failed: time="t" level=warning msg="a"\ntime="t" level=error msg="b"')
+        -> "container create failed: b"
+    """
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) < 2:
+        return lines[0] if lines else ""
+    lead = _LOG_RECORD.split(lines[0], maxsplit=1)[0].strip()
+    last = logged_words(lines[-1])
+    return f"{lead} ... {last}" if lead == lines[0] else f"{lead} {last}".strip()
+
+
 def binary_version(version_line: str) -> str:
     """The release in ``containerd --version``, as the project names it.
 

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from .containerd import in_one_line
 from .repair_plan import CORDONED_BY, REPAIR_FAILED, drainable
 
 PROGRESS_S = 10  # a wait says where it is this often
@@ -168,9 +169,9 @@ def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, name
             failed = [e.message for e in events if e.reason == "FailedCreatePodSandBox"]
             if failed:
                 raise Stalled(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) on {node}: "
-                              f"no sandbox: {failed[-1]}")
+                              f"no sandbox: {in_one_line(failed[-1])}")
             last = max(events, key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp, default=None)
-            return False, f"phase {phase}" + (f", its last event {last.reason}: {last.message}" if last else "")
+            return False, f"phase {phase}" + (f", its last event {last.reason}: {in_one_line(last.message or '')}" if last else "")
         wait(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) to run on {node}", ran, deadline_s, say)
     finally:
         try:

@@ -11,6 +11,8 @@ the exit status are marked with a token of the read's own, so that no output can
 
 from datetime import datetime
 
+from .containerd import in_one_line
+
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuop"}
 NODE_LABEL = "gpuop.io/read-node"  # the node a read Pod reads: the next run removes what is left
 NAME_PREFIX = "gpuop-read-"
@@ -121,8 +123,8 @@ def pull_given_up(reasons: list) -> bool:
 
 
 def pod_state(pod: dict, events: list) -> str:
-    """Where a read Pod is, in words, for a read that did not complete: its phase, its
-    container's waiting or end reason, and the newest of its events.
+    """Where a read Pod is, in words on one line, for a read that did not complete: its phase,
+    its container's waiting or end reason, and the newest of its events.
 
         pod_state({"status": {"phase": "Pending", "containerStatuses": [{"state": {"waiting":
                   {"reason": "ErrImagePull", "message": "not found"}}}]}}, [])
@@ -131,18 +133,18 @@ def pod_state(pod: dict, events: list) -> str:
     status = pod.get("status") or {}
     words = [f"phase {status.get('phase') or 'unknown'}"]
     if status.get("reason"):  # the Pod's own end (evicted, its deadline), in the words of who ended it
-        words.append(f"reason {status['reason']}" + (f" ({status['message'].strip()})" if status.get("message") else ""))
+        words.append(f"reason {status['reason']}" + (f" ({in_one_line(status['message'])})" if status.get("message") else ""))
     for cs in status.get("containerStatuses") or []:
         for how, state in (cs.get("state") or {}).items():
             if state and how in ("waiting", "terminated"):
                 said = state.get("reason") or ("exit %s" % state.get("exitCode") if how == "terminated" else "")
-                words.append(f"container {how}: {said}" + (f" ({state['message'].strip()})" if state.get("message") else ""))
+                words.append(f"container {how}: {said}" + (f" ({in_one_line(state['message'])})" if state.get("message") else ""))
     if status.get("phase", "Pending") == "Pending" and not status.get("containerStatuses") and not status.get("conditions"):
         words.append("no kubelet has taken it")
     newest = sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
     if newest:
         e = newest[-1]
-        words.append(f"last event {e.get('reason')}: {(e.get('message') or '').strip()}")
+        words.append(f"last event {e.get('reason')}: {in_one_line(e.get('message') or '')}")
     return ", ".join(words)
 
 

@@ -5,7 +5,10 @@ The incident (nvidia-ctk's drop-in written after CRI-O started) needs a restart 
 no drop-in gets nvidia-ctk's own (``--runtime=crio``), then the restart; a node reloaded after the
 drop-in (SIGHUP), whose status names nvidia while its sandboxes refuse it (cri-o#10202), is named
 by the audit from the kubelet's event and restarted; each proven by CRI, the kubelet and a probe
-Pod that runs through the handler."""
+Pod that runs through the handler. Read through the cluster (a privileged read Pod on each node,
+run by its CRI-O), the nodes say what they say over SSH; on a machine whose processes may not hold
+every capability its kernel knows, where CRI-O cannot start a privileged container, the audit
+names that in runc's words, on one line."""
 
 import json
 import os
@@ -24,6 +27,17 @@ from tests.nodes.test_node_repair import registered, running, work_pods
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 
 RESTART = {"crio_restart": "pkill -x crio"}  # its supervisor starts it again, as systemd would
+
+
+def every_capability() -> bool:
+    """Whether this machine's processes may hold every capability its kernel knows. CRI-O gives a
+    privileged container all of them (runtime-tools' ``SetupPrivileged``), not its own, and runc
+    cannot where the bounding set lacks one (this machine's lacks CAP_SYS_RESOURCE)."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    with open("/proc/self/status") as f:
+        bounding = int(next(line.split()[1] for line in f if line.startswith("CapBnd:")), 16)
+    return bounding == (1 << (last + 1)) - 1
 
 
 def planted():
@@ -103,3 +117,33 @@ def test_cri_o_nodes_are_restarted_into_the_handler_and_the_rerun_changes_nothin
     with open(report) as f:
         assert {n["outcome"] for n in json.load(f)["nodes"].values()} == {"nothing to do"}
     assert {n.name: simnodes.node_runtime(n) for n in nodes} == restarted
+
+
+def audit(path, root, *data):
+    report = os.path.join(root, "audit.json")
+    run = deploy(None, f"report={report}", *data, env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
+    with open(report) as f:
+        return run, json.load(f)
+
+
+@pytest.mark.skipif(not every_capability(), reason="CRI-O cannot start a privileged container here: this machine's "
+                    "capability bounding set lacks one its kernel knows")
+def test_through_the_cluster_cri_o_nodes_say_what_they_say_over_ssh(fleet):
+    nodes, path, root = fleet
+    _, over_ssh = audit(path, root)
+    run, through = audit(path, root, "reach=cluster")
+    assert through["unread"] == [] and through["nodes"] == over_ssh["nodes"], run.log[-3000:]
+
+
+@pytest.mark.skipif(every_capability(), reason="this machine's processes may hold every capability: "
+                    "CRI-O starts the read Pod (the test above)")
+def test_a_read_pod_cri_o_cannot_start_is_named_in_runcs_words_on_one_line(fleet):
+    nodes, path, root = fleet
+    run, through = audit(path, root, "reach=cluster", "node_read_timeout_s=20")
+    assert sorted(through["unread"]) == sorted(f"@kubenode/{n.name}" for n in nodes), run.log[-3000:]
+    for n in nodes:
+        said = [line for line in run.log.splitlines()
+                if f"on node {n.name} did not complete within 20s: phase Pending, container waiting: " in line]
+        assert said and ("CreateContainerError (container create failed: runc create failed: unable to start "
+                         "container process: unable to apply caps: operation not permitted)") in said[-1], run.log[-3000:]
+    assert "level=warning" not in run.log  # runc's warnings are not the reason

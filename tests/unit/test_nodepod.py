@@ -94,3 +94,21 @@ def test_a_read_pod_whose_image_cannot_be_pulled_is_given_up_after_two_tries():
     assert nodepod.pull_given_up(["InvalidImageName"])  # no retry can help
     pulling = {"status": {"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull", "message": "x"}}}]}}
     assert nodepod.waiting_reason(pulling) == "ErrImagePull" and nodepod.waiting_reason({"status": {}}) == ""
+
+
+# runc's answer through CRI-O's to a privileged container where the host's bounding set lacks a
+# capability (seen on the lab's CRI-O 1.36.3: it grants every capability the kernel knows)
+RUNC_REFUSED = ('container create failed: time="2026-12-04T13:47:07Z" level=warning msg="cannot toggle freezer: '
+                'cgroups not configured for container"\n'
+                'time="2026-12-04T13:47:07Z" level=warning msg="lstat : no such file or directory"\n'
+                'time="2026-12-04T13:47:07Z" level=error msg="runc create failed: unable to start container '
+                'process: unable to apply caps: operation not permitted"\n')
+
+
+def test_a_runtimes_message_of_many_lines_is_said_in_one_its_error_kept():
+    pod = {"status": {"phase": "Pending", "containerStatuses": [
+        {"state": {"waiting": {"reason": "CreateContainerError", "message": RUNC_REFUSED}}}]}}
+    assert nodepod.pod_state(pod, [{"reason": "Failed", "message": "Error: first\nstderr: second\n"}]) == (
+        "phase Pending, container waiting: CreateContainerError (container create failed: runc create failed: "
+        "unable to start container process: unable to apply caps: operation not permitted), "
+        "last event Failed: Error: first ... stderr: second")
