@@ -21,6 +21,7 @@ from tests.helpers.fleetobjects import NAMESPACE
 from tests.helpers.kube import eventually, get
 from tests.helpers.playbook import deploy
 from tests.helpers.simnodes import CRIO_CONF, CRIO_SOCKET, Node
+from tests.nodes.test_cluster_reach import audit
 from tests.nodes.test_crio import CONF, CTK_CRIO, DROPIN
 from tests.nodes.test_node_repair import registered, running, work_pods
 
@@ -74,10 +75,8 @@ def test_cri_o_nodes_are_restarted_into_the_handler_and_the_rerun_changes_nothin
     reloaded = work_pods("crio-fix-reload")[0]["metadata"]["name"]
     eventually(f"the kubelet's refusal of {reloaded}'s sandbox", lambda: "failed to find runtime handler nvidia "
                "from runtime list map[runc:" in refused(reloaded), timeout=60)
-    audit = os.path.join(root, "audit.json")
-    before = deploy(None, f"report={audit}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
-    with open(audit) as f:
-        entry = json.load(f)["nodes"]["crio-fix-reload"]
+    before, found = audit(path, root)
+    entry = found["nodes"]["crio-fix-reload"]
     assert "nvidia" in entry["loaded"] and [g["kind"] for g in entry["gaps"]] == ["sandbox-refuses-loaded"], before.log[-3000:]
     assert "a reload (SIGHUP) reaches CRI-O's status, not its sandboxes (cri-o#10202); a restart loads it" in \
         entry["gaps"][0]["detail"]
@@ -117,13 +116,6 @@ def test_cri_o_nodes_are_restarted_into_the_handler_and_the_rerun_changes_nothin
     with open(report) as f:
         assert {n["outcome"] for n in json.load(f)["nodes"].values()} == {"nothing to do"}
     assert {n.name: simnodes.node_runtime(n) for n in nodes} == restarted
-
-
-def audit(path, root, *data):
-    report = os.path.join(root, "audit.json")
-    run = deploy(None, f"report={report}", *data, env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
-    with open(report) as f:
-        return run, json.load(f)
 
 
 @pytest.mark.skipif(not every_capability(), reason="CRI-O cannot start a privileged container here: this machine's "
