@@ -22,7 +22,8 @@ def _lease_age(lease: dict, now: datetime) -> tuple:
     return (now - at).total_seconds(), spec.get("leaseDurationSeconds") or 0
 
 
-def stalled_components(objects: list, nodes, now: datetime, since: datetime | None = None) -> list:
+def stalled_components(objects: list, nodes, now: datetime, since: datetime | None = None,
+                       held: bool = False) -> list:
     """
     The lab's components that have stopped working, in words, judged by the leases they renew:
     the scheduler's and controller-manager's leader leases, and each lab node's lease (renewed by
@@ -30,7 +31,11 @@ def stalled_components(objects: list, nodes, now: datetime, since: datetime | No
     or absent, means its holder is gone: the cluster still answers, but nothing schedules, rolls
     out or deletes. With ``since``, a renewal before it counts as none: a controller that lost
     touch with the API server meanwhile (a component was down) still looks fresh for a few seconds
-    before it gives its lease up and exits.
+    before it gives its lease up and exits. With ``held``, a lease its holder gave up counts as
+    none as well: a controller that failed to renew writes, on its way out, no holder, a duration
+    of 1 s and the moment it gave up (client-go's release), so its lease looks fresh for a few
+    seconds after it exited (the lab's own check, lab/labcluster.py; the preflight tolerates it,
+    as another replica takes a released lease within seconds).
 
         stalled_components(objects, ["lab-node-0"], datetime.now(timezone.utc))
         -> ["kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed 48s ago (duration 15s)"]
@@ -47,7 +52,10 @@ def stalled_components(objects: list, nodes, now: datetime, since: datetime | No
             stalled.append(f"{component}: {lease_words} is absent")
             continue
         age, duration = _lease_age(lease, now)
-        if age is None or age > duration + LEASE_GRACE_S:
+        if held and not (lease.get("spec") or {}).get("holderIdentity"):
+            when = "" if age is None else f" {age:.1f}s ago"
+            stalled.append(f"{component}: {lease_words} was given up{when} (no holder)")
+        elif age is None or age > duration + LEASE_GRACE_S:
             when = "never" if age is None else f"{age:.0f}s ago"
             stalled.append(f"{component}: {lease_words} was last renewed {when} (duration {duration}s)")
         elif since is not None and age > (now - since).total_seconds():

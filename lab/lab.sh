@@ -2,6 +2,9 @@
 # The lab cluster: a real control plane started by kwokctl (binary runtime) with three fake nodes.
 #   lab/lab.sh up [NAME]      start or reuse cluster NAME (default gpuop-lab), starting any of its
 #                             components that is not running, and wait until it works; make its context current
+#   lab/lab.sh heal [NAME]    its control plane only: start or continue any component that is not
+#                             running, and wait until it works (its nodes as they are; those of a
+#                             cluster made anew as `up` makes them)
 #   lab/lab.sh down [NAME]    stop it, every lab containerd daemon, and remove its state
 #   lab/lab.sh status [NAME]  say what runs, from the processes (exit 3 when a component is not running)
 # Environment: LAB_NODES (default "lab-node-0 lab-node-1 lab-node-2"), LAB_BIN_LINK (directory that
@@ -116,7 +119,9 @@ made_current() {
 # make test's two lanes, a kwok controller that could not bind and nodes never Ready). --close:
 # the cluster's daemons, started by kwokctl, must not inherit the lock.
 CREATE_LOCK=$HOME/.kwok/gpuop-create.lock
+created=""
 create_cluster() {
+  created=yes
   log "creating cluster: Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, kwok v$KWOK_VERSION"
   mkdir -p "${CREATE_LOCK%/*}"
   KWOK_KUBE_VERSION=v$K8S_VERSION KWOK_KUBECTL_BINARY=$bin/kubectl \
@@ -268,8 +273,11 @@ link_tools() {
 }
 
 case $cmd in
-up)
+up | heal)
   start_cluster
+  # heal: the nodes as they are (a test's kubelet or simulated nodes stay registered), unless
+  # the cluster had to be made anew
+  [[ $cmd == up || -n $created ]] || exit 0
   [[ -n $real ]] || kubelet_node  # before kwok's nodes: a real kubelet's node object goes first
   ensure_nodes
   [[ -z $real ]] || kubelet_node
@@ -317,7 +325,7 @@ status)
   [ "$down" -eq 0 ] || exit 3
   ;;
 *)
-  echo "usage: $0 up|down|status [NAME]" >&2
+  echo "usage: $0 up|heal|down|status [NAME]" >&2
   exit 2
   ;;
 esac

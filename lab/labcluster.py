@@ -63,8 +63,9 @@ KUBELET_NODE = {"nodeStatusUpdateFrequency": "2s", "imageGCHighThresholdPercent"
 
 
 def stale(context: str, since: datetime | None) -> list:
-    """The controllers of ``context`` whose leader lease is not fresh (renewed after ``since``
-    where given), in words; the API server's silence is one line too."""
+    """The controllers of ``context`` whose leader lease is not held and fresh (renewed after
+    ``since`` where given), in words; the API server's silence is one line too. A lease its holder
+    gave up counts as none: the controller that wrote it is exiting (gpuop/leases.py)."""
     try:
         got = subprocess.run(["kubectl", "--context", context, "--request-timeout=5s", "-n", "kube-system",
                               "get", "leases", "-o", "json"], capture_output=True, text=True, timeout=ASK_TIMEOUT_S)
@@ -73,7 +74,7 @@ def stale(context: str, since: datetime | None) -> list:
     if got.returncode != 0:
         return [f"the API server: {got.stderr.strip() or 'kubectl failed'}"]
     leases = [{**lease, "kind": "Lease"} for lease in json.loads(got.stdout)["items"]]
-    return stalled_components(leases, [], datetime.now(timezone.utc), since)
+    return stalled_components(leases, [], datetime.now(timezone.utc), since, held=True)
 
 
 def main(argv: list) -> int:

@@ -3,15 +3,18 @@
 The test's own reads and its setup (``get``, ``set_gpus``, ``reset_lab``) go through one
 in-process client, as fast as a request; ``kubectl`` stays where a test plays the operator."""
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
+from datetime import datetime, timezone
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from gpuop.leases import stalled_components
 from tests.helpers import LAB
 from tests.helpers.proc import run
 
@@ -46,7 +49,8 @@ def api_client(context=None) -> client.ApiClient:
     return api
 
 
-def request(method, path, body=None, context=None, content_type="application/json", query=None):
+def request(method, path, body=None, context=None, content_type="application/json", query=None,
+            timeout_s=REQUEST_TIMEOUT_S):
     """One API request of the test's own: the response's JSON; None where a GET or DELETE finds
     nothing (404). Any other refusal fails the test with the server's words."""
     api = api_client(context)
@@ -54,7 +58,7 @@ def request(method, path, body=None, context=None, content_type="application/jso
         answer = api.call_api(path, method, query_params=list((query or {}).items()), body=body,
                               header_params={"Accept": "application/json", "Content-Type": content_type},
                               auth_settings=["BearerToken"], _preload_content=False,
-                              _request_timeout=REQUEST_TIMEOUT_S)
+                              _request_timeout=timeout_s)
     except ApiException as e:
         if e.status == 404 and method in ("GET", "DELETE"):
             return None
@@ -155,25 +159,84 @@ def exited(pid: int) -> bool:
         return True
 
 
-def restart_etcd():
-    """Stop the lab's etcd and start it again as it was (same command line, data directory and
-    log), as an operator restarting it would; its new pid goes where kwokctl looks for it.
-    Returns once the cluster works again: a controller that could not renew its lease meanwhile
-    exits (a loaded machine makes that likely), and would leave namespaces undeleted for the
-    tests after this one, so `make lab-up` starts it again."""
-    stopped_at = int(time.time())
+@contextlib.contextmanager
+def etcd_stopped():
+    """The lab's etcd stopped for the block, then started again as it was (same command line,
+    data directory and log), as an operator restarting it would; its new pid goes where kwokctl
+    looks for it. Leaves once the API server is ready again; heals nothing."""
     with open(component_pidfile("etcd")) as f:
         pid = int(f.read())
     argv = open(f"/proc/{pid}/cmdline", "rb").read().rstrip(b"\0").split(b"\0")
     cwd = os.readlink(f"/proc/{pid}/cwd")
     os.kill(pid, signal.SIGTERM)
     eventually(f"etcd pid {pid} to exit", lambda: exited(pid))
-    log = open(os.path.expanduser(f"~/.kwok/clusters/{LAB}/logs/etcd.log"), "ab")
-    started = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=log, start_new_session=True)
-    with open(component_pidfile("etcd"), "w") as f:
-        f.write(str(started.pid))
+    try:
+        yield
+    finally:
+        with open(os.path.expanduser(f"~/.kwok/clusters/{LAB}/logs/etcd.log"), "ab") as log:
+            started = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=log, start_new_session=True)
+        with open(component_pidfile("etcd"), "w") as f:
+            f.write(str(started.pid))
     eventually("the API server ready after the etcd restart", api_ready, timeout=60)
-    lab_up(disturbed_at=stopped_at)
+
+
+def restart_etcd():
+    """Restart the lab's etcd (``etcd_stopped``) and return once the cluster works again: a
+    controller that could not renew its lease meanwhile exits (a loaded machine makes that
+    likely), and would leave namespaces undeleted for the tests after this one, so `make lab-up`
+    starts it again, whatever the restart did."""
+    stopped_at = int(time.time())
+    try:
+        with etcd_stopped():
+            pass
+    finally:
+        lab_up(disturbed_at=stopped_at)
+
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
+
+
+def component_fault(component: str) -> str | None:
+    """Why one of the lab's control-plane processes does not run ("not running", "stopped"), as
+    lab/lab.sh judges it: kwokctl's pid file names a live process of the component's own binary
+    (a pid file outlives its process, a pid is reused). None where it runs."""
+    try:
+        with open(component_pidfile(component)) as f:
+            pid = int(f.read())
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0")[0].decode()
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return "not running"
+    if os.path.basename(argv0) != component or state == "Z":
+        return "not running"
+    return "stopped (SIGSTOP)" if state == "T" else None
+
+
+def control_plane_faults() -> list:
+    """What of the lab's control plane does not work, in words (empty: all of it works): a
+    process gone or stopped, an API server that does not answer, a controller whose leader lease
+    is not held and fresh (the lab's own rule: lab/labcluster.py). One request: it runs before
+    every test of the lab's cluster (tests/conftest.py)."""
+    faults = [f"{c}: {why}" for c in COMPONENTS if (why := component_fault(c))]
+    if faults:
+        return faults
+    try:
+        leases = request("GET", path_of("leases", "kube-system"), context=f"kwok-{LAB}", timeout_s=5)
+    except Exception as e:  # noqa: BLE001 (a refusal, a timeout or a connection error alike: the API is not whole)
+        return [f"kube-apiserver: no answer about the leases ({type(e).__name__}: {str(e)[:200]})"]
+    return stalled_components([{**lease, "kind": "Lease"} for lease in leases["items"]], [],
+                              datetime.now(timezone.utc), held=True)
+
+
+def heal_lab() -> str:
+    """`lab/lab.sh heal`: every stopped component of the lab's control plane started again and
+    its controllers holding fresh leases, its nodes as they are; what it said."""
+    env = {**os.environ, "LAB_DISTURBED_AT": str(int(time.time()))}
+    result = run(["lab/lab.sh", "heal", LAB], timeout_s=300, env=env)
+    assert result.returncode == 0, f"lab/lab.sh heal {LAB} failed: {result.stderr}"
+    return result.stderr
 
 
 def lab_up(disturbed_at=None):

@@ -105,8 +105,9 @@ def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
 
     from gpuop.leases import stalled_components
 
-    def lease(namespace, name, renewed, duration):
-        spec = {"leaseDurationSeconds": duration, **({"renewTime": renewed} if renewed else {})}
+    def lease(namespace, name, renewed, duration, holder="lab-host_0f3e"):
+        spec = {"leaseDurationSeconds": duration, **({"renewTime": renewed} if renewed else {}),
+                **({"holderIdentity": holder} if holder else {})}
         return {"kind": "Lease", "metadata": {"namespace": namespace, "name": name}, "spec": spec}
 
     now = datetime(2026, 12, 1, 9, 0, 0, tzinfo=timezone.utc)
@@ -130,6 +131,14 @@ def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
     assert stalled_components(fresh, [], now, since=healed) == [
         "kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed 4.9s ago, before the "
         "cluster was healed 3.0s ago"]
+    # A scheduler that failed to renew gives its lease up on its way out (client-go's release: no
+    # holder, a duration of 1 s, renewed the moment it gave up), then exits: fresh for 6 s to the
+    # preflight, never held to the lab's own check (lab/lab.sh heal).
+    released = [lease("kube-system", "kube-scheduler", "2026-12-01T08:59:58.5Z", 1, holder=""), *fresh[1:]]
+    assert stalled_components(released, ["lab-node-0"], now) == []
+    assert stalled_components(released, ["lab-node-0"], now, since=healed, held=True) == [
+        "kube-scheduler: its leader lease kube-system/kube-scheduler was given up 1.5s ago (no holder)"]
+    assert stalled_components(fresh, ["lab-node-0"], now, held=True) == []
 
 
 def test_a_node_takes_pods_once_ready_and_untainted():
