@@ -215,7 +215,9 @@ start_cluster() {
   fi
   if ! exists; then
     create_cluster
-  elif ! heal_components || ! reachable; then
+  elif ! heal_components || ! wait_until 60 1 "its API server to answer again" reachable; then
+    # (an API server just started takes seconds to answer: asked once at once, a busy machine's
+    # made a healing lab anew, dropping every Node a test had registered in it)
     log "it did not come back; recreating it (the lab's state is disposable)"
     kwokctl delete cluster --name "$name" --kubeconfig "$kubeconfig" >>"$log_file" 2>&1 || true
     create_cluster

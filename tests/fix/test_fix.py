@@ -18,7 +18,7 @@ from tests.helpers.labcontainerd import binary, crictl_info, loaded, nvidia_ctk
 from tests.helpers.playbook import PYINFRA, RUN_DEADLINE_S, deploy, lab_daemon_pid, target_commands, tree
 from tests.helpers.proc import Started
 
-pytestmark = [pytest.mark.beside, pytest.mark.every_containerd]  # see pytest.ini
+pytestmark = [pytest.mark.lab, pytest.mark.every_containerd]  # see pytest.ini
 
 VERSIONS = VERSIONS_OF_THE_LAB  # every containerd the lab offers
 REPORTS = {"merge.txt": MERGE, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS, "rollout.txt": ROLLOUT}

@@ -132,15 +132,17 @@ def nvidia_ctk_installer(restart_mode: str) -> list:
     and says "Successfully signaled containerd" while the daemon runs on: the audit then finds
     the drop-in not loaded, as with mode none. The tests need the signal's outcome, so in mode
     signal it runs again (20 times at most: 6 missed in a row once, under two lanes' load) while
-    the daemon it was meant for still runs, and says so when it gives up."""
+    the daemon it was meant for still runs, and says so when it gives up. A run whose signal
+    ended itself ("Signal received, exiting early", non-zero: seen under a cold build's load) is
+    one more miss, not a failure."""
     lib, usr_bin = f"{_ARTIFACTS}/usr/lib/x86_64-linux-gnu", f"{_ARTIFACTS}/usr/bin"
-    install = (f"setsid -w {nvidia_ctk('nvidia-ctk-installer')} --runtime=containerd --no-daemon "
-               f"--restart-mode={restart_mode} --toolkit-source-root={_ARTIFACTS} >>/run/toolkit-installer.log 2>&1 "
-               "|| { cat /run/toolkit-installer.log; exit 1; }")
+    once = (f"setsid -w {nvidia_ctk('nvidia-ctk-installer')} --runtime=containerd --no-daemon "
+            f"--restart-mode={restart_mode} --toolkit-source-root={_ARTIFACTS} >>/run/toolkit-installer.log 2>&1")
+    install = f"{once} || {{ cat /run/toolkit-installer.log; exit 1; }}"
     if restart_mode == "signal":
         install = ("old=$(pgrep -o -x containerd); n=0; while kill -0 \"$old\" 2>/dev/null; do n=$((n+1)); "
                    "[ $n -le 20 ] || { echo \"the installer's SIGHUP missed containerd $((n-1)) times\"; "
-                   f"tail -n 5 /run/toolkit-installer.log; exit 1; }}; {install}; sleep 0.3; done")
+                   f"tail -n 5 /run/toolkit-installer.log; exit 1; }}; {once}; sleep 0.3; done")
     return [*_USR_LOCAL, f"mkdir -p {lib} {usr_bin}",
             *(f": >{lib}/{name}" for name in _ARTIFACT_LIBS),
             *(f"printf '#!/bin/sh\\nexit 0\\n' >{usr_bin}/{name}; chmod 755 {usr_bin}/{name}"

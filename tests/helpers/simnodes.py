@@ -187,7 +187,12 @@ def running(nodes, root: str):
         for n in started:
             stop(n)
         delete_cluster_objects(nodes)
-    assert host_files() == host_before
+    after = host_files()
+    assert after == host_before, "changed on the host: " + "; ".join(
+        f"{k}: {host_before.get(k)!r} -> {after.get(k)!r}" if not isinstance(after.get(k), dict) else
+        f"{k}: {sorted(set(after[k]) ^ set(host_before.get(k) or {}))} added or removed, "
+        f"{sorted(p for p in after[k] if p in (host_before.get(k) or {}) and after[k][p] != host_before[k][p])} changed"
+        for k in sorted(set(after) | set(host_before)) if after.get(k) != host_before.get(k))
 
 
 @contextlib.contextmanager
