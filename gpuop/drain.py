@@ -14,16 +14,19 @@ import socket
 import time
 from datetime import datetime, timezone
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from .cluster import GPU
 from .containerd import in_one_line
-from .repair_plan import CORDONED_BY, REPAIR_FAILED, drainable
+from .kubeapi import in_words
+from .repair_plan import CORDONED_BY, REPAIR_FAILED, drainable, local_storage
 
 PROGRESS_S = 10  # a wait says where it is this often
 POLL_S = 1  # how often a wait asks again
 LEASE = "gpuop-fleet-repair"  # the repair's lock, one per cluster
-LEASE_S = 60  # a lock not renewed for this long is a dead run's
+LEASE_S = 60  # a lock not renewed for this long is a dead run's (knob repair_lock_s)
 
 
 class Stalled(Exception):
@@ -34,12 +37,28 @@ def _plain(api: client.ApiClient, obj) -> dict:
     return api.sanitize_for_serialization(obj)
 
 
-def wait(what: str, probe, deadline_s: float, say) -> object:
-    """Ask ``probe()`` -> (done, last state in words) until done; say the state every PROGRESS_S."""
+def api_away(e: Exception) -> bool:
+    """Whether a failed request is the API server away (refused, timed out, unavailable), as on a
+    k3s or RKE2 server node while its restart takes the API server down with the runtime: worth
+    asking again until the wait's deadline, unlike a refusal of the request itself."""
+    if isinstance(e, ApiException):
+        return e.status in (429, 500, 502, 503, 504)
+    return isinstance(e, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
+
+
+def wait(what: str, probe, deadline_s: float, say, api_retry_s: float = 0) -> object:
+    """Ask ``probe()`` -> (done, last state in words) until done; say the state every PROGRESS_S.
+    With ``api_retry_s``, a request the API server does not answer (``api_away``) is the state
+    seen, asked again until the deadline."""
     start = time.monotonic()
     said = start
     while True:
-        done, state = probe()
+        try:
+            done, state = probe()
+        except Exception as e:
+            if not api_retry_s or not api_away(e):
+                raise
+            done, state = False, f"the API server did not answer ({in_words(e, api_retry_s)}); asked again"
         if done:
             return done
         now = time.monotonic()
@@ -63,10 +82,16 @@ def cordon(core: client.CoreV1Api, node: str, holder: str) -> bool:
     return True
 
 
-def cordoned_by_gpuop(core: client.CoreV1Api, node: str) -> bool:
-    """Whether gpuop's cordon is on ``node`` (a run that stopped or died left it)."""
+def gpuop_cordon(core: client.CoreV1Api, node: str) -> tuple:
+    """``(whether gpuop's cordon is on node, the failure an earlier run marked it with or "")``: a
+    run that stopped or died left the cordon; one that failed on the node left its mark too.
+
+        gpuop_cordon(core, "gpu-a") -> (True, "CRI: containerd on gpu-a to restart ...: not within 120s; ...")
+    """
     found = core.read_node(node)
-    return bool(found.spec.unschedulable) and CORDONED_BY in (found.metadata.annotations or {})
+    annotations = found.metadata.annotations or {}
+    ours = bool(found.spec.unschedulable) and CORDONED_BY in annotations
+    return ours, annotations.get(REPAIR_FAILED, "") if ours else ""
 
 
 def uncordon(core: client.CoreV1Api, node: str):
@@ -96,21 +121,33 @@ def _blocking_budgets(api: client.ApiClient, pod: dict) -> list:
     return found
 
 
-def drain(api: client.ApiClient, node: str, deadline_s: float, delete_unmanaged: bool, say) -> list:
+def drain(api: client.ApiClient, node: str, deadline_s: float, delete_unmanaged: bool, say,
+          delete_emptydir_data: bool = False) -> list:
     """Every Pod a controller owns on ``node`` evicted through the Eviction API, PodDisruptionBudgets
-    honoured, and gone; DaemonSet and mirror Pods stay. A Pod no controller owns stops the drain
-    (``Stalled``, naming it) unless ``delete_unmanaged`` deletes it, as ``--force`` does. Returns
-    the Pods evicted (``namespace/name``).
+    honoured, and gone; DaemonSet and mirror Pods stay. Before any eviction, as ``kubectl drain``
+    decides: a Pod no controller owns stops the drain (``Stalled``, naming it) unless
+    ``delete_unmanaged`` deletes it, as ``--force`` does; a Pod with ``emptyDir`` data, which an
+    eviction deletes, stops it unless ``delete_emptydir_data``, as ``--delete-emptydir-data``.
+    Returns the Pods evicted or deleted (``namespace/name``).
 
         drain(api, "gpu-a", 300, False, logger.info) -> ["ml/train-7d9f-x2"]
     """
     core = client.CoreV1Api(api)
     pods = [_plain(api, p) for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items]
+    refused = []
     unmanaged = [p for p in pods if drainable(p) == "unmanaged"]
     if unmanaged and not delete_unmanaged:
         names = ", ".join(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in unmanaged)
-        raise Stalled(f"drain of {node}: Pod(s) {names} are owned by no controller, so nothing would bring them "
-                      "back (drain_unmanaged=true deletes them, as kubectl drain --force does)")
+        refused.append(f"Pod(s) {names} are owned by no controller, so nothing would bring them back "
+                       "(drain_unmanaged=true deletes them, as kubectl drain --force does)")
+    local = [p for p in pods if drainable(p) != "stays" and local_storage(p)]
+    if local and not delete_emptydir_data:
+        names = ", ".join(f"{p['metadata']['namespace']}/{p['metadata']['name']} (emptyDir {', '.join(local_storage(p))})"
+                          for p in local)
+        refused.append(f"Pod(s) {names} have local data an eviction deletes (drain_delete_emptydir_data=true "
+                       "evicts them, as kubectl drain --delete-emptydir-data does)")
+    if refused:
+        raise Stalled(f"drain of {node}: {'; '.join(refused)}")
     leaving = [p for p in pods if drainable(p) in ("evict", "unmanaged")]
     start = time.monotonic()
     for p in leaving:
@@ -134,31 +171,42 @@ def drain(api: client.ApiClient, node: str, deadline_s: float, delete_unmanaged:
 
         wait(f"the eviction of Pod {ns}/{name} from {node}", evicted, deadline_s - (time.monotonic() - start), say)
     uids = {p["metadata"]["uid"]: f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in leaving}
+    # and the Pods already terminating there (deleted by someone else): gone too before the restart
+    waited = {**uids, **{p["metadata"]["uid"]: f"{p['metadata']['namespace']}/{p['metadata']['name']} (terminating)"
+                         for p in pods if p["metadata"].get("deletionTimestamp")}}
 
     def gone():
-        left = [uids[p.metadata.uid] for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
-                if p.metadata.uid in uids]
+        left = [waited[p.metadata.uid] for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+                if p.metadata.uid in waited]
         return not left, f"{len(left)} Pod(s) still on it: {', '.join(sorted(left))}"
 
-    wait(f"the evicted Pods to leave {node}", gone, max(1.0, deadline_s - (time.monotonic() - start)), say)
+    wait(f"the evicted and terminating Pods to leave {node}", gone, max(1.0, deadline_s - (time.monotonic() - start)), say)
     return sorted(uids.values())
 
 
-def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, namespace: str, deadline_s: float, say):
-    """A Pod of RuntimeClass ``runtime_class`` bound to ``node`` (past its cordon and taints) runs
-    its one command to the end: its sandbox started, through the handler. Deleted after, whatever
-    happened; ``Stalled`` names the kubelet's own event where it did not.
+PROBE_LABEL = "gpuop.io/probe-node"  # the node a probe Pod proves: the next run removes what a killed one left
+
+
+def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, namespace: str, deadline_s: float, say,
+          gpus: int = 0, api_retry_s: float = 0):
+    """A Pod of RuntimeClass ``runtime_class`` bound to ``node`` (past its cordon and taints),
+    asking ``gpus`` GPUs (``nvidia.com/gpu``: the device plugin's allocation then goes through the
+    handler too), runs its one command to the end: its sandbox started, through the handler.
+    Deleted after, whatever happened; ``Stalled`` names the kubelet's own event where it did not.
+    ``api_retry_s``: an API server away meanwhile is asked again (``wait``).
     """
     core = client.CoreV1Api(api)
+    asks = {"resources": {"limits": {GPU: str(gpus)}}} if gpus else {}
     manifest = {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"generateName": "gpuop-probe-", "namespace": namespace,
-                             "labels": {"app.kubernetes.io/managed-by": "gpuop", "gpuop.io/probe-node": node}},
+                             "labels": {"app.kubernetes.io/managed-by": "gpuop", PROBE_LABEL: node}},
                 "spec": {"nodeName": node, "runtimeClassName": runtime_class, "restartPolicy": "Never",
                          "tolerations": [{"operator": "Exists"}], "activeDeadlineSeconds": int(deadline_s) + 30,
                          "terminationGracePeriodSeconds": 0,
                          "containers": [{"name": "probe", "image": image, "imagePullPolicy": "IfNotPresent",
-                                         "command": ["/bin/sh", "-c", "true"]}]}}
-    name = core.create_namespaced_pod(namespace, manifest).metadata.name
+                                         "command": ["/bin/sh", "-c", "true"], **asks}]}}
+    name = wait(f"the probe Pod for {node} created", lambda: (core.create_namespaced_pod(namespace, manifest).metadata.name, ""),
+                deadline_s, say, api_retry_s)
     try:
         def ran():
             pod = _plain(api, core.read_namespaced_pod(name, namespace))
@@ -167,12 +215,14 @@ def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, name
                 return True, phase
             events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
             failed = [e.message for e in events if e.reason == "FailedCreatePodSandBox"]
-            if failed:
+            # the kubelet not reaching its runtime yet (its connection backs off after an outage)
+            # is no word on the handler: it tries the sandbox again, and the wait goes on
+            if failed and "code = Unavailable" not in failed[-1]:
                 raise Stalled(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) on {node}: "
                               f"no sandbox: {in_one_line(failed[-1])}")
             last = max(events, key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp, default=None)
             return False, f"phase {phase}" + (f", its last event {last.reason}: {in_one_line(last.message or '')}" if last else "")
-        wait(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) to run on {node}", ran, deadline_s, say)
+        wait(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) to run on {node}", ran, deadline_s, say, api_retry_s)
     finally:
         try:
             core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
@@ -180,15 +230,54 @@ def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, name
             pass  # gone already; its deadline ends it otherwise
 
 
+def probe_class(api: client.ApiClient, handler: str) -> str:
+    """A RuntimeClass of gpuop's own for ``handler``, for a probe where no RuntimeClass maps to it
+    (the node's workloads reach the handler some other way): made, or found from a run that
+    stopped before deleting it. Its name."""
+    name = f"gpuop-probe-{handler}"
+    try:
+        client.NodeV1Api(api).create_runtime_class({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                                    "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpuop"}},
+                                                    "handler": handler})
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    return name
+
+
+def probe_class_gone(api: client.ApiClient, name: str):
+    """The probe's own RuntimeClass (``probe_class``) deleted, once the probe is over."""
+    try:
+        client.NodeV1Api(api).delete_runtime_class(name)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def probes_left(api: client.ApiClient, namespace: str) -> list:
+    """Delete every probe Pod in ``namespace``: called under the repair's lock, where none is a
+    live run's, they are what a killed run left. Their names."""
+    core = client.CoreV1Api(api)
+    left = sorted(p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector=PROBE_LABEL).items)
+    for name in left:
+        try:
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+    return left
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def lock(api: client.ApiClient, namespace: str, holder: str):
-    """Take the repair's Lease (``gpuop-fleet-repair`` in ``namespace``), or refuse by name where
-    another run holds it and renewed it within ``LEASE_S``; a dead run's is taken over."""
+def lock(api: client.ApiClient, namespace: str, holder: str, duration_s: int = LEASE_S):
+    """Take the repair's Lease (``gpuop-fleet-repair`` in ``namespace``) for ``duration_s``, or
+    refuse by name where another run holds it and renewed it within its own duration; a dead
+    run's is taken over."""
     coordination = client.CoordinationV1Api(api)
-    spec = {"holderIdentity": holder, "leaseDurationSeconds": LEASE_S, "acquireTime": _now(), "renewTime": _now()}
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration_s, "acquireTime": _now(), "renewTime": _now()}
     try:
         coordination.create_namespaced_lease(namespace, {"metadata": {"name": LEASE}, "spec": spec})
         return
@@ -197,13 +286,12 @@ def lock(api: client.ApiClient, namespace: str, holder: str):
             raise
     held = coordination.read_namespaced_lease(LEASE, namespace)
     renewed = held.spec.renew_time or held.spec.acquire_time
-    age = (_now() - renewed).total_seconds() if renewed else LEASE_S + 1
-    if (held.spec.holder_identity not in (None, "", holder) and age < (held.spec.lease_duration_seconds or LEASE_S)
-            and not dead_holder(held.spec.holder_identity)):
+    lasts = held.spec.lease_duration_seconds or LEASE_S
+    age = (_now() - renewed).total_seconds() if renewed else lasts + 1
+    if held.spec.holder_identity not in (None, "", holder) and age < lasts and not dead_holder(held.spec.holder_identity):
         raise Stalled(f"another repair runs on this cluster: Lease {namespace}/{LEASE} is held by "
-                      f"{held.spec.holder_identity}, renewed {age:.0f}s ago (it is free once not renewed for "
-                      f"{held.spec.lease_duration_seconds or LEASE_S}s)")
-    held.spec = client.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=LEASE_S,
+                      f"{held.spec.holder_identity}, renewed {age:.0f}s ago (it is free once not renewed for {lasts}s)")
+    held.spec = client.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=duration_s,
                                    acquire_time=_now(), renew_time=_now())
     coordination.replace_namespaced_lease(LEASE, namespace, held)  # its resourceVersion: a race loses with 409
 
@@ -222,8 +310,26 @@ def dead_holder(holder: str) -> bool:
     return not os.path.exists(f"/proc/{words[4]}")
 
 
-def renew(api: client.ApiClient, namespace: str):
-    client.CoordinationV1Api(api).patch_namespaced_lease(LEASE, namespace, {"spec": {"renewTime": _now()}})
+class LockLost(Stalled):
+    """The repair's Lease is no longer this run's: another run took it, or it is gone."""
+
+
+def renew(api: client.ApiClient, namespace: str, holder: str):
+    """Renew the repair's Lease where ``holder`` still holds it (its resourceVersion: a change
+    meanwhile loses with 409, tried again at the next renewal); ``LockLost`` where another run
+    took it or it was deleted."""
+    coordination = client.CoordinationV1Api(api)
+    try:
+        held = coordination.read_namespaced_lease(LEASE, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            raise LockLost(f"the Lease {namespace}/{LEASE} was deleted while this run held it") from None
+        raise
+    if held.spec.holder_identity != holder:
+        raise LockLost(f"the Lease {namespace}/{LEASE} was taken by {held.spec.holder_identity or 'no one'} "
+                       "while this run held it")
+    held.spec.renew_time = _now()
+    coordination.replace_namespaced_lease(LEASE, namespace, held)
 
 
 def unlock(api: client.ApiClient, namespace: str, holder: str):

@@ -235,10 +235,12 @@ class NodeKnobs:
     crio_restart: str
     drain: bool
     drain_unmanaged: bool
+    drain_delete_emptydir_data: bool
     drain_timeout_s: int
     restart_timeout_s: int
     repair_max_unavailable: int
     repair_max_failures: int
+    repair_lock_s: int
 
 
 NODE_PARSERS = {
@@ -259,10 +261,12 @@ NODE_PARSERS = {
     "crio_restart": _shell_line,
     "drain": _bool,
     "drain_unmanaged": _bool,
+    "drain_delete_emptydir_data": _bool,
     "drain_timeout_s": _int(1),
     "restart_timeout_s": _int(1),
     "repair_max_unavailable": _int(1),
     "repair_max_failures": _int(0),
+    "repair_lock_s": _int(3),
 }
 
 

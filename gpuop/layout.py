@@ -14,6 +14,21 @@ def backup_of(path: str) -> str:
     return f"{path}.gpuop-bak.{datetime.now():%Y%m%dT%H%M%S.%f}"
 
 
+# The fleet repair's backups on a node: outside every directory a runtime reads, since a copy
+# beside the file (a conf.d/* import, CRI-O's crio.conf.d) would be merged after the new one.
+NODE_BACKUPS = "/var/lib/gpuop/backup"
+
+
+def node_backup_of(path: str, run: str) -> str:
+    """Where the fleet repair keeps a node's file before it replaces it: under ``NODE_BACKUPS``,
+    named after the run and the file's own path.
+
+        node_backup_of("/etc/containerd/conf.d/99-nvidia.toml", "20261204T190102-4242")
+        -> "/var/lib/gpuop/backup/20261204T190102-4242/etc/containerd/conf.d/99-nvidia.toml"
+    """
+    return posixpath.join(NODE_BACKUPS, run, path.lstrip("/"))
+
+
 STOP_GRACE_S = 10  # how long a lab daemon has to stop on TERM before it is killed (the playbook's and the lab's)
 
 

@@ -23,8 +23,10 @@ import re
 import tomli_w
 
 from . import crio
+from .cluster import allocatable_count, gpus_asked
 from .containerd import (CRI_PLUGIN, dropin_keeping_cri, import_globs, nvidia_dropin, parsed_toml, release,
                          runtime_names, systemd_cgroup)
+from .layout import NODE_BACKUPS
 from .nodepod import MANAGED_BY
 from .objects import of_kind, ref
 from .regen import V3_TEMPLATE, template_path
@@ -75,6 +77,27 @@ def drainable(pod: dict) -> str:
     return "evict" if owners else "unmanaged"
 
 
+def local_storage(pod: dict) -> list:
+    """The ``emptyDir`` volumes of a Pod (any medium), whose data an eviction deletes: as
+    ``kubectl drain`` decides it, such a Pod stops a drain unless told to delete that data
+    (``--delete-emptydir-data``). A training job's checkpoint scratch is exactly that.
+
+        local_storage({"spec": {"volumes": [{"name": "scratch", "emptyDir": {}}]}, ...}) -> ["scratch"]
+    """
+    return [v["name"] for v in pod["spec"].get("volumes") or [] if "emptyDir" in v]
+
+
+def free_gpus(node: dict, pods: list) -> int:
+    """The GPUs ``node`` advertises (``nvidia.com/gpu``) that no Pod on it holds now: what a probe
+    Pod may ask for, so that the device plugin's allocation goes through the repaired runtime.
+
+        free_gpus({"metadata": {"name": "gpu-a"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}}, []) -> 4
+    """
+    name = node["metadata"]["name"]
+    held = sum(gpus_asked(p) for p in pods if p["spec"].get("nodeName") == name and active(p))
+    return max(0, allocatable_count(node) - held)
+
+
 def diff(path: str, before: str | None, after: str) -> list:
     """A unified diff of a file's change, as lines."""
     return list(difflib.unified_diff((before or "").splitlines(), after.splitlines(),
@@ -107,6 +130,8 @@ def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str
     plan = {"node": name, "action": "none", "why": "", "files": [], "restart": False,
             "evict": sorted(ref(p) for p in pods if drainable(p) == "evict"),
             "unmanaged": sorted(ref(p) for p in pods if drainable(p) == "unmanaged"),
+            "local_storage": sorted(f"{ref(p)} (emptyDir {', '.join(local_storage(p))})" for p in pods
+                                    if drainable(p) != "stays" and local_storage(p)),
             "stays": sorted(ref(p) for p in pods if drainable(p) == "stays"),
             "runtime": view["runtime"], "version": view["version"], "asking": sorted(asking)}
     if not meant:
@@ -256,8 +281,9 @@ def _runtimes(text: str) -> list:
     return runtime_names(doc) if doc else []
 
 
-def plan_lines(plan: dict) -> list:
-    """The plan of one node in words, its diff included: what ``--dry`` prints.
+def plan_lines(plan: dict, drain: bool = True, delete_unmanaged: bool = False, delete_emptydir_data: bool = False) -> list:
+    """The plan of one node in words, its diff included: what ``--dry`` prints; the drain as the
+    knobs make it (``drain``, ``drain_unmanaged``, ``drain_delete_emptydir_data``).
 
         plan_lines({"node": "gpu-a", "action": "none", "why": "nvidia is loaded ...", ...})
         -> ["gpu-a: nothing to do: nvidia is loaded now and after a restart"]
@@ -267,11 +293,18 @@ def plan_lines(plan: dict) -> list:
         return [f"{name}: nothing to do: {plan['why']}"]
     if plan["action"] == "blocked":
         return [f"{name}: NOT repaired: {plan['why']}"]
-    lines = [f"{name}: repair: {plan['why']}",
-             f"{name}:   cordon, then drain: evict {', '.join(plan['evict']) or 'nothing'}"
-             + (f"; Pods no controller owns stop the drain: {', '.join(plan['unmanaged'])}" if plan["unmanaged"] else "")]
+    unmanaged, local = ", ".join(plan["unmanaged"]), ", ".join(plan["local_storage"])
+    if not drain:
+        drained = f"{name}:   cordon, no drain (drain=false): every Pod on it runs on through the restart"
+    else:
+        drained = (f"{name}:   cordon, then drain: evict {', '.join(plan['evict']) or 'nothing'}"
+                   + ("" if not unmanaged else f"; delete {unmanaged} (no controller owns them: drain_unmanaged=true)"
+                      if delete_unmanaged else f"; Pods no controller owns stop the drain: {unmanaged}")
+                   + ("" if not local else f"; their emptyDir data deleted with them: {local} (drain_delete_emptydir_data=true)"
+                      if delete_emptydir_data else f"; Pods whose emptyDir data an eviction deletes stop the drain: {local}"))
+    lines = [f"{name}: repair: {plan['why']}", drained]
     for file in plan["files"]:
-        kept = " (the file before kept beside it)" if file["before"] is not None else ""
+        kept = f" (the file before kept under {NODE_BACKUPS}, where no runtime reads)" if file["before"] is not None else ""
         lines += [f"{name}:   write {file['path']}, by {file['by']}{kept}:"]
         lines += [f"{name}:     {line}" for line in file["diff"]]
     lines.append(f"{name}:   restart {plan['runtime']} {plan['version']}, prove it (CRI, kubelet Ready, a probe Pod), uncordon")

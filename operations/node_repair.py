@@ -8,12 +8,15 @@ command.
 """
 
 import os
+import posixpath
 import shlex
 import socket
 import time
 import weakref
 from dataclasses import dataclass, field
+from datetime import datetime
 
+import gevent
 from gevent.pool import Pool
 from kubernetes import client
 from pyinfra import host, logger
@@ -25,8 +28,8 @@ from gpuop import crio, drain as nodes
 from gpuop.containerd import release
 from gpuop.fleet import fleet_gaps
 from gpuop.kubeapi import api_client, in_words, read_cluster
-from gpuop.layout import backup_of
-from gpuop.repair_plan import plan_lines, plan_node
+from gpuop.layout import node_backup_of
+from gpuop.repair_plan import free_gpus, plan_lines, plan_node
 from gpuop.rules import findings, node_entry
 from gpuop.tables import fleet_table
 from gpuop.textfile import repair_registry, write_reports
@@ -47,6 +50,7 @@ class _Node:
     knobs: object
     runtime_class: str
     left_cordoned: bool  # gpuop's cordon found on it: a run that stopped or died left it, gpuop's to put back
+    left_failed: str  # the failure an earlier run marked it with: it goes back into service only once proven
 
 
 @dataclass
@@ -57,6 +61,11 @@ class _Rollout:
     outcomes: dict = field(default_factory=dict)  # node name -> what happened to it
     phases: dict = field(default_factory=dict)  # node name -> {step: seconds it took}
     failures: list = field(default_factory=list)  # "node N, step S: what was seen", in the order they failed
+    evicted: dict = field(default_factory=dict)  # node name -> the Pods its drain evicted or deleted
+    backups: dict = field(default_factory=dict)  # node name -> {a file written: where the one before is kept}
+    run: str = field(default_factory=lambda: f"{datetime.now():%Y%m%dT%H%M%S}-{os.getpid()}")  # the backups' folder
+    renewals: int = 0  # how often the lock was renewed
+    lock_lost: str = ""  # how the lock stopped being this run's: nothing changes on a node after it
     stopped: str = ""  # where the rollout stopped: the lock, or the failure one too many
     holder: str = field(default_factory=lambda: nodes.holder_of(socket.gethostname(), os.getpid()))
 
@@ -109,13 +118,18 @@ def planned_repair(knobs):
         if toolkit:
             plan = plan_node(name, read, view, objects, knobs.gpu_handler, toolkit)
     rollout_of(host.state).plans[name] = plan
-    for line in plan_lines(plan):
+    for line in plan_lines(plan, knobs.drain, knobs.drain_unmanaged, knobs.drain_delete_emptydir_data):
         logger.info(f"{host.print_prefix}{line}")
     try:
-        left = nodes.cordoned_by_gpuop(client.CoreV1Api(api_client(knobs.kubeconfig, knobs.kube_context, REQUEST_DEADLINE_S)), name)
+        left, left_failed = nodes.gpuop_cordon(client.CoreV1Api(api_client(knobs.kubeconfig, knobs.kube_context,
+                                                                           REQUEST_DEADLINE_S)), name)
     except Exception as e:
         yield _failed(f"node {name}: its Node cannot be read: {in_words(e, knobs.cluster_read_timeout_s)}")
         return
+    if left and plan["action"] == "none":
+        logger.info(f"{host.print_prefix}{name}:   cordoned by an earlier gpuop run"
+                    + (f" that failed there ({left_failed})" if left_failed else "")
+                    + ": proven (kubelet Ready, a probe Pod), then uncordoned")
     if plan["action"] == "blocked":
         yield _failed(f"node {name} not repaired: {plan['why']}")
         return
@@ -123,7 +137,8 @@ def planned_repair(knobs):
     this = host.state.inventory.get_host(host.name)
     rollout_of(host.state).readers[name] = (this, knobs)
     if plan["action"] == "repair" or left:
-        rollout_of(host.state).nodes[name] = _Node(this, plan, knobs, _gpu_class(objects, knobs.gpu_handler), left)
+        rollout_of(host.state).nodes[name] = _Node(this, plan, knobs, _gpu_class(objects, knobs.gpu_handler), left,
+                                                   left_failed)
 
 
 def outcome(rollout: _Rollout, name: str) -> str:
@@ -167,21 +182,24 @@ def _reported(rollout: _Rollout, report: str, textfile: str, after: dict | None 
     """The run's JSON (each node's plan and outcome, and the audit after the rollout) and textfile
     (``gpuop_node_repaired``) on this machine."""
     doc = {"nodes": {name: {**{k: v for k, v in plan.items() if k != "files"},
-                            "files": [{k: f[k] for k in ("path", "by", "diff")} for f in plan["files"]],
-                            "outcome": outcome(rollout, name), "phases_s": rollout.phases.get(name, {})}
+                            "files": [{**{k: f[k] for k in ("path", "by", "diff")},
+                                       "backup": rollout.backups.get(name, {}).get(f["path"])} for f in plan["files"]],
+                            "outcome": outcome(rollout, name), "evicted": rollout.evicted.get(name, []),
+                            "phases_s": rollout.phases.get(name, {})}
                      for name, plan in sorted(rollout.plans.items())},
-           "failures": rollout.failures, "stopped": rollout.stopped, "audit_after": after}
+           "failures": rollout.failures, "stopped": rollout.stopped, "lock_renewals": rollout.renewals,
+           "audit_after": after}
     write_reports(doc, report, textfile, repair_registry)
 
 
 @operation(is_idempotent=False)
 def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", textfile: str = "",
-               max_unavailable: int = 1, max_failures: int = 0):
+               max_unavailable: int = 1, max_failures: int = 0, lock_s: int = nodes.LEASE_S):
     """
     Put every planned node through the repair, in the order of their names, at most
     ``max_unavailable`` at a time, under the cluster's repair lock (a Lease: a second run is
     refused by name): cordon (marked as gpuop's), drain (``gpuop.drain``), the files written
-    (each one before kept beside it), the restart forecast asked of the node's own binary (a
+    (each one before kept under /var/lib/gpuop/backup, where no runtime reads), the restart forecast asked of the node's own binary (a
     restart it refuses never happens: the files are put back, the node uncordoned), containerd restarted with the node's
     ``containerd_restart``, proven (CRI loads the handler, kubelet Ready, a probe Pod of the GPU
     RuntimeClass runs there), uncordoned. A node that fails stays cordoned with the reason on it
@@ -192,6 +210,7 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
     + report, textfile: the run's JSON and Prometheus textfile on this machine; empty: none
     + max_unavailable: how many nodes are out of service at once
     + max_failures: how many failed nodes the rollout goes on past
+    + lock_s: the Lease's duration; a timer of its own renews it every third of it
 
     .. code:: python
 
@@ -205,13 +224,24 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
 
     def roll(state, host):
         api = api_client(kubeconfig, context, REQUEST_DEADLINE_S)
+        keeper = None
         try:
-            nodes.lock(api, namespace, rollout.holder)
+            nodes.lock(api, namespace, rollout.holder, lock_s)
+            keeper = gevent.spawn(_lock_kept, api, rollout, namespace, lock_s)
         except Exception as e:
             rollout.stopped = f"the lock: {e if isinstance(e, nodes.Stalled) else in_words(e, 20)}"
+        if keeper is not None:  # under the lock, every probe Pod is one a killed run left
+            try:
+                left = nodes.probes_left(api, namespace)
+                if left:
+                    logger.info(f"repair: deleted the probe Pod(s) a killed run left: {', '.join(left)}")
+            except Exception as e:  # noqa: BLE001 (its deadline ends such a Pod anyway)
+                logger.warning(f"repair: the probe Pods a killed run may have left were not read: {in_words(e, 20)}")
         try:
             _rolled(api, rollout, namespace, max_unavailable, max_failures)
         finally:
+            if keeper is not None:
+                keeper.kill()
             if not rollout.stopped.startswith("the lock"):
                 nodes.unlock(api, namespace, rollout.holder)
         for name in sorted(rollout.plans):
@@ -232,6 +262,27 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
         return not rollout.stopped and not rollout.failures and after is not None and not remaining
 
     yield FunctionCommand(roll, (), {})
+
+
+def _lock_kept(api, rollout: _Rollout, namespace: str, lock_s: int):
+    """The repair's Lease renewed every third of ``lock_s`` for as long as the run lasts, whatever
+    it waits on (a node's read, a restart, a drain: greenlets, as pyinfra's own commands are); a
+    renewal that finds it another run's stops the rollout before its next change to any node. A
+    renewal the API server does not answer is tried again at the next one."""
+    every = lock_s / 3
+    while True:
+        gevent.sleep(every)
+        try:
+            nodes.renew(api, namespace, rollout.holder)
+            rollout.renewals += 1
+        except nodes.LockLost as e:
+            rollout.lock_lost = str(e)
+            rollout.stopped = rollout.stopped or f"the lock: {e}"
+            logger.error(f"the repair's lock is lost: {e}; the run stops before its next change to a node")
+            return
+        except Exception as e:  # noqa: BLE001 (the API server's silence: the Lease lasts 3 renewals)
+            logger.warning(f"the repair's Lease was not renewed now ({in_words(e, REQUEST_DEADLINE_S)}); "
+                           f"tried again in {every:.0f}s")
 
 
 def _rolled(api, rollout: _Rollout, namespace: str, max_unavailable: int, max_failures: int):
@@ -263,14 +314,23 @@ class _Steps:
     def __init__(self, api, name: str, node: _Node, rollout: _Rollout, namespace: str):
         self.api, self.core, self.name, self.node, self.rollout = api, client.CoreV1Api(api), name, node, rollout
         self.knobs, self.target, self.namespace = node.knobs, node.host, namespace
-        self.ours, self.backups, self.before = node.left_cordoned, {}, None
+        self.ours, self.before = node.left_cordoned, None
+        self.backups = rollout.backups.setdefault(name, {})
 
     def say(self, words: str):
         logger.info(f"{self.target.print_prefix}{words}")
-        nodes.renew(self.api, self.namespace)
+
+    def ran(self, what: str, command: str, timeout_s: int, deadline: str) -> tuple:
+        """``command`` run on the node: (whether it succeeded, its output); ``Stalled`` naming
+        ``what`` and its ``deadline`` knob where it does not end in time (pyinfra says only
+        TimeoutError, which is no API server's)."""
+        try:
+            return self.target.run_shell_command(StringCommand(command), _timeout=timeout_s)
+        except TimeoutError:
+            raise nodes.Stalled(f"{what} did not end on {self.name} within {deadline}={timeout_s}s") from None
 
     def on_node(self, what: str, command: str, timeout_s: int) -> list:
-        ok, out = self.target.run_shell_command(StringCommand(command), _timeout=timeout_s)
+        ok, out = self.ran(what, command, timeout_s, "node_read_timeout_s")
         if not ok:
             raise nodes.Stalled(f"{what} failed on {self.name}: {out.stderr or out.stdout or 'no words'}")
         return out.stdout_lines
@@ -286,17 +346,22 @@ class _Steps:
 
     def drain(self):
         if self.knobs.drain:
-            evicted = nodes.drain(self.api, self.name, self.knobs.drain_timeout_s, self.knobs.drain_unmanaged, self.say)
+            evicted = nodes.drain(self.api, self.name, self.knobs.drain_timeout_s, self.knobs.drain_unmanaged, self.say,
+                                  self.knobs.drain_delete_emptydir_data)
+            self.rollout.evicted[self.name] = evicted
             self.say(f"node {self.name}: drained ({len(evicted)} Pod(s) evicted{': ' + ', '.join(evicted) if evicted else ''})")
+        else:
+            self.say(f"node {self.name}: not drained (drain=false): its Pods run on through the restart")
 
     def write(self):
-        """Each planned file, the one before kept beside it (``backup_of``)."""
+        """Each planned file, the one before kept where no runtime reads (``node_backup_of``)."""
         timeout_s = self.knobs.node_read_timeout_s
         for file in self.node.plan["files"]:
             path = file["path"]
             if file["before"] is not None:
-                self.backups[path] = backup_of(path)
-                self.on_node("the backup", f"cp -p {shlex.quote(path)} {shlex.quote(self.backups[path])}", timeout_s)
+                kept = self.backups[path] = node_backup_of(path, self.rollout.run)
+                self.on_node("the backup", f"mkdir -p {shlex.quote(posixpath.dirname(kept))} && "
+                                           f"cp -p {shlex.quote(path)} {shlex.quote(kept)}", timeout_s)
             self.on_node(f"writing {path}", inline_write(path, file["after"], file["mode"]), timeout_s)
             self.say(f"node {self.name}: {path} written by {file['by']}"
                      + (f" (the one before kept as {self.backups[path]})" if path in self.backups else ""))
@@ -320,7 +385,7 @@ class _Steps:
         # sandboxes (cri-o#10202, seen on 1.36.3: docs/cri-o.md)
         on_crio = self.node.plan["runtime"] == crio.NAME
         command = self.knobs.crio_restart if on_crio else self.knobs.containerd_restart
-        done, out = self.target.run_shell_command(StringCommand(command), _timeout=self.knobs.restart_timeout_s)
+        done, out = self.ran(f"the restart ({command})", command, self.knobs.restart_timeout_s, "restart_timeout_s")
         if not done and self.knobs.reach != "cluster":
             raise nodes.Stalled(f"the restart ({command}) failed on {self.name}: {out.stderr or out.stdout or 'no words'}")
         if not done:  # through the cluster, the runtime restarted is the one that carries the read Pod's answer
@@ -353,27 +418,48 @@ class _Steps:
                     f"Ready {cond.get('status', 'unknown')} ({cond.get('message', '')}), "
                     f"runtime handlers {handlers if handlers is not None else '(none reported)'}")
         nodes.wait(f"node {self.name} Ready, with {handler} among its runtime handlers where it reports them",
-                   ready, self.knobs.restart_timeout_s, self.say)
+                   ready, self.knobs.restart_timeout_s, self.say, api_retry_s=REQUEST_DEADLINE_S)
 
     def probe(self):
-        runtime_class = self.node.runtime_class
-        if runtime_class:
+        """A probe Pod through the handler, asking a GPU where the node has one free (never
+        skipped: with no RuntimeClass for the handler, one of gpuop's own for the probe alone)."""
+        runtime_class, handler = self.node.runtime_class, self.knobs.gpu_handler
+        if not runtime_class:
+            runtime_class = nodes.probe_class(self.api, handler)
+            self.say(f"node {self.name}: no RuntimeClass maps to handler {handler}: the probe runs with "
+                     f"RuntimeClass {runtime_class}, made for it")
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.name}").items
+        gpus = min(1, free_gpus(self.api.sanitize_for_serialization(self.core.read_node(self.name)),
+                                [self.api.sanitize_for_serialization(p) for p in pods]))
+        try:
             nodes.probe(self.api, self.name, runtime_class, self.knobs.node_pod_image, self.namespace,
-                        self.knobs.restart_timeout_s, self.say)
-            self.say(f"node {self.name}: a probe Pod of RuntimeClass {runtime_class} ran there")
+                        self.knobs.restart_timeout_s, self.say, gpus, api_retry_s=REQUEST_DEADLINE_S)
+        finally:
+            if runtime_class != self.node.runtime_class:
+                nodes.probe_class_gone(self.api, runtime_class)
+        self.say(f"node {self.name}: a probe Pod of RuntimeClass {runtime_class} ran there"
+                 + (", given a GPU" if gpus else ", asking no GPU (none advertised free)"))
 
     def uncordon(self):
-        if self.ours:
-            nodes.uncordon(self.core, self.name)
-        self.say(f"node {self.name}: " + ("repaired and back in service" if self.node.plan["action"] == "repair" else
+        repaired = self.node.plan["action"] == "repair"
+        if not self.ours:  # someone else's cordon: theirs to lift
+            self.say(f"node {self.name}: repaired; it stays cordoned: someone else cordoned it, theirs to put back")
+            return
+        nodes.uncordon(self.core, self.name)
+        self.say(f"node {self.name}: " + ("repaired and back in service" if repaired else
                                          "healthy, and still cordoned by an earlier gpuop run: uncordoned"))
 
     def failed(self, step: str, words: str):
-        """The node after a failed step: back in service where nothing on it changed, else left
-        cordoned saying why (``gpuop.io/repair-failed``)."""
+        """The node after a failed step: back in service where nothing on it changed and it was in
+        service before; else left cordoned saying why (``gpuop.io/repair-failed``). A node an
+        earlier run left failed goes back only once proven: here it stays cordoned, its mark
+        updated."""
         try:
-            if step not in self.UNTOUCHED:
+            if step not in self.UNTOUCHED or self.node.left_failed and self.ours:
                 nodes.mark_failed(self.core, self.name, f"{step}: {words}")
+                if step in self.UNTOUCHED:
+                    self.say(f"node {self.name}: stays cordoned: an earlier gpuop run left it failed "
+                             f"({self.node.left_failed}), and this run proved nothing")
             elif self.ours:
                 nodes.uncordon(self.core, self.name)
         except Exception as e:
@@ -381,6 +467,7 @@ class _Steps:
 
 
 STEPS = ("cordon", "drain", "write", "forecast", "restart", "CRI", "Ready", "probe", "uncordon")
+PROVEN = ("Ready", "probe", "uncordon")  # a healthy node gpuop left cordoned: proven before it is put back
 
 
 def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str, max_failures: int = 0):
@@ -389,7 +476,11 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str, max_
     steps = _Steps(api, name, node, rollout, namespace)
     phases = rollout.phases.setdefault(name, {})
     healthy = node.plan["action"] == "none"  # here only for gpuop's cordon a run that stopped or died left
-    for step in ("uncordon",) if healthy else STEPS:
+    for step in PROVEN if healthy else STEPS:
+        if rollout.lock_lost:  # another run's now: nothing more changes here, the node left as it is
+            rollout.outcomes[name] = f"left at {step}: the lock was lost"
+            logger.error(f"{node.host.print_prefix}node {name} left before its step {step}: {rollout.lock_lost}")
+            return
         started = time.monotonic()
         try:
             getattr(steps, step.lower())()

@@ -12,7 +12,9 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -23,10 +25,11 @@ from gpuop.drain import LEASE
 from gpuop.repair_plan import CORDONED_BY, REPAIR_FAILED
 from tests.helpers import layouts, nodesfiles, simnodes
 from tests.helpers.fleetobjects import MARK, NAMESPACE
-from tests.helpers.kube import eventually, get, kubectl
+from tests.helpers.kube import eventually, get, heal_lab, kill_component, kubectl
 from tests.helpers.kubelets import READ_IMAGE
 from tests.helpers.layouts import CONFIG, DROPIN, write_file
 from tests.helpers.playbook import PYINFRA, deploy
+from tests.helpers.proc import Started
 from tests.helpers.simnodes import Node
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
@@ -54,31 +57,27 @@ def append(path: str, text: str) -> str:
     return f"printf %s {base64.b64encode(text.encode()).decode()} | base64 -d >>{path}"
 
 
+def deployment(app: str, node: str, runtime_class: str = "", volumes: tuple = ()) -> dict:
+    """A Deployment of one Pod ``app`` pinned to ``node`` (past the fleet's taint), sleeping."""
+    labels = {"app": app}
+    mounts = [{"name": v["name"], "mountPath": f"/{v['name']}"} for v in volumes]
+    spec = {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"key": MARK, "operator": "Exists"}],
+            **({"runtimeClassName": runtime_class} if runtime_class else {}), **({"volumes": list(volumes)} if volumes else {}),
+            "containers": [{"name": "work", "image": READ_IMAGE, "imagePullPolicy": "IfNotPresent",
+                            "command": ["/bin/sh", "-c", "sleep 3600"], **({"volumeMounts": mounts} if mounts else {})}]}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "namespace": NAMESPACE},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": spec}}}
+
+
 def workloads(nodes) -> str:
-    """RuntimeClass fleet-nvidia, and a Deployment of one GPU Pod pinned to each node."""
+    """RuntimeClass fleet-nvidia, a Deployment of one GPU Pod pinned to each node, and one that
+    runs now (no RuntimeClass) on fix-ctk, which a budget can hold."""
     docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-nvidia"}, "handler": "nvidia"}]
-    steady = {"app": "steady-fix-ctk"}  # a Pod that runs now (no RuntimeClass), which a budget can hold
-    docs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "steady-fix-ctk", "namespace": NAMESPACE},
-                 "spec": {"replicas": 1, "selector": {"matchLabels": steady},
-                          "template": {"metadata": {"labels": steady},
-                                       "spec": {"nodeSelector": {"kubernetes.io/hostname": "fix-ctk"},
-                                                "terminationGracePeriodSeconds": 0,
-                                                "tolerations": [{"key": MARK, "operator": "Exists"}],
-                                                "containers": [{"name": "steady", "image": READ_IMAGE,
-                                                                "imagePullPolicy": "IfNotPresent",
-                                                                "command": ["/bin/sh", "-c", "sleep 3600"]}]}}}})
-    for n in nodes:
-        labels = {"app": f"work-{n.name}"}
-        docs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"work-{n.name}", "namespace": NAMESPACE},
-                     "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                              "template": {"metadata": {"labels": labels},
-                                           "spec": {"nodeSelector": {"kubernetes.io/hostname": n.name},
-                                                    "runtimeClassName": "fleet-nvidia", "terminationGracePeriodSeconds": 0,
-                                                    "tolerations": [{"key": MARK, "operator": "Exists"}],
-                                                    "containers": [{"name": "work", "image": READ_IMAGE,
-                                                                    "imagePullPolicy": "IfNotPresent",
-                                                                    "command": ["/bin/sh", "-c", "sleep 3600"]}]}}}})
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-nvidia"}, "handler": "nvidia"},
+            deployment("steady-fix-ctk", "fix-ctk")]
+    docs += [deployment(f"work-{n.name}", n.name, "fleet-nvidia") for n in nodes]
     return "\n---\n".join(json.dumps(d) for d in docs)
 
 
@@ -133,6 +132,12 @@ def incident_again(node):
         f.write(tomli_w.dumps(nvidia_dropin()))
 
 
+def backups(node) -> list:
+    """Every file the fleet repair kept on ``node`` (under /var/lib/gpuop/backup), as the node names it."""
+    root = f"/proc/{simnodes.ns_pid(node)}/root"
+    return sorted(os.path.join(top, f)[len(root):] for top, _, files in os.walk(f"{root}/var/lib/gpuop/backup") for f in files)
+
+
 def fix(path, *data, dry=False):
     return deploy(None, *data, env={"GPUOP_NODES": path}, inventory="nodes.py", script="fix.py", dry=dry)
 
@@ -143,16 +148,16 @@ def test_the_plan_first_changes_nothing(fleet):
     containerds = {n.name: simnodes.node_containerd(n) for n in nodes}
     run = fix(path, dry=True)
     assert "fix-incident: repair: a restart takes CRI down" in run.log, run.log[-3000:]
-    assert "fix-incident:   write /etc/containerd/conf.d/99-nvidia.toml, by gpuop (the file before kept beside it):" in run.log
+    assert "fix-incident:   write /etc/containerd/conf.d/99-nvidia.toml, by gpuop (the file before kept under /var/lib/gpuop/backup, where no runtime reads):" in run.log
     # no imports: one line added to the config; the drop-in the node's own nvidia-ctk would write
     assert ("fix-noimports:   write /etc/containerd/config.toml, by gpuop (an import of the drop-in's directory) "
-            "(the file before kept beside it):") in run.log, run.log[-3000:]
+            "(the file before kept under /var/lib/gpuop/backup, where no runtime reads):") in run.log, run.log[-3000:]
     assert 'fix-noimports:     +imports = ["/etc/containerd/conf.d/*.toml"]' in run.log
     assert "fix-noimports:   write /etc/containerd/conf.d/99-nvidia.toml, by nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk):" in run.log
     # k3s: its template, never the file it writes anew
     assert ("fix-k3s:   write /etc/containerd/config.toml.tmpl, by gpuop (the template k3s renders "
             "/etc/containerd/config.toml from at its start; /etc/containerd/config.toml itself is never written) "
-            "(the file before kept beside it):") in run.log, run.log[-3000:]
+            "(the file before kept under /var/lib/gpuop/backup, where no runtime reads):") in run.log, run.log[-3000:]
     assert "fix-ctk: repair: nvidia is written and a restart loads it with CRI up" in run.log
     assert "fix-healthy: nothing to do: nvidia is loaded now and after a restart" in run.log
     assert {n.name: simnodes.etc_containerd(n) for n in nodes} == before
@@ -261,7 +266,7 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
         now = simnodes.etc_containerd(n)
         changed = {p for p in set(etc) | set(now) if etc.get(p) != now.get(p)}
         changed -= {p for p in changed if any(q.startswith(p + "/") for q in changed)}  # a folder, for what is in it
-        assert {p for p in changed if ".gpuop-bak." not in p} == planned, (n.name, changed)
+        assert changed == planned, (n.name, changed)  # no backup among them: none where containerd reads
         assert simnodes.tree(os.path.join(n.dir, "usr-bin")) == usr_bin
     k3s_etc = f"/proc/{simnodes.ns_pid(next(n for n in nodes if n.name == 'fix-k3s'))}/root/etc/containerd"
     with open(f"{k3s_etc}/config.toml") as rendered, open(f"{k3s_etc}/config.toml.tmpl") as template:
@@ -289,8 +294,11 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
         node_dir = next(n.dir for n in nodes if n.name == name)
         assert os.path.exists(os.path.join(node_dir, "nvidia-container-runtime.log"))  # through the handler
     incident = next(n for n in nodes if n.name == "fix-incident")
-    backups = [f for f in simnodes.etc_containerd(incident) if ".gpuop-bak." in f]
-    assert len(backups) == 1 and backups[0].startswith("conf.d/99-nvidia.toml.gpuop-bak."), backups
+    (kept,) = backups(incident)  # the seed's drop-in, byte for byte, under the run's name, where no runtime reads
+    assert kept.endswith("/etc/containerd/conf.d/99-nvidia.toml") and kept.startswith("/var/lib/gpuop/backup/"), kept
+    assert doc["nodes"]["fix-incident"]["files"][0]["backup"] == kept
+    with open(f"/proc/{simnodes.ns_pid(incident)}/root{kept}") as f:
+        assert f.read() == tomli_w.dumps(nvidia_dropin())
     assert "node fix-healthy:" not in run.log  # never cordoned, its Pod never evicted, its containerd never restarted
     assert work_pods("fix-healthy")[0]["metadata"]["uid"] == healthy_pod
     assert simnodes.node_containerd(healthy) == healthy_containerd
@@ -301,6 +309,285 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
     assert again.code == 0 and again.changed == 0, again.log[-3000:]
     with open(report) as f:
         assert {n["outcome"] for n in json.load(f)["nodes"].values()} == {"nothing to do"}
+
+
+def pod_of(app) -> dict:
+    (pod,) = get("pods", NAMESPACE, labelSelector=f"app={app}")["items"]
+    return pod
+
+
+def test_a_pod_with_emptydir_data_stops_the_drain_unless_told_to_delete_it(fleet):
+    """The incident planted again on fix-ctk and fix-incident, and a Deployment's GPU Pod with an
+    emptyDir (a training job's scratch) on fix-ctk, the first to repair: its drain stops there
+    before any eviction, named with its volume; the Pod untouched (same uid), the node back in
+    service, fix-incident untouched, non-zero. With drain_delete_emptydir_data=true (its --dry
+    first), the same node is repaired, the Pod evicted and said so."""
+    nodes, path, root = fleet
+    by_name = {n.name: n for n in nodes}
+    for name in ("fix-ctk", "fix-incident"):
+        incident_again(by_name[name])
+    kubectl("apply", "-f", "-", stdin=json.dumps(deployment("scratch-fix-ctk", "fix-ctk", "fleet-nvidia",
+                                                            ({"name": "ckpt", "emptyDir": {}},))))
+    try:
+        eventually("the scratch Pod running", lambda: running("scratch-fix-ctk"), timeout=120)
+        scratch = pod_of("scratch-fix-ctk")["metadata"]
+        files = {n.name: simnodes.etc_containerd(n) for n in nodes}
+        containerds = {n.name: simnodes.node_containerd(n) for n in nodes}
+        run = fix(path)
+        assert run.code != 0
+        assert (f"the repair stopped: node fix-ctk, step drain: drain of fix-ctk: Pod(s) gpuop-fleet/{scratch['name']} "
+                "(emptyDir ckpt) have local data an eviction deletes (drain_delete_emptydir_data=true evicts them, as "
+                "kubectl drain --delete-emptydir-data does)") in run.log, run.log[-3000:]
+        assert "node fix-incident untouched: the rollout stopped at node fix-ctk, step drain" in run.log
+        assert pod_of("scratch-fix-ctk")["metadata"]["uid"] == scratch["uid"] and running("scratch-fix-ctk")
+        assert not get("node/fix-ctk")["spec"].get("unschedulable")
+        assert {n.name: simnodes.etc_containerd(n) for n in nodes} == files
+        assert {n.name: simnodes.node_containerd(n) for n in nodes} == containerds
+        dry = fix(path, "drain_delete_emptydir_data=true", dry=True)
+        drained = next(line for line in dry.log.splitlines() if "fix-ctk:   cordon, then drain: evict" in line)
+        assert drained.endswith(f"; their emptyDir data deleted with them: gpuop-fleet/{scratch['name']} (emptyDir ckpt) "
+                                "(drain_delete_emptydir_data=true)"), drained
+        report = os.path.join(root, "emptydir.json")
+        again = fix(path, "drain_delete_emptydir_data=true", f"report={report}")
+        assert again.code == 0, again.log[-4000:]
+        assert "node fix-ctk: repaired and back in service" in again.log
+        assert "node fix-incident: repaired and back in service" in again.log
+        with open(report) as f:
+            assert f"gpuop-fleet/{scratch['name']}" in json.load(f)["nodes"]["fix-ctk"]["evicted"]
+        eventually("the scratch Deployment's new Pod running", lambda: running("scratch-fix-ctk"), timeout=120)
+        assert pod_of("scratch-fix-ctk")["metadata"]["uid"] != scratch["uid"]
+    finally:
+        kubectl("delete", "deployment", "scratch-fix-ctk", "-n", NAMESPACE, "--ignore-not-found")
+
+
+def test_a_node_an_earlier_run_left_failed_goes_back_only_once_proven(fleet):
+    """fix-incident as a failed run leaves it (the incident planted again; gpuop's cordon and its
+    failure mark on it) with a Pod no controller owns: this run's drain fails there, and the node
+    stays cordoned, its mark updated: never put back unproven. With drain_unmanaged=true (its
+    --dry first), the next run deletes that Pod, repairs the node and puts it back."""
+    nodes, path, root = fleet
+    incident = next(n for n in nodes if n.name == "fix-incident")
+    incident_again(incident)
+    kubectl("cordon", "fix-incident")
+    kubectl("annotate", "node", "fix-incident", f"{CORDONED_BY}=gpuop on ops-1 pid 5",
+            f"{REPAIR_FAILED}=CRI: containerd on fix-incident to restart and load nvidia: not within 10s")
+    bare = {**BARE_POD, "metadata": {**BARE_POD["metadata"], "name": "bare-incident"},
+            "spec": {**BARE_POD["spec"], "nodeName": "fix-incident"}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(bare))
+    try:
+        run = fix(path)
+        assert run.code != 0
+        refused = ("drain: drain of fix-incident: Pod(s) gpuop-fleet/bare-incident are owned by no controller, so nothing "
+                   "would bring them back (drain_unmanaged=true deletes them, as kubectl drain --force does)")
+        assert f"the repair stopped: node fix-incident, step {refused}" in run.log, run.log[-3000:]
+        assert ("node fix-incident: stays cordoned: an earlier gpuop run left it failed (CRI: containerd on fix-incident "
+                "to restart and load nvidia: not within 10s), and this run proved nothing") in run.log, run.log[-3000:]
+        node = get("node/fix-incident")
+        assert node["spec"].get("unschedulable") and node["metadata"]["annotations"][REPAIR_FAILED] == refused
+        dry = fix(path, "drain_unmanaged=true", dry=True)
+        drained = next(line for line in dry.log.splitlines() if "fix-incident:   cordon, then drain: evict" in line)
+        assert drained.endswith("; delete gpuop-fleet/bare-incident (no controller owns them: drain_unmanaged=true)"), drained
+        again = fix(path, "drain_unmanaged=true")
+        assert again.code == 0, again.log[-4000:]
+        assert "node fix-incident: repaired and back in service" in again.log
+        assert get("pod/bare-incident", NAMESPACE) is None
+        node = get("node/fix-incident")
+        assert not node["spec"].get("unschedulable")
+        assert not {CORDONED_BY, REPAIR_FAILED} & set(node["metadata"].get("annotations", {}))
+    finally:
+        kubectl("delete", "pod", "bare-incident", "-n", NAMESPACE, "--grace-period=0", "--force", "--ignore-not-found")
+        kubectl("uncordon", "fix-incident")
+
+
+# A probe Pod a killed run left (gpuop's labels), on a healthy node.
+LEFT_PROBE = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "gpuop-probe-left", "namespace": "default",
+                           "labels": {"app.kubernetes.io/managed-by": "gpuop", "gpuop.io/probe-node": "fix-healthy"}},
+              "spec": {"nodeName": "fix-healthy", "tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 0,
+                       "containers": [{"name": "probe", "image": READ_IMAGE, "command": ["/bin/sh", "-c", "sleep 3600"]}]}}
+
+
+def test_drain_false_restarts_under_the_running_pods(fleet):
+    """drain=false (teams that restart under running Pods): --dry says no Pod is evicted, and the
+    run repairs fix-incident with its GPU Pod running on through the restart (same uid). A probe
+    Pod a killed run left is deleted first."""
+    nodes, path, root = fleet
+    incident_again(next(n for n in nodes if n.name == "fix-incident"))
+    work = pod_of("work-fix-incident")["metadata"]["uid"]
+    dry = fix(path, "drain=false", dry=True)
+    assert "fix-incident:   cordon, no drain (drain=false): every Pod on it runs on through the restart" in dry.log, dry.log[-3000:]
+    kubectl("apply", "-f", "-", stdin=json.dumps(LEFT_PROBE))
+    report = os.path.join(root, "nodrain.json")
+    run = fix(path, "drain=false", f"report={report}")
+    assert run.code == 0, run.log[-4000:]
+    assert "repair: deleted the probe Pod(s) a killed run left: gpuop-probe-left" in run.log, run.log[-3000:]
+    assert get("pod/gpuop-probe-left", "default") is None
+    assert "node fix-incident: not drained (drain=false): its Pods run on through the restart" in run.log
+    assert "node fix-incident: repaired and back in service" in run.log
+    with open(report) as f:
+        assert json.load(f)["nodes"]["fix-incident"]["evicted"] == []
+    assert pod_of("work-fix-incident")["metadata"]["uid"] == work
+
+
+def advertise_gpus(node: str, count):
+    """The node's status advertises ``count`` GPUs (None: none), as a device plugin's would."""
+    value = None if count is None else str(count)
+    kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p",
+            json.dumps({"status": {"capacity": {"nvidia.com/gpu": value}, "allocatable": {"nvidia.com/gpu": value}}}))
+
+
+def test_a_restart_that_never_returns_is_bounded_and_only_a_proof_puts_the_node_back(fleet):
+    """The incident planted again on fix-incident, and a restart command that hangs: the run ends
+    at restart_timeout_s, naming the command and its deadline, no traceback; the node stays
+    cordoned and marked, its containerd the same. Its file was written before the restart, and
+    the daemon still holds nvidia from before the incident was planted: the next run finds it
+    healthy, proves it (a probe Pod given one of the GPUs the node advertises) and puts it back."""
+    nodes, path, root = fleet
+    incident = next(n for n in nodes if n.name == "fix-incident")
+    incident_again(incident)
+    daemon = simnodes.node_containerd(incident)
+    try:
+        run = fix(path, "containerd_restart=sleep 600", "restart_timeout_s=8")
+    finally:  # the node's command outlives the run's SSH session
+        subprocess.run(["pkill", "-f", "^sleep 600$"], check=False, timeout=10)
+    assert run.code != 0
+    words = "restart: the restart (sleep 600) did not end on fix-incident within restart_timeout_s=8s"
+    assert f"the repair stopped: node fix-incident, step {words}" in run.log, run.log[-3000:]
+    assert "Traceback" not in run.log and "gave no answer" not in run.log, run.log[-3000:]
+    node = get("node/fix-incident")
+    assert node["spec"].get("unschedulable") and node["metadata"]["annotations"][REPAIR_FAILED] == words
+    assert simnodes.node_containerd(incident) == daemon
+    advertise_gpus("fix-incident", 1)
+    try:
+        again = fix(path)
+        assert again.code == 0, again.log[-4000:]
+        assert "node fix-incident: a probe Pod of RuntimeClass fleet-nvidia ran there, given a GPU" in again.log, again.log[-3000:]
+        assert "node fix-incident: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log
+    finally:
+        advertise_gpus("fix-incident", None)
+    node = get("node/fix-incident")
+    assert not node["spec"].get("unschedulable") and REPAIR_FAILED not in node["metadata"].get("annotations", {})
+
+
+def test_a_daemon_that_exits_at_once_after_the_restart_keeps_the_node_cordoned(fleet):
+    """The incident planted again on fix-ctk and fix-incident, and a restart that leaves a broken
+    config behind (as a bad binary or a hand edit would): fix-ctk's new containerd exits at once,
+    again and again; the node stays cordoned and marked, fix-incident untouched. The config put
+    right, the next run finds fix-ctk healthy, proves it and puts it back, and repairs fix-incident."""
+    nodes, path, root = fleet
+    by_name = {n.name: n for n in nodes}
+    for name in ("fix-ctk", "fix-incident"):
+        incident_again(by_name[name])
+    config = f"/proc/{simnodes.ns_pid(by_name['fix-ctk'])}/root{CONFIG}"
+    with open(config, "rb") as f:
+        good = f.read()
+    incident_files = simnodes.etc_containerd(by_name["fix-incident"])
+    try:
+        run = fix(path, f"containerd_restart=echo 'broken = [' >>{CONFIG} && pkill -x containerd", "restart_timeout_s=10")
+    finally:
+        with open(config, "wb") as f:
+            f.write(good)
+    assert run.code != 0
+    said = next(line for line in run.log.splitlines() if "the repair stopped: node fix-ctk, step CRI" in line)
+    assert "containerd on fix-ctk to restart and load nvidia: not within 10s; last seen: " in said, said
+    node = get("node/fix-ctk")
+    assert node["spec"].get("unschedulable") and CORDONED_BY in node["metadata"]["annotations"]
+    assert node["metadata"]["annotations"][REPAIR_FAILED].startswith("CRI: containerd on fix-ctk to restart and load nvidia")
+    assert "node fix-incident untouched: the rollout stopped at node fix-ctk, step CRI" in run.log
+    assert simnodes.etc_containerd(by_name["fix-incident"]) == incident_files
+    def back():
+        try:
+            return simnodes.node_containerd(by_name["fix-ctk"])
+        except AssertionError:  # none between two of its supervisor's starts
+            return None
+    eventually("fix-ctk's containerd back on its good config", back, timeout=60)
+    again = fix(path)
+    assert again.code == 0, again.log[-4000:]
+    assert "node fix-ctk: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log, again.log[-3000:]
+    assert "node fix-incident: repaired and back in service" in again.log
+    assert not get("node/fix-ctk")["spec"].get("unschedulable")
+
+
+def test_an_api_server_away_after_the_restart_is_asked_again_until_the_deadline(fleet):
+    """As on a k3s or RKE2 server node, whose restart takes the API server down with the runtime:
+    the lab's API server killed while fix-incident's restart runs, and started again 20 s later.
+    The waits after the restart ask again, saying so, and the node is repaired and put back."""
+    nodes, path, root = fleet
+    incident_again(next(n for n in nodes if n.name == "fix-incident"))
+    run = Started([PYINFRA, "nodes.py", "fix.py", "-y", "--data", "containerd_restart=sleep 3 && pkill -x containerd"],
+                  env={**os.environ, "GPUOP_NODES": path})
+    try:
+        eventually("the restart command on fix-incident", lambda: subprocess.run(
+            ["pgrep", "-f", "^sleep 3$"], capture_output=True, timeout=10).returncode == 0, timeout=120, interval=0.1)
+        kill_component("kube-apiserver")
+        time.sleep(20)  # the API server away, as a server node's restart takes it
+    finally:
+        heal_lab()
+    log = run.finish(300)
+    assert run.returncode == 0, log[-4000:]
+    # refused, or accepted and never answered (kwokctl's port, while its API server starts): either way asked again
+    assert re.search(r"waiting for node fix-incident Ready, .*: the API server did not answer \(the API server "
+                     r"(cannot be reached|did not complete a connection).*\); asked again", log), log[-4000:]
+    assert "node fix-incident: repaired and back in service" in log
+
+
+def lease_seen() -> tuple:
+    """The repair's Lease now: (holder, renewed at, duration), or None."""
+    found = get("leases", "default", fieldSelector=f"metadata.name={LEASE}")["items"]
+    spec = found[0]["spec"] if found else None
+    return (spec["holderIdentity"], spec.get("renewTime"), spec["leaseDurationSeconds"]) if spec else None
+
+
+def test_the_lock_is_kept_by_a_timer_for_the_whole_run_and_a_lock_taken_away_stops_it(fleet):
+    """repair_lock_s=6 (renewed every 2 s by a timer) and a restart command that takes 9 s on
+    fix-incident (the incident planted again): while the restart works, longer than the Lease
+    lasts, the Lease stays this run's and its renewal moves; the node is repaired. Then the same
+    again, and another run's holder written into the Lease while the restart works: the run stops
+    before its next step, naming the lock; the node stays cordoned, the Lease the other run's.
+    That Lease gone, the next run proves the node and puts it back."""
+    nodes, path, root = fleet
+    incident = next(n for n in nodes if n.name == "fix-incident")
+    slow = ["--data", "repair_lock_s=6", "--data", "containerd_restart=sleep 9 && pkill -x containerd"]
+
+    def started():
+        incident_again(incident)
+        run = Started([PYINFRA, "nodes.py", "fix.py", "-y", *slow], env={**os.environ, "GPUOP_NODES": path})
+        eventually("the slow restart command on fix-incident", lambda: subprocess.run(
+            ["pgrep", "-f", "^sleep 9$"], capture_output=True, timeout=10).returncode == 0, timeout=120)
+        return run
+
+    run = started()
+    seen = set()
+    while run.proc.poll() is None:
+        held = lease_seen()
+        if held and subprocess.run(["pgrep", "-f", "^sleep 9$"], capture_output=True, timeout=10).returncode == 0:
+            seen.add(held)
+        time.sleep(0.5)
+    log = run.finish(60)
+    assert run.returncode == 0, log[-4000:]
+    assert "node fix-incident: repaired and back in service" in log
+    assert {(holder, duration) for holder, _, duration in seen} == {(f"gpuop on {socket.gethostname()} pid {run.pid}", 6)}
+    assert len({renewed for _, renewed, _ in seen}) >= 3, seen  # renewed while the 9 s restart worked
+    assert lease_seen() is None  # given back at the end
+    # taken away while the restart works
+    run = started()
+    kubectl("patch", "lease", LEASE, "-n", "default", "--type=merge", "-p",
+            json.dumps({"spec": {"holderIdentity": "gpuop on ops-2 pid 77", "leaseDurationSeconds": 600}}))
+    try:
+        log = run.finish(120)
+        assert run.returncode != 0
+        assert (f"the repair stopped at the lock: the Lease default/{LEASE} was taken by gpuop on ops-2 pid 77 while "
+                "this run held it") in log, log[-3000:]
+        assert "node fix-incident left before its step CRI" in log, log[-3000:]
+        node = get("node/fix-incident")
+        assert node["spec"].get("unschedulable") and CORDONED_BY in node["metadata"]["annotations"]
+        assert lease_seen()[0] == "gpuop on ops-2 pid 77"
+    finally:
+        kubectl("delete", "lease", LEASE, "-n", "default", "--ignore-not-found")
+    again = fix(path)
+    assert again.code == 0, again.log[-4000:]
+    assert "node fix-incident: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log
+    assert not get("node/fix-incident")["spec"].get("unschedulable")
 
 
 def test_failed_nodes_up_to_repair_max_failures_are_gone_past_and_repair_max_unavailable_nodes_go_at_once(fleet):
@@ -340,8 +627,7 @@ def test_a_run_killed_during_a_restart_is_finished_by_the_next(fleet):
     incident = next(n for n in nodes if n.name == "fix-incident")
     incident_again(incident)
     daemon = simnodes.node_containerd(incident)
-    conf_d = f"/proc/{simnodes.ns_pid(incident)}/root/etc/containerd/conf.d"
-    backups = {f for f in os.listdir(conf_d) if ".gpuop-bak." in f}
+    kept = set(backups(incident))
     proc = subprocess.Popen([PYINFRA, "nodes.py", "fix.py", "-y", "--data", "containerd_restart=sleep 60 && pkill -x containerd"],
                             env={**os.environ, "GPUOP_NODES": path}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -357,7 +643,7 @@ def test_a_run_killed_during_a_restart_is_finished_by_the_next(fleet):
         subprocess.run(["pkill", "-f", "^sleep 60$"], check=False, timeout=10)
     node = get("node/fix-incident")
     assert node["spec"].get("unschedulable") and CORDONED_BY in node["metadata"]["annotations"]
-    assert len({f for f in os.listdir(conf_d) if ".gpuop-bak." in f} - backups) == 1  # written: its backup beside it
+    assert len(set(backups(incident)) - kept) == 1  # written: the one before kept
     assert simnodes.node_containerd(incident) == daemon  # never restarted
     again = fix(path)
     assert again.code == 0, again.log[-4000:]
@@ -396,10 +682,11 @@ def test_a_node_whose_containerd_does_not_come_back_stays_cordoned_and_stops_the
     try:
         again = fix(path, "reach=cluster")
         assert again.code == 0, again.log[-4000:]
-        assert re.search(r"\[@kubenode/fix-incident\] +node fix-incident: repaired and back in service", again.log), again.log[-5000:]
+        assert re.search(r"\[@kubenode/fix-incident\] +node fix-incident: repaired; it stays cordoned", again.log), again.log[-5000:]
         assert "node fix-ctk: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log
         assert "node fix-incident: cordoned already by someone else: it stays so after the repair" in again.log
-        assert "node fix-incident: repaired and back in service" in again.log
+        assert "node fix-incident: repaired; it stays cordoned: someone else cordoned it, theirs to put back" in again.log
+        assert "node fix-incident: repaired and back in service" not in again.log
         assert not get("node/fix-ctk")["spec"].get("unschedulable")
         node = get("node/fix-incident")
         assert node["spec"].get("unschedulable") and CORDONED_BY not in node["metadata"].get("annotations", {})

@@ -89,9 +89,9 @@ def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
                               "cluster_read_timeout_s": 20, "reach": "ssh", "node_pod_image": "busybox:1.37",
                               "node_pod_namespace": "default", "containerd_restart": "systemctl restart containerd",
                               "crio_restart": "systemctl restart crio",
-                              "drain": True, "drain_unmanaged": False, "drain_timeout_s": 300,
+                              "drain": True, "drain_unmanaged": False, "drain_delete_emptydir_data": False, "drain_timeout_s": 300,
                               "restart_timeout_s": 120, "repair_max_unavailable": 1,
-                              "repair_max_failures": 0, **data})
+                              "repair_max_failures": 0, "repair_lock_s": 60, **data})
     assert knobs.node_name == "ip-10-0-0-1" and knobs.report == ""
     with pytest.raises(HostsFileError, match="ssh_hostname missing; expected the address of the node"):
         load_hosts("hosts:\n  a:\n    node_name: x\n", "nodes.yaml", "the node", NODE_PARSERS)

@@ -76,7 +76,7 @@ def test_a_config_with_no_imports_gets_one_line_importing_the_drop_in_s_director
         '+imports = ["/etc/containerd/conf.d/*.toml"]']
     assert "nvidia" in runtime_names(tomllib.loads(p["files"][1]["after"]))
     lines = plan_lines(p)
-    assert f"gpu-a:   write {CONFIG}, by gpuop (an import of the drop-in's directory) (the file before kept beside it):" in lines
+    assert f"gpu-a:   write {CONFIG}, by gpuop (an import of the drop-in's directory) (the file before kept under /var/lib/gpuop/backup, where no runtime reads):" in lines
     assert f"gpu-a:   write {NVIDIA}, by gpuop:" in lines
 
 
@@ -231,3 +231,47 @@ def test_on_cri_o_a_handler_its_merge_drops_or_a_node_not_read_whole_is_not_repa
     assert "nvidia-container-runtime) is missing" in dropped["why"] and not dropped["files"]
     unread = crio_planned(crio_daemon({CRIO_CONF: "", CRIO_DROPIN: CTK_CRIO_TABLE}, THERE, loaded_from_crictl=False))
     assert unread["action"] == "blocked" and "nothing is planned blind" in unread["why"]
+
+
+def test_a_pod_with_emptydir_data_stops_the_drain_unless_its_knob_says_delete_it():
+    """As kubectl drain decides it: an emptyDir of any medium is data an eviction deletes; a
+    DaemonSet's Pod stays, so its scratch never counts."""
+    from gpuop.repair_plan import local_storage
+
+    files = {CONFIG: {"mode": "644", "text": MAIN}, NVIDIA: {"mode": "644", "text": SEED_DROPIN}}
+    train = owned(pod("train", runtime_class="nvidia"), "ReplicaSet")
+    train["spec"]["volumes"] = [{"name": "ckpt", "emptyDir": {"medium": "Memory"}}, {"name": "cfg", "configMap": {"name": "c"}},
+                                {"name": "scratch", "emptyDir": {}}]
+    agent = owned(pod("agent", runtime_class=None), "DaemonSet")
+    agent["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}]
+    assert local_storage(train) == ["ckpt", "scratch"] and local_storage(owned(pod("plain"), "ReplicaSet")) == []
+    p = planned(daemon(loaded=("runc",), after=("nvidia", "runc"), files=files, version="1.7.35"), train, agent)
+    assert p["local_storage"] == ["ns/train (emptyDir ckpt, scratch)"]
+    assert plan_lines(p)[1] == ("gpu-a:   cordon, then drain: evict ns/train; Pods whose emptyDir data an eviction "
+                                "deletes stop the drain: ns/train (emptyDir ckpt, scratch)")
+    assert plan_lines(p, delete_emptydir_data=True)[1] == (
+        "gpu-a:   cordon, then drain: evict ns/train; their emptyDir data deleted with them: ns/train (emptyDir ckpt, "
+        "scratch) (drain_delete_emptydir_data=true)")
+    assert plan_lines(p, drain=False)[1] == ("gpu-a:   cordon, no drain (drain=false): every Pod on it runs on through "
+                                             "the restart")
+
+
+def test_a_probe_asks_a_gpu_only_where_one_is_free_and_an_api_server_away_is_asked_again():
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    from gpuop.drain import api_away
+    from gpuop.repair_plan import free_gpus
+
+    node = {"metadata": {"name": "gpu-a"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}
+    holding = owned(pod("train", runtime_class="nvidia"), "ReplicaSet")
+    holding["spec"]["containers"] = [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+    ended = {**holding, "status": {"phase": "Succeeded"}}
+    elsewhere = {**holding, "spec": {**holding["spec"], "nodeName": "gpu-b"}}
+    assert free_gpus(node, []) == 2 and free_gpus(node, [ended, elsewhere]) == 2
+    assert free_gpus(node, [holding]) == 0
+    assert free_gpus({"metadata": {"name": "gpu-a"}, "status": {"allocatable": {}}}, []) == 0
+    # refused, timed out or unavailable: asked again; a refusal of the request itself: not
+    assert api_away(urllib3.exceptions.MaxRetryError(None, "/", urllib3.exceptions.NewConnectionError(None, "refused")))
+    assert api_away(TimeoutError()) and api_away(ApiException(status=503))
+    assert not api_away(ApiException(status=403)) and not api_away(ValueError("bad"))
