@@ -10,7 +10,9 @@ Per size: one repair, timed whole, each node's time per phase read from the run'
 (``phases_s``: cordon, drain, write, forecast, restart, CRI, Ready, probe, uncordon), beside the
 floor of the same fleet in the same round (an empty deploy over the same SSH hosts); then the
 rerun on the repaired fleet (nothing to do); SIZExAT_ONCE repairs with repair_max_unavailable
-AT_ONCE (default 1); and on paper, 1,000 nodes at 1, 10 and 100 at once.
+AT_ONCE (default 1); the repair lock's renewals per minute (its own timer: every third of
+repair_lock_s, the report's ``lock_renewals`` over the run's time); and on paper, 1,000 nodes at
+1, 10 and 100 at once.
 Run it with the lab up (``make lab-up``); it uses the current kube context.
 """
 
@@ -67,7 +69,7 @@ def one_size(size: int, at_once: int, root: str) -> dict:
         kubectl("delete", "namespace", "gpuop-fleet", "--ignore-not-found", "--wait=false")
     phases = {p: statistics.median(n["phases_s"][p] for n in doc["nodes"].values()) for p in PHASES}
     return {"size": size, "at_once": at_once, "whole": whole, "floor": floor, "rerun": rerun, "phases": phases,
-            "per_node": sum(phases.values())}
+            "per_node": sum(phases.values()), "renewals_per_min": doc["lock_renewals"] / (whole / 60)}
 
 
 def main():
@@ -75,11 +77,11 @@ def main():
     results = [one_size(size, at_once, tempfile.mkdtemp(prefix=f"gpuop-bench-fix-{size}x{at_once}-", dir="/tmp"))
                for size, at_once in asked]
     print(f"fleet repair, {time.strftime('%Y-%m-%d')}: seconds (median over the nodes for the phases)")
-    print("| nodes | at once | whole run | floor | rerun | " + " | ".join(PHASES) + " | one node |")
-    print("|---" * (6 + len(PHASES)) + "|")
+    print("| nodes | at once | whole run | floor | rerun | " + " | ".join(PHASES) + " | one node | lock renewals/min |")
+    print("|---" * (7 + len(PHASES)) + "|")
     for r in results:
         print(f"| {r['size']} | {r['at_once']} | {r['whole']:.1f} | {r['floor']:.1f} | {r['rerun']:.1f} | "
-              + " | ".join(f"{r['phases'][p]:.2f}" for p in PHASES) + f" | {r['per_node']:.1f} |")
+              + " | ".join(f"{r['phases'][p]:.2f}" for p in PHASES) + f" | {r['per_node']:.1f} | {r['renewals_per_min']:.1f} |")
     one = next(r for r in results if r["at_once"] == 1)["per_node"]
     print(f"on paper, 1,000 nodes ({one:.1f} s a node, this fleet's drain and restart; a real node's drain waits "
           "for its Pods' grace and its budgets): " + ", ".join(

@@ -108,7 +108,10 @@ case ${1:-} in
     [[ -z $(ns_unshare "$dir") ]] || die "a node already runs on $dir"
     echo "${5:-gpuop-lab}" >"$dir/lab"  # which lab's node it is: lab/labproc.py
     port=$(awk '$1 == "Port" {print $2}' "$dir/sshd_config")
-    setsid unshare -m -p -u -f --mount-proc --propagation private \
+    # every signal at its default, as a booted node's daemons have them: one ignored by whoever
+    # started the tests (nohup ignores SIGHUP) would be ignored by the node's containerd too, and
+    # the GPU Operator installer's SIGHUP would never end it
+    setsid env --default-signal unshare -m -p -u -f --mount-proc --propagation private \
       bash "$0" inside "$dir" "$3" "$4" </dev/null >"$dir/node.log" 2>&1 &
     wait_until 40 0.1 "node $dir's sshd to listen on $port" listening "$dir" "$port" "$!" ||
       die "node $dir: sshd did not listen: $(tail -n 5 "$dir/node.log")" ;;
