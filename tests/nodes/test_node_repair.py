@@ -25,7 +25,7 @@ from gpuop.drain import LEASE
 from gpuop.repair_plan import CORDONED_BY, REPAIR_FAILED
 from tests.helpers import layouts, nodesfiles, simnodes
 from tests.helpers.fleetobjects import MARK, NAMESPACE
-from tests.helpers.kube import eventually, get, heal_lab, kill_component, kubectl
+from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.kubelets import READ_IMAGE
 from tests.helpers.layouts import CONFIG, DROPIN, write_file
 from tests.helpers.playbook import PYINFRA, deploy
@@ -506,29 +506,6 @@ def test_a_daemon_that_exits_at_once_after_the_restart_keeps_the_node_cordoned(f
     assert "node fix-ctk: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log, again.log[-3000:]
     assert "node fix-incident: repaired and back in service" in again.log
     assert not get("node/fix-ctk")["spec"].get("unschedulable")
-
-
-def test_an_api_server_away_after_the_restart_is_asked_again_until_the_deadline(fleet):
-    """As on a k3s or RKE2 server node, whose restart takes the API server down with the runtime:
-    the lab's API server killed while fix-incident's restart runs, and started again 20 s later.
-    The waits after the restart ask again, saying so, and the node is repaired and put back."""
-    nodes, path, root = fleet
-    incident_again(next(n for n in nodes if n.name == "fix-incident"))
-    run = Started([PYINFRA, "nodes.py", "fix.py", "-y", "--data", "containerd_restart=sleep 3 && pkill -x containerd"],
-                  env={**os.environ, "GPUOP_NODES": path})
-    try:
-        eventually("the restart command on fix-incident", lambda: subprocess.run(
-            ["pgrep", "-f", "^sleep 3$"], capture_output=True, timeout=10).returncode == 0, timeout=120, interval=0.1)
-        kill_component("kube-apiserver")
-        time.sleep(20)  # the API server away, as a server node's restart takes it
-    finally:
-        heal_lab()
-    log = run.finish(300)
-    assert run.returncode == 0, log[-4000:]
-    # refused, or accepted and never answered (kwokctl's port, while its API server starts): either way asked again
-    assert re.search(r"waiting for node fix-incident Ready, .*: the API server did not answer \(the API server "
-                     r"(cannot be reached|did not complete a connection).*\); asked again", log), log[-4000:]
-    assert "node fix-incident: repaired and back in service" in log
 
 
 def lease_seen() -> tuple:
