@@ -243,7 +243,11 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
             if keeper is not None:
                 keeper.kill()
             if not rollout.stopped.startswith("the lock"):
-                nodes.unlock(api, namespace, rollout.holder)
+                try:
+                    nodes.unlock(api, namespace, rollout.holder)
+                except Exception as e:  # noqa: BLE001 (one sentence: the client's own error handling can fail too)
+                    logger.warning(f"repair: the Lease was not given back ({in_words(e, REQUEST_DEADLINE_S)}); "
+                                   f"it lapses {lock_s}s after its last renewal")
         for name in sorted(rollout.plans):
             logger.info(f"repair: {name}: {outcome(rollout, name)}")
         try:
