@@ -5,10 +5,10 @@ the fleet audit's, naming the views it joins; everything else the audit reads
 (loaded handlers, GPU use per node, Pending Pods by reason, rollouts) is reported beside them.
 """
 
-from .cluster import allocatable_count, gpus_asked, rollout_complete, rollout_settled, rollout_status
+from .cluster import allocatable_count, rollout_status
 from .gaps import gap
 from .objects import of_kind, ref
-from .rules import active, classed_pods, findings, kubelet_agrees, node_entry, sandbox_refusal
+from .rules import classed_pods, gpus_held, judge, kubelet_agrees, overcommitted, sandbox_refusal, stalled_rollout
 from .scheduling import pod_scheduled, reasons, unschedulable
 from .slots import replicas_of
 from .view import api_handlers
@@ -37,8 +37,8 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
         audit(lab_view(...), objects, {...})["gaps"]
         -> [{"kind": "restart-takes-cri-down", ...}, {"kind": "handler-not-loaded", ...}, ...]
     """
-    events = of_kind(objects, "Event") if kubelet_node else None
-    gaps, warnings = findings(view, objects, kubelet_node, events=events), []
+    judged = judge(view, objects, kubelet_node)
+    gaps, warnings = judged["gaps"], []
     pods = of_kind(objects, "Pod")
     loaded = view["loaded"]
 
@@ -60,11 +60,9 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
     for node in of_kind(objects, "Node"):
         name = node["metadata"]["name"]
         advertised = allocatable_count(node)
-        asked = sum(gpus_asked(p) for p in pods if p["spec"].get("nodeName") == name and active(p))
+        asked = gpus_held(name, pods)
         entry = {"name": name, "advertised": advertised, "requested": asked}
-        if asked > advertised:
-            gaps.append(gap("gpus-overcommitted", name, ["scheduled"],
-                            f"node {name}: Pods hold {asked} GPUs, it advertises {advertised}"))
+        gaps += [g for g in [overcommitted(node, pods)] if g]
         if name == time_slicing["node"] and replicas is not None:
             expected = time_slicing["physical_gpus"] * replicas
             entry["time_sliced"] = {"physical": time_slicing["physical_gpus"], "replicas": replicas,
@@ -89,20 +87,17 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
     daemonsets = []
     for ds in of_kind(objects, "DaemonSet"):
         status = rollout_status(ds, pods)
-        stalled = rollout_settled(ds, pods) and not rollout_complete(ds)
+        stalled = stalled_rollout(ds, pods)
         daemonsets.append({"name": ref(ds), "desired": status["DESIRED"], "updated": status["UPDATED"],
                            "ready": status["READY"], "max_unavailable": status["MAX_UNAVAILABLE"],
-                           "stalled": stalled, "blocker": status["BLOCKER"]})
-        if stalled:
-            gaps.append(gap("rollout-stalled", ref(ds), ["scheduled"],
-                            f"DaemonSet {ref(ds)}: rollout stalled at {status['UPDATED']}/"
-                            f"{status['DESIRED']} updated, blocker {status['BLOCKER']}"))
+                           "stalled": stalled is not None, "blocker": status["BLOCKER"]})
+        gaps += [stalled] if stalled else []
 
     node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == kubelet_node), None)
     restart = view["cri_after_restart"]
     return {
-        **node_entry(view, gaps, node, objects),
-        **({"sandboxes": _sandboxes(view, objects, events, kubelet_node)} if kubelet_node else {}),
+        **judged,
+        **({"sandboxes": _sandboxes(view, objects, of_kind(objects, "Event"), kubelet_node)} if kubelet_node else {}),
         "handlers": {"written": view["written"], "loaded": loaded,
                      **({"runtime_handlers": api_handlers(node) if node else None} if kubelet_node else {}),
                      "loaded_source": {"cri": "live"}.get(view["loaded_from"], view["loaded_from"]),

@@ -70,6 +70,33 @@ def wait(what: str, probe, deadline_s: float, say, api_retry_s: float = 0) -> ob
         time.sleep(POLL_S)
 
 
+def heartbeats(api: client.ApiClient, node: str) -> tuple:
+    """The kubelet's last two heartbeats on ``node``, as its own clock wrote them: its Ready
+    condition's ``lastHeartbeatTime`` and its Lease's ``renewTime`` (kube-node-lease, renewed every
+    10 s by default, where the status is posted only on a change or every 5 min); None where absent.
+
+        heartbeats(api, "gpu-a")   # (datetime(2026, 12, 4, 22, 0, 3), datetime(2026, 12, 4, 22, 0, 9))
+    """
+    found = client.CoreV1Api(api).read_node(node)
+    ready = next((c for c in found.status.conditions or [] if c.type == "Ready"), None)
+    try:
+        renewed = client.CoordinationV1Api(api).read_namespaced_lease(node, "kube-node-lease").spec.renew_time
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        renewed = None
+    return (ready.last_heartbeat_time if ready else None, renewed)
+
+
+def heard_since(before: tuple, now: tuple) -> bool:
+    """Whether the kubelet beat after ``before`` (``heartbeats`` before a restart): either of its
+    heartbeats later than the same one then, so a Ready status from before it is never taken as proof.
+
+        heard_since((t0, t1), (t0, t2))   # True where t2 > t1
+    """
+    return any(n is not None and (b is None or n > b) for b, n in zip(before, now))
+
+
 def cordon(core: client.CoreV1Api, node: str, holder: str) -> bool:
     """Mark ``node`` unschedulable as gpuop's (annotation ``gpuop.io/cordoned-by``); False, and
     nothing changed, where someone else cordoned it (it is theirs to put back)."""
@@ -187,47 +214,115 @@ def drain(api: client.ApiClient, node: str, deadline_s: float, delete_unmanaged:
 PROBE_LABEL = "gpuop.io/probe-node"  # the node a probe Pod proves: the next run removes what a killed one left
 
 
-def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, namespace: str, deadline_s: float, say,
-          gpus: int = 0, api_retry_s: float = 0):
-    """A Pod of RuntimeClass ``runtime_class`` bound to ``node`` (past its cordon and taints),
-    asking ``gpus`` GPUs (``nvidia.com/gpu``: the device plugin's allocation then goes through the
-    handler too), runs its one command to the end: its sandbox started, through the handler.
-    Deleted after, whatever happened; ``Stalled`` names the kubelet's own event where it did not.
-    ``api_retry_s``: an API server away meanwhile is asked again (``wait``).
+def probe_manifest(node: str, runtime_class: str, image: str, namespace: str, deadline_s: float, gpus: int = 0,
+                   claim: str = "") -> dict:
+    """The probe Pod: RuntimeClass ``runtime_class``, bound to ``node`` past its cordon and taints,
+    one command. ``gpus``: it asks that many ``nvidia.com/gpu`` (the device plugin's allocation);
+    ``claim``: it uses that ResourceClaim (DRA), and is then left to the scheduler, which alone
+    allocates a claim, pinned to ``node`` by affinity.
+
+        probe_manifest("gpu-a", "nvidia", "busybox", "default", 120, claim="gpuop-probe-x")["spec"]["resourceClaims"]
+        -> [{"name": "gpu", "resourceClaimName": "gpuop-probe-x"}]
     """
-    core = client.CoreV1Api(api)
-    asks = {"resources": {"limits": {GPU: str(gpus)}}} if gpus else {}
-    manifest = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"generateName": "gpuop-probe-", "namespace": namespace,
-                             "labels": {"app.kubernetes.io/managed-by": "gpuop", PROBE_LABEL: node}},
-                "spec": {"nodeName": node, "runtimeClassName": runtime_class, "restartPolicy": "Never",
-                         "tolerations": [{"operator": "Exists"}], "activeDeadlineSeconds": int(deadline_s) + 30,
-                         "terminationGracePeriodSeconds": 0,
-                         "containers": [{"name": "probe", "image": image, "imagePullPolicy": "IfNotPresent",
-                                         "command": ["/bin/sh", "-c", "true"], **asks}]}}
-    name = wait(f"the probe Pod for {node} created", lambda: (core.create_namespaced_pod(namespace, manifest).metadata.name, ""),
-                deadline_s, say, api_retry_s)
+    asks = {"resources": {"limits": {GPU: str(gpus)}}} if gpus else {"resources": {"claims": [{"name": "gpu"}]}} if claim else {}
+    placed = ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                  {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
+               "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}]} if claim else {"nodeName": node})
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "gpuop-probe-", "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "gpuop", PROBE_LABEL: node}},
+            "spec": {**placed, "runtimeClassName": runtime_class, "restartPolicy": "Never",
+                     "tolerations": [{"operator": "Exists"}], "activeDeadlineSeconds": int(deadline_s) + 30,
+                     "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "probe", "image": image, "imagePullPolicy": "IfNotPresent",
+                                     "command": ["/bin/sh", "-c", "true"], **asks}]}}
+
+
+# The kubelet's words that it will not run the probe: its sandbox refused, or the DRA driver's
+# preparation of the claimed device failed.
+PROBE_REFUSED = ("FailedCreatePodSandBox", "FailedPrepareDynamicResources")
+
+
+def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, namespace: str, deadline_s: float, say,
+          gpus: int = 0, api_retry_s: float = 0, device_class: str = ""):
+    """A probe Pod (``probe_manifest``) runs its one command to the end on ``node``: its sandbox
+    started, through the handler. ``gpus``: it asks that many GPUs of the device plugin;
+    ``device_class``: it claims one device of that DeviceClass (DRA) through a ResourceClaim of
+    its own, made for it. Both deleted after, whatever happened; ``Stalled`` names the kubelet's
+    own event where it did not run. ``api_retry_s``: an API server away meanwhile is asked again.
+    """
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    labels = {"app.kubernetes.io/managed-by": "gpuop", PROBE_LABEL: node}
+    claim = ""
+    if device_class:
+        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"generateName": "gpuop-probe-", "namespace": namespace, "labels": labels},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}}}
+        claim = wait(f"the probe's ResourceClaim of DeviceClass {device_class} created",
+                     lambda: (resource.create_namespaced_resource_claim(namespace, body).metadata.name, ""),
+                     deadline_s, say, api_retry_s)
     try:
-        def ran():
-            pod = _plain(api, core.read_namespaced_pod(name, namespace))
-            phase = (pod.get("status") or {}).get("phase")
-            if phase in ("Succeeded", "Running"):
-                return True, phase
-            events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
-            failed = [e.message for e in events if e.reason == "FailedCreatePodSandBox"]
-            # the kubelet not reaching its runtime yet (its connection backs off after an outage)
-            # is no word on the handler: it tries the sandbox again, and the wait goes on
-            if failed and "code = Unavailable" not in failed[-1]:
-                raise Stalled(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) on {node}: "
-                              f"no sandbox: {in_one_line(failed[-1])}")
-            last = max(events, key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp, default=None)
-            return False, f"phase {phase}" + (f", its last event {last.reason}: {in_one_line(last.message or '')}" if last else "")
-        wait(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) to run on {node}", ran, deadline_s, say, api_retry_s)
-    finally:
+        manifest = probe_manifest(node, runtime_class, image, namespace, deadline_s, gpus, claim)
+        name = wait(f"the probe Pod for {node} created",
+                    lambda: (core.create_namespaced_pod(namespace, manifest).metadata.name, ""), deadline_s, say, api_retry_s)
         try:
-            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        except ApiException:
-            pass  # gone already; its deadline ends it otherwise
+            def ran():
+                pod = _plain(api, core.read_namespaced_pod(name, namespace))
+                phase = (pod.get("status") or {}).get("phase")
+                if phase in ("Succeeded", "Running"):
+                    return True, phase
+                events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+                failed = [e.message for e in events if e.reason in PROBE_REFUSED]
+                # the kubelet not reaching its runtime yet (its connection backs off after an outage)
+                # is no word on the handler: it tries the sandbox again, and the wait goes on
+                if failed and "code = Unavailable" not in failed[-1]:
+                    raise Stalled(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) on {node}: "
+                                  f"no sandbox: {in_one_line(failed[-1])}")
+                last = max(events, key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp, default=None)
+                return False, f"phase {phase}" + (f", its last event {last.reason}: {in_one_line(last.message or '')}" if last else "")
+            wait(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) to run on {node}", ran, deadline_s, say, api_retry_s)
+        finally:
+            _deleted(lambda: core.delete_namespaced_pod(name, namespace, grace_period_seconds=0))
+    finally:
+        if claim:
+            _deleted(lambda: resource.delete_namespaced_resource_claim(claim, namespace))
+
+
+def _deleted(delete):
+    """``delete()``, where the object may be gone already (its deadline ends a probe Pod otherwise)."""
+    try:
+        delete()
+    except ApiException:
+        pass
+
+
+def device_class_of(api: client.ApiClient, driver: str) -> str:
+    """The DeviceClass a probe claims a device of ``driver`` through: the one named after the
+    driver, as NVIDIA's DRA driver installs ``gpu.nvidia.com``; "" where there is none (or no DRA).
+
+        device_class_of(api, "gpu.nvidia.com") -> "gpu.nvidia.com"
+    """
+    try:
+        return client.ResourceV1Api(api).read_device_class(driver).metadata.name
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return ""
+
+
+def dra_objects(api: client.ApiClient, node: str) -> list:
+    """The node's ResourceSlices and the cluster's ResourceClaims, plain, for ``free_devices``;
+    [] where the cluster serves no DRA (resource.k8s.io/v1, Kubernetes 1.34+)."""
+    resource = client.ResourceV1Api(api)
+    try:
+        slices = resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+        claims = resource.list_resource_claim_for_all_namespaces().items
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return []
+    return ([{**_plain(api, s), "kind": "ResourceSlice"} for s in slices]
+            + [{**_plain(api, c), "kind": "ResourceClaim"} for c in claims])
 
 
 def probe_class(api: client.ApiClient, handler: str) -> str:
@@ -255,9 +350,9 @@ def probe_class_gone(api: client.ApiClient, name: str):
 
 
 def probes_left(api: client.ApiClient, namespace: str) -> list:
-    """Delete every probe Pod in ``namespace``: called under the repair's lock, where none is a
-    live run's, they are what a killed run left. Their names."""
-    core = client.CoreV1Api(api)
+    """Delete every probe Pod and probe ResourceClaim in ``namespace``: called under the repair's
+    lock, where none is a live run's, they are what a killed run left. Their names."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
     left = sorted(p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector=PROBE_LABEL).items)
     for name in left:
         try:
@@ -265,22 +360,33 @@ def probes_left(api: client.ApiClient, namespace: str) -> list:
         except ApiException as e:
             if e.status != 404:
                 raise
-    return left
+    try:
+        claims = sorted(c.metadata.name for c in resource.list_namespaced_resource_claim(namespace, label_selector=PROBE_LABEL).items)
+    except ApiException as e:
+        if e.status != 404:  # no DRA served: no claim can be left
+            raise
+        claims = []
+    for name in claims:
+        _deleted(lambda: resource.delete_namespaced_resource_claim(name, namespace))
+    return left + [f"ResourceClaim {c}" for c in claims]
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def lock(api: client.ApiClient, namespace: str, holder: str, duration_s: int = LEASE_S):
+def lock(api: client.ApiClient, namespace: str, holder: str, duration_s: int = LEASE_S) -> str:
     """Take the repair's Lease (``gpuop-fleet-repair`` in ``namespace``) for ``duration_s``, or
     refuse by name where another run holds it and renewed it within its own duration; a dead
-    run's is taken over."""
+    run's is taken over, and said: the words of what was taken over ("" where the Lease was free).
+
+        lock(api, "default", "gpuop on ops-1 pid 42")   # "gpuop on ops-2 pid 77's, not renewed for 300s"
+    """
     coordination = client.CoordinationV1Api(api)
     spec = {"holderIdentity": holder, "leaseDurationSeconds": duration_s, "acquireTime": _now(), "renewTime": _now()}
     try:
         coordination.create_namespaced_lease(namespace, {"metadata": {"name": LEASE}, "spec": spec})
-        return
+        return ""
     except ApiException as e:
         if e.status != 409:
             raise
@@ -291,9 +397,13 @@ def lock(api: client.ApiClient, namespace: str, holder: str, duration_s: int = L
     if held.spec.holder_identity not in (None, "", holder) and age < lasts and not dead_holder(held.spec.holder_identity):
         raise Stalled(f"another repair runs on this cluster: Lease {namespace}/{LEASE} is held by "
                       f"{held.spec.holder_identity}, renewed {age:.0f}s ago (it is free once not renewed for {lasts}s)")
+    was = held.spec.holder_identity
     held.spec = client.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=duration_s,
                                    acquire_time=_now(), renew_time=_now())
     coordination.replace_namespaced_lease(LEASE, namespace, held)  # its resourceVersion: a race loses with 409
+    if was in (None, "", holder):
+        return ""
+    return f"{was}'s, " + ("its process gone" if dead_holder(was) else f"not renewed for {age:.0f}s (its duration {lasts}s)")
 
 
 def holder_of(host: str, pid: int) -> str:

@@ -30,7 +30,7 @@ from .layout import NODE_BACKUPS
 from .nodepod import MANAGED_BY
 from .objects import of_kind, ref
 from .regen import V3_TEMPLATE, template_path
-from .rules import active, classed_pods, refused_while_loaded
+from .rules import active, classed_pods
 from .view import LIVE
 
 CORDONED_BY = "gpuop.io/cordoned-by"  # on a Node gpuop cordoned: only such a node is uncordoned by gpuop
@@ -98,6 +98,22 @@ def free_gpus(node: dict, pods: list) -> int:
     return max(0, allocatable_count(node) - held)
 
 
+def free_devices(name: str, objects: list, driver: str) -> int:
+    """The devices of ``driver`` node ``name``'s ResourceSlices publish (DRA) that no
+    ResourceClaim holds now: where a probe Pod may claim one, so that the driver's allocation goes
+    through the repaired runtime.
+
+        free_devices("gpu-a", [slice_of_two_gpus, claim_of_one], "gpu.nvidia.com") -> 1
+    """
+    published = {(s["spec"].get("pool", {}).get("name"), d["name"]) for s in of_kind(objects, "ResourceSlice")
+                 if s["spec"].get("nodeName") == name and s["spec"].get("driver") == driver
+                 for d in s["spec"].get("devices") or []}
+    held = {(r.get("pool"), r.get("device")) for c in of_kind(objects, "ResourceClaim")
+            for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or [])
+            if r.get("driver") == driver}
+    return len(published - held)
+
+
 def diff(path: str, before: str | None, after: str) -> list:
     """A unified diff of a file's change, as lines."""
     return list(difflib.unified_diff((before or "").splitlines(), after.splitlines(),
@@ -105,10 +121,12 @@ def diff(path: str, before: str | None, after: str) -> list:
                                      lineterm=""))
 
 
-def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str, toolkit: dict | None = None) -> dict:
-    """What repairing node ``name`` takes, from its read (``facts.node.NodeRuntime``) and view.
+def plan_node(name: str, read: dict, view: dict, gaps: list, objects: list, gpu_handler: str,
+              toolkit: dict | None = None) -> dict:
+    """What repairing node ``name`` takes, from its read (``facts.node.NodeRuntime``), view and
+    gaps (``gpuop.rules.judge``: the plan decides nothing the judgment did not find).
 
-        plan_node("gpu-a", read, node_view(read), objects, "nvidia")
+        plan_node("gpu-a", read, view, judge(view, objects, "gpu-a")["gaps"], objects, "nvidia")
         -> {"node": "gpu-a", "action": "repair", "why": "...", "files": [{...}], "restart": True,
             "evict": ["ml/train-0"], "unmanaged": [], "stays": ["gpu-operator/toolkit-x"]}
 
@@ -121,8 +139,7 @@ def plan_node(name: str, read: dict, view: dict, objects: list, gpu_handler: str
     pods = [p for p in of_kind(objects, "Pod") if p["spec"].get("nodeName") == name]
     asking = [ref(p) for p, _, handler in classed_pods(name, objects) if handler == gpu_handler]
     meant = gpu_handler in view["written"] or bool(asking)
-    refused = sorted(ref(p) for p, _, handler, _ in refused_while_loaded(name, view, objects, of_kind(objects, "Event"))
-                     if handler == gpu_handler)
+    refused = sorted(g["subject"] for g in gaps if g["kind"] == "sandbox-refuses-loaded" and g["subject"] in asking)
     loaded_now = view["loaded_from"] in LIVE and gpu_handler in view["loaded"] and not refused
     behind = (f"the running daemon's status names it, its sandboxes refuse it ({', '.join(refused)})" if refused
               else "the running daemon does not hold it")

@@ -1,6 +1,8 @@
 """The one judgment: a node's runtime view (``gpuop.view``) joined with the cluster's objects,
-as gaps (``gpuop.gaps``). Both audits, a lab host's and a real node's, call ``findings``; each rule
-is written here once.
+as gaps (``gpuop.gaps``); each rule is written here once. ``judge`` is its one door for a runtime
+(the lab audit, the node audit, the repair's plan and its audit after all call it);
+``cluster_gaps`` judges the cluster as a whole, for a fleet (the lab's audit asks the same
+rules, ``overcommitted`` and ``stalled_rollout``, object by object, in its report's order).
 
 Subjects: a finding about the daemon itself names the runtime (``containerd``), one about a
 handler names the handler, one about a Pod ``namespace/name``, one about a Node its name, one
@@ -9,8 +11,11 @@ about a file its path.
 
 import re
 
+import jmespath
+
 from . import crio
-from .cluster import allocatable_count, event_epoch, gpus_asked, has_sandbox, ready, sandbox_failure
+from .cluster import (allocatable_count, event_epoch, gpus_asked, has_sandbox, owned_pods, ready, rollout_complete,
+                      rollout_settled, rollout_status, sandbox_failure)
 from .containerd import release
 from .gaps import gap
 from .objects import of_kind, ref
@@ -425,6 +430,79 @@ def findings(view: dict, objects: list, node_name: str = "", gpu_handler: str = 
     if node is not None:
         gaps += node_bound_findings(node_name, node, view, objects, gpu_handler, events, gpu_driver)
     return gaps
+
+
+def judge(view: dict, objects: list, node_name: str = "", gpu_handler: str = "nvidia", gpu_driver: str = DRIVER) -> dict:
+    """The one door to the judgment of one runtime: its gaps (``findings``, the Events among
+    ``objects`` held against its sandboxes) in its entry (``node_entry``). Every caller asks here:
+    the lab audit, the node audit, the repair's plan and its audit after.
+
+        judge(node_view(read), objects, "gpu-a")["gaps"]
+        -> [{"kind": "sandbox-refuses-loaded", "subject": "ml/train", ...}]
+    """
+    node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == node_name), None)
+    gaps = findings(view, objects, node_name, gpu_handler, events=of_kind(objects, "Event"), gpu_driver=gpu_driver)
+    return node_entry(view, gaps, node, objects, gpu_handler, gpu_driver)
+
+
+def gpus_held(name: str, pods: list) -> int:
+    """The GPUs (``nvidia.com/gpu``) the active Pods bound to node ``name`` hold."""
+    return sum(gpus_asked(p) for p in pods if p["spec"].get("nodeName") == name and active(p))
+
+
+def overcommitted(node: dict, pods: list) -> dict | None:
+    """The gap of a Node whose active Pods hold more GPUs than it advertises; None where they fit.
+
+        overcommitted(node, pods) -> {"kind": "gpus-overcommitted", "subject": "gpu-a", ...}
+    """
+    name, advertised = node["metadata"]["name"], allocatable_count(node)
+    asked = gpus_held(name, pods)
+    if asked <= advertised:
+        return None
+    return gap("gpus-overcommitted", name, ["scheduled"], f"node {name}: Pods hold {asked} GPUs, it advertises {advertised}")
+
+
+def stalled_rollout(ds: dict, pods: list) -> dict | None:
+    """The gap of a DaemonSet whose rollout went as far as it can and is not complete (an updated
+    Pod no node takes); None where it is complete or still moving.
+
+        stalled_rollout(toolkit, pods) -> {"kind": "rollout-stalled", "subject": "gpu-operator/nvidia-container-toolkit", ...}
+    """
+    if not rollout_settled(ds, pods) or rollout_complete(ds):
+        return None
+    status = rollout_status(ds, pods)
+    return gap("rollout-stalled", ref(ds), ["scheduled"], f"DaemonSet {ref(ds)}: rollout stalled at {status['UPDATED']}/"
+                                                          f"{status['DESIRED']} updated, blocker {status['BLOCKER']}")
+
+
+def node_of(pod: dict) -> str:
+    """The node a Pod is bound to, or, unscheduled, the one node its DaemonSet meant it for (the
+    controller's required affinity on ``metadata.name``); "" where neither.
+
+        node_of({"spec": {"nodeName": "gpu-a"}}) -> "gpu-a"
+    """
+    meant = jmespath.search("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                            ".nodeSelectorTerms[].matchFields[?key=='metadata.name'][].values[]", pod) or []
+    return pod["spec"].get("nodeName") or (meant[0] if len(meant) == 1 else "")
+
+
+def cluster_gaps(entries: dict, objects: list) -> list:
+    """The gaps of the cluster around its judged runtimes (``entries``: node name -> ``judge``'s
+    entry): RuntimeClasses whose handler none of them loads, and, on those nodes, Pods that hold
+    more GPUs than the node advertises and DaemonSet rollouts stalled there (the toolkit's: the
+    seed's step 8). A node or DaemonSet elsewhere in the cluster is not the fleet's.
+
+        cluster_gaps({"gpu-a": {"loaded": ["runc"], ...}}, objects)
+        -> [{"kind": "runtimeclass-handler-nowhere", ...}, {"kind": "rollout-stalled", ...}]
+    """
+    loaded = {h for n in entries.values() for h in n["loaded"]}
+    pods = of_kind(objects, "Pod")
+    gaps = [gap("runtimeclass-handler-nowhere", rc["metadata"]["name"], ["scheduled", "loaded"],
+                f"RuntimeClass {rc['metadata']['name']}: no audited node loads its handler {rc.get('handler')}")
+            for rc in of_kind(objects, "RuntimeClass") if rc.get("handler") not in loaded]
+    gaps += [g for g in (overcommitted(n, pods) for n in of_kind(objects, "Node") if n["metadata"]["name"] in entries) if g]
+    ours = [ds for ds in of_kind(objects, "DaemonSet") if any(node_of(p) in entries for p in owned_pods(ds, pods))]
+    return gaps + [g for g in (stalled_rollout(ds, pods) for ds in ours) if g]
 
 
 def pods_at_risk(gaps: list) -> int:

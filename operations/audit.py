@@ -15,7 +15,7 @@ from .reports import Unobservable, containerd_views
 
 
 @operation()
-def findings(path: str, config: str, observed, daemon, time_slicing: dict, context: str = "",
+def audit_report(path: str, config: str, observed, daemon, time_slicing: dict, context: str = "",
              kubelet_node: str = "", textfile: str = ""):
     """
     Audit a lab host, read-only: handlers written against loaded (live through CRI, or recorded)
@@ -37,7 +37,7 @@ def findings(path: str, config: str, observed, daemon, time_slicing: dict, conte
 
     .. code:: python
 
-        findings(path="/root/gpuop/out/audit.json", config=".../config.toml",
+        audit_report(path="/root/gpuop/out/audit.json", config=".../config.toml",
                  observed=("runc",), daemon=LabDaemon(...), time_slicing={"node": "lab-node-1", "physical_gpus": 4,
                                                    "configmap": "gpu-operator/time-slicing-config"})
     """

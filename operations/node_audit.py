@@ -14,12 +14,10 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.node import NodeRuntime
-from gpuop.fleet import fleet_gaps
 from gpuop.tables import fleet_table
-from gpuop.rules import DRIVER, findings, node_entry
+from gpuop.rules import DRIVER, cluster_gaps, judge
 from gpuop.view import api_view, node_view
 from gpuop.kubeapi import ClusterUnreadable, inventory_read, read_cluster
-from gpuop.objects import of_kind
 from gpuop.textfile import registry_of, write_reports
 
 _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
@@ -71,10 +69,10 @@ def _whole(state, fleet: _Fleet) -> dict:
         node = next((o for o in fleet.objects or [] if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
         runtime = api_view(node) if node is not None and name not in nodes else None
         if runtime is not None:
-            gpu = {"gpu_handler": h.data.get("gpu_handler") or "nvidia", "gpu_driver": h.data.get("gpu_driver") or DRIVER}
-            gaps = findings(runtime, fleet.objects, name, **gpu)
-            nodes[name], from_api[h.name] = node_entry(runtime, gaps, node, fleet.objects, **gpu), name
-    return {"nodes": dict(sorted(nodes.items())), "gaps": fleet_gaps(nodes, fleet.objects or []),
+            nodes[name] = judge(runtime, fleet.objects, name, h.data.get("gpu_handler") or "nvidia",
+                                h.data.get("gpu_driver") or DRIVER)
+            from_api[h.name] = name
+    return {"nodes": dict(sorted(nodes.items())), "gaps": cluster_gaps(nodes, fleet.objects or []),
             "cluster": fleet.cluster, "unread": sorted(h.name for h in unread), "judged_from_api": from_api}
 
 
@@ -138,10 +136,7 @@ def judge_node(node_name: str, gpu_handler: str, gpu_driver: str, crictl: str, k
         if twin:
             yield _failed(f"hosts {twin} and {host.name} both audit node {name}: set node_name for each")
             return
-        runtime = node_view(read)
-        node = next((o for o in objects if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
-        gaps = findings(runtime, objects, name, gpu_handler, events=of_kind(objects, "Event"), gpu_driver=gpu_driver)
-        fleet.nodes[name] = node_entry(runtime, gaps, node, objects, gpu_handler, gpu_driver)
+        fleet.nodes[name] = judge(node_view(read), objects, name, gpu_handler, gpu_driver)
         fleet.hosts[host.name] = name
     yield from ()
 

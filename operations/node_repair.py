@@ -26,11 +26,10 @@ from pyinfra.api.exceptions import DeployError
 from facts.node import NodeRuntime, ToolkitDropin, node_read
 from gpuop import crio, drain as nodes
 from gpuop.containerd import release
-from gpuop.fleet import fleet_gaps
 from gpuop.kubeapi import api_client, in_words, read_cluster
 from gpuop.layout import node_backup_of
-from gpuop.repair_plan import free_gpus, plan_lines, plan_node
-from gpuop.rules import findings, node_entry
+from gpuop.repair_plan import free_devices, free_gpus, plan_lines, plan_node
+from gpuop.rules import cluster_gaps, judge
 from gpuop.tables import fleet_table
 from gpuop.textfile import repair_registry, write_reports
 from gpuop.view import LIVE, api_handlers, node_view
@@ -109,14 +108,15 @@ def planned_repair(knobs):
         return
     name = knobs.node_name or read["hostname"] or host.name
     view = node_view(read)
-    plan = plan_node(name, read, view, objects, knobs.gpu_handler)
+    judged = judge(view, objects, name, knobs.gpu_handler, knobs.gpu_driver)
+    plan = plan_node(name, read, view, judged["gaps"], objects, knobs.gpu_handler)
     on_crio = view["runtime"] == crio.NAME
     if plan["files"] and (on_crio or release(view["version"]) >= (2,) and not view["regenerated"]):  # the toolkit's own drop-in
         config = next(d["config"] for d in read["crios" if on_crio else "containerds"] if d["serves"])
         toolkit = host.get_fact(ToolkitDropin, config=config, dropin=plan["files"][-1]["path"],
                                 runtime="crio" if on_crio else "containerd", _timeout=knobs.node_read_timeout_s)
         if toolkit:
-            plan = plan_node(name, read, view, objects, knobs.gpu_handler, toolkit)
+            plan = plan_node(name, read, view, judged["gaps"], objects, knobs.gpu_handler, toolkit)
     rollout_of(host.state).plans[name] = plan
     for line in plan_lines(plan, knobs.drain, knobs.drain_unmanaged, knobs.drain_delete_emptydir_data):
         logger.info(f"{host.print_prefix}{line}")
@@ -168,10 +168,8 @@ def audited_after(rollout: _Rollout, kubeconfig: str, context: str) -> dict:
             logger.error(f"{target.print_prefix}node {name}: not read again after the rollout")
             continue
         view = node_view(NodeRuntime().process(out.stdout_lines))
-        node = next((o for o in objects if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
-        gaps = findings(view, objects, name, knobs.gpu_handler, gpu_driver=knobs.gpu_driver)
-        entries[name] = node_entry(view, gaps, node, objects, knobs.gpu_handler, knobs.gpu_driver)
-    after = {"nodes": entries, "gaps": fleet_gaps(entries, objects)}
+        entries[name] = judge(view, objects, name, knobs.gpu_handler, knobs.gpu_driver)
+    after = {"nodes": entries, "gaps": cluster_gaps(entries, objects)}
     logger.info("--> the fleet audited again after the rollout:")
     for line in fleet_table(after):
         logger.info(line)
@@ -226,7 +224,9 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
         api = api_client(kubeconfig, context, REQUEST_DEADLINE_S)
         keeper = None
         try:
-            nodes.lock(api, namespace, rollout.holder, lock_s)
+            taken = nodes.lock(api, namespace, rollout.holder, lock_s)
+            if taken:
+                logger.info(f"repair: the Lease {namespace}/{nodes.LEASE} taken over from a run that stopped: {taken}")
             keeper = gevent.spawn(_lock_kept, api, rollout, namespace, lock_s)
         except Exception as e:
             rollout.stopped = f"the lock: {e if isinstance(e, nodes.Stalled) else in_words(e, 20)}"
@@ -318,7 +318,7 @@ class _Steps:
     def __init__(self, api, name: str, node: _Node, rollout: _Rollout, namespace: str):
         self.api, self.core, self.name, self.node, self.rollout = api, client.CoreV1Api(api), name, node, rollout
         self.knobs, self.target, self.namespace = node.knobs, node.host, namespace
-        self.ours, self.before = node.left_cordoned, None
+        self.ours, self.before, self.beat = node.left_cordoned, None, None
         self.backups = rollout.backups.setdefault(name, {})
 
     def say(self, words: str):
@@ -389,6 +389,7 @@ class _Steps:
         # sandboxes (cri-o#10202, seen on 1.36.3: docs/cri-o.md)
         on_crio = self.node.plan["runtime"] == crio.NAME
         command = self.knobs.crio_restart if on_crio else self.knobs.containerd_restart
+        self.beat = nodes.heartbeats(self.api, self.name)  # Ready is proof only in a status the kubelet sent after this
         done, out = self.ran(f"the restart ({command})", command, self.knobs.restart_timeout_s, "restart_timeout_s")
         if not done and self.knobs.reach != "cluster":
             raise nodes.Stalled(f"the restart ({command}) failed on {self.name}: {out.stderr or out.stdout or 'no words'}")
@@ -409,25 +410,28 @@ class _Steps:
                    self.knobs.restart_timeout_s, self.say)
 
     def ready(self):
-        """kubelet Ready, and the handler among its Node's runtime handlers where the runtime
-        reports handlers (containerd 2.x; ``api_handlers``): a status from before the restart may
-        still name the old daemon's."""
+        """kubelet Ready, heard after the restart (``heard_since``: a status from before it names
+        the old daemon's state, on 1.x too), with the handler among its Node's runtime handlers
+        where the runtime reports handlers (containerd 2.x; ``api_handlers``)."""
         handler = self.knobs.gpu_handler
 
         def ready():
             node = self.api.sanitize_for_serialization(self.core.read_node(self.name))
             cond = next((c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), {})
             handlers = api_handlers(node)
-            return (cond.get("status") == "True" and (handlers is None or handler in handlers),
-                    f"Ready {cond.get('status', 'unknown')} ({cond.get('message', '')}), "
+            heard = self.beat is None or nodes.heard_since(self.beat, nodes.heartbeats(self.api, self.name))
+            return (cond.get("status") == "True" and heard and (handlers is None or handler in handlers),
+                    f"Ready {cond.get('status', 'unknown')} ({cond.get('message', '')})"
+                    f"{'' if heard else ', no heartbeat from the kubelet since the restart'}, "
                     f"runtime handlers {handlers if handlers is not None else '(none reported)'}")
-        nodes.wait(f"node {self.name} Ready, with {handler} among its runtime handlers where it reports them",
-                   ready, self.knobs.restart_timeout_s, self.say, api_retry_s=REQUEST_DEADLINE_S)
+        nodes.wait(f"node {self.name} Ready, heard after the restart, with {handler} among its runtime handlers "
+                   "where it reports them", ready, self.knobs.restart_timeout_s, self.say, api_retry_s=REQUEST_DEADLINE_S)
 
     def probe(self):
-        """A probe Pod through the handler, asking a GPU where the node has one free (never
-        skipped: with no RuntimeClass for the handler, one of gpuop's own for the probe alone)."""
-        runtime_class, handler = self.node.runtime_class, self.knobs.gpu_handler
+        """A probe Pod through the handler, asking a GPU where the node has one free: of the device
+        plugin (``nvidia.com/gpu``), else of the DRA driver (a ResourceClaim of its DeviceClass).
+        Never skipped: with no RuntimeClass for the handler, one of gpuop's own for the probe alone."""
+        runtime_class, handler, driver = self.node.runtime_class, self.knobs.gpu_handler, self.knobs.gpu_driver
         if not runtime_class:
             runtime_class = nodes.probe_class(self.api, handler)
             self.say(f"node {self.name}: no RuntimeClass maps to handler {handler}: the probe runs with "
@@ -435,14 +439,18 @@ class _Steps:
         pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.name}").items
         gpus = min(1, free_gpus(self.api.sanitize_for_serialization(self.core.read_node(self.name)),
                                 [self.api.sanitize_for_serialization(p) for p in pods]))
+        free = 0 if gpus else free_devices(self.name, nodes.dra_objects(self.api, self.name), driver)
+        device_class = nodes.device_class_of(self.api, driver) if free else ""
         try:
             nodes.probe(self.api, self.name, runtime_class, self.knobs.node_pod_image, self.namespace,
-                        self.knobs.restart_timeout_s, self.say, gpus, api_retry_s=REQUEST_DEADLINE_S)
+                        self.knobs.restart_timeout_s, self.say, gpus, api_retry_s=REQUEST_DEADLINE_S, device_class=device_class)
         finally:
             if runtime_class != self.node.runtime_class:
                 nodes.probe_class_gone(self.api, runtime_class)
-        self.say(f"node {self.name}: a probe Pod of RuntimeClass {runtime_class} ran there"
-                 + (", given a GPU" if gpus else ", asking no GPU (none advertised free)"))
+        given = (", given a GPU" if gpus else f", given a device of DRA driver {driver} (DeviceClass {device_class})"
+                 if device_class else f", asking no GPU: {free} device(s) of DRA driver {driver} free, but no DeviceClass "
+                 f"{driver} to claim one through" if free else ", asking no GPU (none advertised free)")
+        self.say(f"node {self.name}: a probe Pod of RuntimeClass {runtime_class} ran there{given}")
 
     def uncordon(self):
         repaired = self.node.plan["action"] == "repair"

@@ -14,7 +14,7 @@ from .target import lab_daemon
 
 @deploy("Audit: written against loaded against scheduled")
 def audit_lab(lab, at: Layout):
-    audits.findings(name="Findings", path=at.report("audit.json"), config=at.config_toml,
+    audits.audit_report(name="Findings", path=at.report("audit.json"), config=at.config_toml,
                     observed=lab.loaded_runtimes_observed, daemon=lab_daemon(lab, at),
                     context=lab.kube_context, kubelet_node=lab.kubelet_node, textfile=lab.textfile,
                     time_slicing={"node": lab.timeslice_node, "physical_gpus": lab.physical_gpus,

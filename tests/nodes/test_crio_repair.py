@@ -23,11 +23,13 @@ from tests.helpers.playbook import deploy
 from tests.helpers.simnodes import CRIO_CONF, CRIO_SOCKET, Node
 from tests.nodes.test_cluster_reach import audit
 from tests.nodes.test_crio import CONF, CTK_CRIO, DROPIN
-from tests.nodes.test_node_repair import registered, running, work_pods
+from tests.helpers.layouts import write_file
+from tests.nodes.test_node_repair import backups, registered, running, work_pods
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 
 RESTART = {"crio_restart": "pkill -x crio"}  # its supervisor starts it again, as systemd would
+NOTE = "# the operator's: nothing set here yet\n"  # crio-fix-ctk's drop-in before the repair
 
 
 def every_capability() -> bool:
@@ -45,7 +47,8 @@ def planted():
     common = {"crio": {CONF: CRIO_CONF}, "kubelet": f"unix://{CRIO_SOCKET}", "registered": True,
               "nvidia_runtime": True, "nvidia_ctk": "1.20.2", "supervised": True, "knobs": RESTART}
     return [Node("crio-fix-incident", "2.4.2", after=[CTK_CRIO], **common),  # written, not loaded
-            Node("crio-fix-ctk", "2.4.2", **common),  # nothing written: the toolkit's drop-in, then the restart
+            # no runtime written (an operator's note where the drop-in goes): the toolkit's drop-in, then the restart
+            Node("crio-fix-ctk", "2.4.2", before=[f"mkdir -p {os.path.dirname(DROPIN)}", write_file(DROPIN, NOTE)], **common),
             # written, then reloaded: its status names nvidia, its sandboxes refuse it (cri-o#10202)
             Node("crio-fix-reload", "2.4.2", after=[CTK_CRIO, "pkill -HUP -x crio"], **common)]
 
@@ -84,11 +87,14 @@ def test_cri_o_nodes_are_restarted_into_the_handler_and_the_rerun_changes_nothin
     assert plan.code == 0, plan.log[-4000:]
     assert ("crio-fix-incident: repair: nvidia is written and a restart of cri-o 1.36.3 loads it "
             "(its own merge of the files); the running daemon does not hold it") in plan.log, plan.log[-4000:]
-    assert f"crio-fix-ctk:   write {DROPIN}, by nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk):" in plan.log
+    assert (f"crio-fix-ctk:   write {DROPIN}, by nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk) (the file before kept under "
+            "/var/lib/gpuop/backup, where no runtime reads):") in plan.log, plan.log[-4000:]
+    assert "crio-fix-ctk:     -# the operator's: nothing set here yet" in plan.log
     assert ("crio-fix-reload: repair: nvidia is written and a restart of cri-o 1.36.3 loads it (its own merge of "
             f"the files); the running daemon's status names it, its sandboxes refuse it ({NAMESPACE}/{reloaded})") in plan.log
     assert "crio-fix-ctk:   restart cri-o 1.36.3, prove it (CRI, kubelet Ready, a probe Pod), uncordon" in plan.log
-    assert not os.path.exists(f"/proc/{simnodes.ns_pid(nodes[1])}/root{DROPIN}")  # --dry wrote nothing
+    with open(f"/proc/{simnodes.ns_pid(nodes[1])}/root{DROPIN}") as f:
+        assert f.read() == NOTE  # --dry wrote nothing
 
     report = os.path.join(root, "repair.json")
     run = fix(path, f"report={report}")
@@ -101,6 +107,13 @@ def test_cri_o_nodes_are_restarted_into_the_handler_and_the_rerun_changes_nothin
         "crio-fix-ctk": (crio.NAME, "repaired", [(DROPIN, "nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk)")]),
         "crio-fix-reload": (crio.NAME, "repaired", [])}
     assert "a probe Pod of RuntimeClass fleet-nvidia ran there" in run.log
+    # the note kept where CRI-O never reads (it merges every file of crio.conf.d, whatever its name)
+    ctk = next(n for n in nodes if n.name == "crio-fix-ctk")
+    (kept,) = backups(ctk)
+    assert kept.startswith("/var/lib/gpuop/backup/") and kept.endswith(DROPIN), kept
+    with open(f"/proc/{simnodes.ns_pid(ctk)}/root{kept}") as f:
+        assert f.read() == NOTE
+    assert os.listdir(f"/proc/{simnodes.ns_pid(ctk)}/root{os.path.dirname(DROPIN)}") == ["99-nvidia.toml"]
     # a new daemon on each holds nvidia, and the GPU Pods run through it
     restarted = {n.name: simnodes.node_runtime(n) for n in nodes}
     assert all(restarted[name] != pid for name, pid in crios.items()), (crios, restarted)

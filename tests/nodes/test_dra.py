@@ -9,6 +9,9 @@ import os
 
 import pytest
 
+from gpuop import drain
+from gpuop.kubeapi import api_client
+from gpuop.repair_plan import free_devices
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.playbook import deploy
@@ -95,3 +98,29 @@ def test_a_dra_gpu_pod_on_a_node_with_cdi_off_is_named_with_its_claim(audited):
     assert on["gpu_path"] == ["cdi"] and doc["nodes"]["dra-cdi-off"]["gpu_path"] == []
     # each node's GPUs: the 4 nvidia.com/gpu it advertises and the one device its ResourceSlice publishes
     assert (on["gpus"], doc["nodes"]["dra-cdi-off"]["gpus"]) == (5, 5)
+
+
+def test_a_probe_claims_a_free_device_of_the_driver_through_the_scheduler(audited):
+    """The fleet repair's probe on a node whose GPUs DRA publishes: with every device held (each
+    node's gpu-0 by its training claim), none is free and a claim is not allocated: the probe stops
+    at its deadline naming the scheduler's word. With a second device published, its own
+    ResourceClaim is allocated it, the Pod bound there by the scheduler runs, and both are gone after."""
+    api = api_client("", "", 20)
+    ns, said = fleetobjects.NAMESPACE, []
+    assert free_devices("dra-cdi-on", drain.dra_objects(api, "dra-cdi-on"), DRIVER) == 0
+    assert drain.device_class_of(api, DRIVER) == DRIVER and drain.device_class_of(api, "none.example.com") == ""
+    with pytest.raises(drain.Stalled) as held:
+        drain.probe(api, "dra-cdi-on", "fleet-nvidia", "busybox", ns, 8, said.append, device_class=DRIVER)
+    assert str(held.value).startswith("probe Pod gpuop-fleet/gpuop-probe-"), str(held.value)
+    assert "(RuntimeClass fleet-nvidia) to run on dra-cdi-on: not within 8s; last seen: phase Pending, its last event " \
+           "FailedScheduling: 0/" in str(held.value), str(held.value)
+    kubectl("patch", "resourceslice", "dra-cdi-on-gpus", "--type=merge", "-p", json.dumps(
+        {"spec": {"pool": {"name": "dra-cdi-on", "generation": 2, "resourceSliceCount": 1},
+                  "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}))
+    assert free_devices("dra-cdi-on", drain.dra_objects(api, "dra-cdi-on"), DRIVER) == 1
+    # it returns once its Pod runs: bound by the scheduler (its spec names no node), which binds
+    # a Pod only with its claim allocated
+    drain.probe(api, "dra-cdi-on", "fleet-nvidia", "busybox", ns, 60, said.append, device_class=DRIVER)
+    assert get("resourceclaims", ns, labelSelector=drain.PROBE_LABEL)["items"] == []
+    assert get("pods", ns, labelSelector=drain.PROBE_LABEL)["items"] == []
+    assert free_devices("dra-cdi-on", drain.dra_objects(api, "dra-cdi-on"), DRIVER) == 1  # given back

@@ -16,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuop.containerd import nvidia_dropin
 from tests.helpers import layouts, nodesfiles, simnodes
 from tests.helpers.layouts import DROPIN, write_file
+from tests.helpers.fleetobjects import NAMESPACE
 from tests.helpers.simnodes import Node
-from tests.helpers.kube import component_pidfile, kubectl, lab_up
+from tests.helpers.kube import component_pidfile, eventually, kubectl, lab_up
 from tests.helpers.ssh import free_port
 from tests.helpers.playbook import deploy, target_commands
 
@@ -474,3 +475,38 @@ def test_two_hosts_on_one_node_name_are_refused_by_name(simulated):
     assert "hosts ssh-a and ssh-b both audit node gpu-healthy: set node_name for each" in run.log \
         or "hosts ssh-b and ssh-a both audit node gpu-healthy: set node_name for each" in run.log
 
+
+
+def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab(simulated):
+    """The toolkit DaemonSet updated to a Pod no node has the memory for: its rollout stalls as the
+    seed's step 8 does, and the fleet audit names it among the cluster's gaps, as the lab's does."""
+    _, path, root = simulated
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    doc["hosts"] = {"ssh-gpu-healthy": doc["hosts"]["ssh-gpu-healthy"]}
+    one = os.path.join(root, "nodes-one.yaml")
+    with open(one, "w") as f:
+        yaml.safe_dump(doc, f)
+    toolkit = "daemonset/fleet-container-toolkit"
+    kubectl("patch", "-n", NAMESPACE, toolkit, "--type=json", "-p", json.dumps([
+        {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "toolkit:v1.17.1"},
+        {"op": "add", "path": "/spec/template/spec/containers/0/resources", "value": {"requests": {"memory": "64Ti"}}}]))
+
+    def stalled():
+        ds = json.loads(kubectl("get", "-n", NAMESPACE, toolkit, "-o", "json"))
+        pods = json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-l", "app=fleet-toolkit", "-o", "json"))["items"]
+        refused = [p for p in pods if any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or [])]
+        return ds["status"].get("observedGeneration") == ds["metadata"]["generation"] and refused and \
+            ds["status"].get("numberUnavailable", 0) >= 1
+    try:
+        eventually("the toolkit's rollout to stall on memory", stalled, timeout=120)
+        report = os.path.join(root, "stalled.json")
+        run = deploy(None, f"report={report}", env={"GPUOP_NODES": one}, inventory="nodes.py", script="audit.py")
+        with open(report) as f:
+            gaps = [g for g in json.load(f)["gaps"] if g["kind"] == "rollout-stalled"]
+        assert [(g["subject"], g["views"]) for g in gaps] == [(f"{NAMESPACE}/fleet-container-toolkit", ["scheduled"])], run.log[-3000:]
+        assert gaps[0]["detail"].startswith(f"DaemonSet {NAMESPACE}/fleet-container-toolkit: rollout stalled at 0/")
+        assert gaps[0]["detail"].endswith(" updated, blocker insufficient-memory")
+        assert f"GAP fleet: [rollout-stalled] DaemonSet {NAMESPACE}/fleet-container-toolkit: rollout stalled at 0/" in run.log
+    finally:
+        kubectl("rollout", "undo", "-n", NAMESPACE, toolkit)

@@ -14,6 +14,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -309,6 +310,66 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
     assert again.code == 0 and again.changed == 0, again.log[-3000:]
     with open(report) as f:
         assert {n["outcome"] for n in json.load(f)["nodes"].values()} == {"nothing to do"}
+
+
+# Another agent's drop-in, landed while the drain waits: nothing parses it, so containerd refuses to start.
+LATE = "/etc/containerd/conf.d/50-late.toml"
+
+
+def test_a_forecast_that_refuses_the_files_puts_them_back_and_a_stale_lock_is_taken_over(fleet):
+    """The incident planted again on fix-incident, and while its drain waits for a Pod slow to stop
+    (a grace period of 10 s), a drop-in nobody can parse lands in its conf.d: the node's own merge of
+    the written files refuses to start, so nothing restarts: the seed's drop-in is put back byte for
+    byte from the backup (outside every directory containerd reads), the node back in service, its
+    containerd the same, non-zero. The next run, that file gone, takes over the Lease a run on
+    another machine left unrenewed, says so, and repairs the node."""
+    nodes, path, root = fleet
+    incident = next(n for n in nodes if n.name == "fix-incident")
+    incident_again(incident)
+    slow = deployment("slow-fix-incident", "fix-incident")
+    spec = slow["spec"]["template"]["spec"]
+    spec["terminationGracePeriodSeconds"] = 10
+    spec["containers"][0]["command"] = ["/bin/sh", "-c", "trap '' TERM; sleep 3600 & wait; sleep 3600"]
+    kubectl("apply", "-f", "-", stdin=json.dumps(slow))
+    node_root = f"/proc/{simnodes.ns_pid(incident)}/root"
+    try:
+        eventually("the slow Pod running", lambda: running("slow-fix-incident"), timeout=120)
+        with open(node_root + DROPIN, "rb") as f:
+            seed = f.read()
+        containerd, kept = simnodes.node_containerd(incident), backups(incident)
+        result = {}
+        runner = threading.Thread(target=lambda: result.update(run=fix(path)))
+        runner.start()
+        eventually("the run's cordon of fix-incident",
+                   lambda: CORDONED_BY in get("node/fix-incident")["metadata"].get("annotations", {}), timeout=180)
+        with open(node_root + LATE, "w") as f:
+            f.write("[plugins.\n")
+        runner.join(600)
+        run = result["run"]
+        assert run.code != 0
+        said = next(line for line in run.log.splitlines() if "the repair stopped: node fix-incident, step forecast" in line)
+        assert "containerd 1.6.20's own merge of the files says a restart gives" in said, said
+        assert said.endswith("not restarted, the files put back"), said
+        with open(node_root + DROPIN, "rb") as f:
+            assert f.read() == seed
+        assert backups(incident) == kept  # this run's moved back: no copy of it left anywhere
+        assert simnodes.node_containerd(incident) == containerd
+        node = get("node/fix-incident")
+        assert not node["spec"].get("unschedulable") and CORDONED_BY not in node["metadata"].get("annotations", {})
+    finally:
+        kubectl("delete", "deployment", "slow-fix-incident", "-n", NAMESPACE, "--ignore-not-found", "--wait=false")
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(node_root + LATE)
+    stale = datetime.fromtimestamp(time.time() - 300, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEASE, "namespace": "default"},
+             "spec": {"holderIdentity": "gpuop on ops-2 pid 77", "leaseDurationSeconds": 60, "renewTime": stale}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(lease))
+    again = fix(path)
+    assert again.code == 0, again.log[-4000:]
+    assert re.search(f"repair: the Lease default/{LEASE} taken over from a run that stopped: gpuop on ops-2 pid 77's, "
+                     r"not renewed for 3\d\ds \(its duration 60s\)", again.log), again.log[-3000:]
+    assert "node fix-incident: repaired and back in service" in again.log
+    assert get("leases", "default", fieldSelector=f"metadata.name={LEASE}")["items"] == []  # given back
 
 
 def pod_of(app) -> dict:

@@ -5,9 +5,9 @@ import os
 
 from facts.containerd import cri_answer
 from gpuop import crio
-from gpuop.repair_plan import plan_node
 from gpuop.rules import findings, gpu_paths, says_sandbox_error, sandbox_refusal
 from gpuop.view import api_view, cdi_part, loaded_part, restart_part, unknown_view
+from tests.helpers.plans import plan_of
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 # What the lab's CRI-O 1.36.3 answered `crictl runp --runtime nvidia` (a sandbox on the host
@@ -203,7 +203,7 @@ def test_a_handler_its_status_names_and_its_sandboxes_refuse_is_named_and_a_rest
     # the repair plan: a restart alone
     r = {"hostname": "gpu-a", "containerds": [], "kubelet": None,
          "crios": [{**reloaded_view()["daemon"], "serves": True, "files": {}}]}
-    plan = plan_node("gpu-a", r, reloaded_view(), [*objects, *events], "nvidia")
+    plan = plan_of("gpu-a", r, reloaded_view(), [*objects, *events], "nvidia")
     assert (plan["action"], plan["restart"], plan["files"]) == ("repair", True, [])
     assert plan["why"].endswith("the running daemon's status names it, its sandboxes refuse it (ml/job)")
 

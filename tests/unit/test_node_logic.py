@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from facts.node import NodeRuntime
 from gpuop.containerd import seed_config, nvidia_dropin
-from gpuop.fleet import fleet_gaps
+from gpuop.rules import cluster_gaps
 from gpuop.tables import fleet_table
 from gpuop.rules import findings, node_entry, sandbox_error
 from gpuop.view import api_view, node_view, written_view
@@ -170,7 +170,7 @@ def test_fleet_table_json_and_textfile_from_one_report():
                {"kind": "RuntimeClass", "metadata": {"name": "kata"}, "handler": "kata"}]
     nodes = {"a": node_entry(healthy, findings(healthy, objects, "a")),
              "b": node_entry(incident, findings(incident, objects, "b"))}
-    report = {"nodes": nodes, "gaps": fleet_gaps(nodes, objects)}
+    report = {"nodes": nodes, "gaps": cluster_gaps(nodes, objects)}
     assert [g["subject"] for g in report["gaps"]] == ["kata"]
     assert [g["kind"] for g in nodes["b"]["gaps"]] == ["restart-takes-cri-down", "sandbox-fails",
                                                        "gpu-advertised-not-loaded"]

@@ -9,8 +9,9 @@ from facts.containerd import cri_answer
 from facts.node import ToolkitDropin
 from gpuop import crio
 from gpuop.containerd import nvidia_dropin, runtime_names, seed_config
-from gpuop.repair_plan import drainable, dropin_target, handler_dropin, plan_lines, plan_node, with_import
+from gpuop.repair_plan import drainable, dropin_target, handler_dropin, plan_lines, with_import
 from gpuop.view import node_view
+from tests.helpers.plans import plan_of
 from tests.unit.test_crio_logic import THERE, data, merge_lines
 from tests.unit.test_node_logic import CONFIG, MAIN, RC, daemon, node, pod, read
 
@@ -19,7 +20,7 @@ SEED_DROPIN = tomli_w.dumps(nvidia_dropin())
 
 
 def planned(d, *objects):
-    return plan_node("gpu-a", read(d), node_view(read(d)), [RC, node(), *objects], "nvidia")
+    return plan_of("gpu-a", read(d), node_view(read(d)), [RC, node(), *objects], "nvidia")
 
 
 def owned(p, kind):
@@ -97,7 +98,7 @@ def test_the_toolkit_s_own_drop_in_is_written_where_the_root_s_version_takes_it(
                         (4, "gpuop, not nvidia-ctk 1.20.2 (its drop-in is version 4, the root's 3)")):
         text = tomli_w.dumps({"version": version, "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {"nvidia": runtime}}}}})
         toolkit = {"path": "/usr/bin/nvidia-ctk", "version": "1.20.2", "dropin": text, "said": ""}
-        p = plan_node("gpu-a", read(d), node_view(read(d)), [RC, node(), pod("bare")], "nvidia", toolkit)
+        p = plan_of("gpu-a", read(d), node_view(read(d)), [RC, node(), pod("bare")], "nvidia", toolkit)
         assert [(f["path"], f["by"]) for f in p["files"]] == [(NVIDIA, by)]
         assert (p["files"][0]["after"] == text) == (version == 2)
 
@@ -107,7 +108,7 @@ def test_what_is_not_repaired_here_is_said():
                 pod("bare"))
     assert p["action"] == "blocked" and "version-1 config, which has no imports" in p["why"]
     assert plan_lines(p) == [f"gpu-a: NOT repaired: {p['why']}"]
-    unread = plan_node("gpu-a", read(), node_view(read()), [RC, node(), pod("bare")], "nvidia")
+    unread = plan_of("gpu-a", read(), node_view(read()), [RC, node(), pod("bare")], "nvidia")
     assert unread["action"] == "blocked" and "nothing is planned blind" in unread["why"]
 
 
@@ -154,7 +155,7 @@ def test_on_k3s_and_rke2_the_template_gets_the_handler_never_the_file_they_write
     own = '{{ template "base" . }}\n[plugins."io.containerd.cri.v1.images".registry]\n  config_path = "/etc/containerd/certs.d"\n'
     files = {config: {"mode": "600", "text": header + MAIN + SEED_DROPIN.split("\n", 1)[1]}, tmpl: {"mode": "600", "text": own}}
     d = {**daemon(loaded=("nvidia", "runc"), version="2.4.2", files=files), "config": config}
-    p = plan_node("gpu-a", read(d), node_view(read(d)), [RC, node(), pod("train")], "nvidia")
+    p = plan_of("gpu-a", read(d), node_view(read(d)), [RC, node(), pod("train")], "nvidia")
     assert p["action"] == "repair" and [f["path"] for f in p["files"]] == [tmpl], p
     change = p["files"][0]
     assert change["after"].startswith(own) and change["by"].startswith("gpuop (the template rke2 renders")
@@ -164,7 +165,7 @@ def test_on_k3s_and_rke2_the_template_gets_the_handler_never_the_file_they_write
     assert (after["cri_after_restart"], sorted(after["after_restart"])) == ("ok", ["nvidia", "runc"])
     # no template yet: a new one, extending the built-in one
     del files[tmpl]
-    new = plan_node("gpu-a", read(d), node_view(read(d)), [RC, node(), pod("train")], "nvidia")["files"][0]
+    new = plan_of("gpu-a", read(d), node_view(read(d)), [RC, node(), pod("train")], "nvidia")["files"][0]
     assert (new["path"], new["before"]) == (tmpl, None) and new["after"].startswith('{{ template "base" . }}\n\n[plugins.')
 
 
@@ -193,7 +194,7 @@ def crio_daemon(files, binaries, loaded_from_crictl=True):
 
 def crio_planned(d, *objects, toolkit=None):
     r = {"hostname": "gpu-a", "containerds": [], "crios": [d], "kubelet": None}
-    return plan_node("gpu-a", r, node_view(r), [RC, node(), *objects], "nvidia", toolkit)
+    return plan_of("gpu-a", r, node_view(r), [RC, node(), *objects], "nvidia", toolkit)
 
 
 def test_on_cri_o_a_drop_in_written_after_it_started_is_a_restart_alone():
@@ -275,3 +276,38 @@ def test_a_probe_asks_a_gpu_only_where_one_is_free_and_an_api_server_away_is_ask
     assert api_away(urllib3.exceptions.MaxRetryError(None, "/", urllib3.exceptions.NewConnectionError(None, "refused")))
     assert api_away(TimeoutError()) and api_away(ApiException(status=503))
     assert not api_away(ApiException(status=403)) and not api_away(ValueError("bad"))
+
+
+def test_a_ready_status_is_proof_only_when_the_kubelet_beat_after_the_restart():
+    from datetime import datetime
+    from gpuop.drain import heard_since
+    t = [datetime(2026, 12, 4, 22, 0, s) for s in (0, 5, 10)]
+    assert heard_since((t[0], t[1]), (t[0], t[1])) is False  # nothing sent since: the old status
+    assert heard_since((t[0], t[1]), (t[0], t[2])) is True  # its Lease renewed since
+    assert heard_since((t[0], t[1]), (t[1], t[1])) is True  # its status sent since
+    assert heard_since((t[0], None), (t[0], None)) is False  # no Lease, and no status since
+    assert heard_since((t[0], None), (t[0], t[1])) is True  # a Lease made since
+    assert heard_since((None, None), (None, None)) is False
+
+
+def test_a_probe_claims_only_a_device_no_claim_holds_and_is_then_placed_by_the_scheduler():
+    from gpuop.drain import probe_manifest
+    from gpuop.repair_plan import free_devices
+    published = {"kind": "ResourceSlice", "metadata": {"name": "gpu-a-gpus"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-a", "pool": {"name": "gpu-a"},
+                                                   "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}
+    elsewhere = {"kind": "ResourceSlice", "metadata": {"name": "gpu-b-gpus"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-b", "pool": {"name": "gpu-b"},
+                                                   "devices": [{"name": "gpu-0"}]}}
+    held = {"kind": "ResourceClaim", "metadata": {"name": "train", "namespace": "ml"}, "status": {"allocation": {"devices": {"results": [
+        {"driver": "gpu.nvidia.com", "pool": "gpu-a", "device": "gpu-1"}]}}}}
+    assert free_devices("gpu-a", [published, elsewhere], "gpu.nvidia.com") == 2
+    assert free_devices("gpu-a", [published, elsewhere, held], "gpu.nvidia.com") == 1
+    assert free_devices("gpu-a", [published], "other.example.com") == 0
+    claimed = probe_manifest("gpu-a", "nvidia", "busybox", "default", 120, claim="gpuop-probe-x")["spec"]
+    assert "nodeName" not in claimed  # the scheduler alone allocates a claim
+    assert claimed["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-a"]}]}]
+    assert claimed["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "gpuop-probe-x"}]
+    assert claimed["containers"][0]["resources"] == {"claims": [{"name": "gpu"}]}
+    plugin = probe_manifest("gpu-a", "nvidia", "busybox", "default", 120, gpus=1)["spec"]
+    assert plugin["nodeName"] == "gpu-a" and plugin["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    assert "resources" not in probe_manifest("gpu-a", "nvidia", "busybox", "default", 120)["spec"]["containers"][0]
