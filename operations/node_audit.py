@@ -6,8 +6,6 @@ kept for the run; the first host to execute writes the fleet's JSON and textfile
 table, so they hold every node of the run.
 """
 
-import weakref
-
 from gevent.lock import Semaphore
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
@@ -20,10 +18,12 @@ from gpuop.view import api_view, node_view
 from gpuop.kubeapi import ClusterUnreadable, inventory_read, read_cluster
 from gpuop.textfile import registry_of, write_reports
 
-_RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> _Fleet of that run
+from .run import run_of
 
 
-class _Fleet:
+class NodeAudit:
+    """The node audit's part of a run (``operations.run``): the cluster read once, each node's entry."""
+
     def __init__(self):
         self.lock = Semaphore()
         self.objects = None  # the cluster's objects, read once
@@ -34,53 +34,57 @@ class _Fleet:
         self.reported = False
 
 
-def _fleet(state) -> _Fleet:
-    return _RUNS.setdefault(state, _Fleet())
+def audit_of(state) -> NodeAudit:
+    """This run's node audit, made at the first node's ask."""
+    run = run_of(state)
+    if run.node_audit is None:
+        run.node_audit = NodeAudit()
+    return run.node_audit
 
 
 def cluster_objects(state, kubeconfig: str, context: str, deadline_s: float) -> list:
     """The cluster's objects for this run: the inventory's read of it, else read by the first
     host to ask while the others wait for it."""
-    fleet = _fleet(state)
-    with fleet.lock:
-        if fleet.unreadable is not None:
-            raise fleet.unreadable
-        if fleet.objects is None:
+    audit = audit_of(state)
+    with audit.lock:
+        if audit.unreadable is not None:
+            raise audit.unreadable
+        if audit.objects is None:
             listed = inventory_read(kubeconfig, context)
             try:
-                fleet.objects, fleet.cluster = listed or read_cluster(kubeconfig, context, deadline_s)
+                audit.objects, audit.cluster = listed or read_cluster(kubeconfig, context, deadline_s)
             except ClusterUnreadable as e:
-                fleet.unreadable = DeployError(str(e))
-                raise fleet.unreadable from None
+                audit.unreadable = DeployError(str(e))
+                raise audit.unreadable from None
             logger.info(f"--> cluster read once for the fleet{' (it listed the GPU nodes)' if listed else ''}: "
-                        f"{len(fleet.objects)} objects, {fleet.cluster['requests']} list requests, "
-                        f"{fleet.cluster['seconds']}s ({fleet.cluster['from']}); DRA {fleet.cluster['dra']}")
-    return fleet.objects
+                        f"{len(audit.objects)} objects, {audit.cluster['requests']} list requests, "
+                        f"{audit.cluster['seconds']}s ({audit.cluster['from']}); DRA {audit.cluster['dra']}")
+    return audit.objects
 
 
-def _whole(state, fleet: _Fleet) -> dict:
+def _whole(state, audit: NodeAudit) -> dict:
     """The run's report: every node's entry, the fleet's own gaps, how the cluster was read, and
     the hosts that were not read (their error is pyinfra's, above). A node not read whose kubelet
     reports its runtime's handlers is judged on them alone (``api_view``)."""
-    unread = [h for h in state.inventory if h.data.get("gpuop_target") == "node" and h.name not in fleet.hosts]
-    nodes, from_api = dict(fleet.nodes), {}
+    unread = [h for h in state.inventory if h.data.get("gpuop_target") == "node" and h.name not in audit.hosts]
+    nodes, from_api = dict(audit.nodes), {}
     for h in unread:
         name = h.data.get("node_name") or h.name
-        node = next((o for o in fleet.objects or [] if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
+        node = next((o for o in audit.objects or [] if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
         runtime = api_view(node) if node is not None and name not in nodes else None
         if runtime is not None:
-            nodes[name] = judge(runtime, fleet.objects, name, h.data.get("gpu_handler") or "nvidia",
+            nodes[name] = judge(runtime, audit.objects, name, h.data.get("gpu_handler") or "nvidia",
                                 h.data.get("gpu_driver") or DRIVER)
             from_api[h.name] = name
-    return {"nodes": dict(sorted(nodes.items())), "gaps": cluster_gaps(nodes, fleet.objects or []),
-            "cluster": fleet.cluster, "unread": sorted(h.name for h in unread), "judged_from_api": from_api}
+    return {"nodes": dict(sorted(nodes.items())), "gaps": cluster_gaps(nodes, audit.objects or []),
+            "cluster": audit.cluster, "unread": sorted(h.name for h in unread), "judged_from_api": from_api}
 
 
 def _report_once(state, report_path: str, textfile_path: str) -> dict:
-    fleet = _fleet(state)
-    report = _whole(state, fleet)
-    if not fleet.reported:
-        fleet.reported = True
+    audit = audit_of(state)
+    report = _whole(state, audit)
+    if not audit.reported:
+        audit.reported = True
         write_reports(report, report_path, textfile_path, registry_of)
         for line in fleet_table(report):
             logger.info(line)
@@ -119,8 +123,8 @@ def judge_node(node_name: str, gpu_handler: str, gpu_driver: str, crictl: str, k
         judge_node(node_name="", gpu_handler="nvidia", gpu_driver="gpu.nvidia.com", crictl="crictl", kubeconfig="",
                    context="prod", read_timeout_s=150, cluster_timeout_s=20)
     """
-    fleet = _fleet(host.state)
-    if host.name not in fleet.hosts:
+    audit = audit_of(host.state)
+    if host.name not in audit.hosts:
         read = host.get_fact(NodeRuntime, crictl=crictl, _timeout=read_timeout_s)
         if host in host.state.failed_hosts:  # pyinfra said why (its deadline, a lost link): judge nothing
             yield _failed(f"the node's read did not complete within node_read_timeout_s={read_timeout_s}s "
@@ -132,12 +136,12 @@ def judge_node(node_name: str, gpu_handler: str, gpu_driver: str, crictl: str, k
             yield _failed(str(e))
             return
         name = node_name or read["hostname"] or host.name
-        twin = next((h for h, n in fleet.hosts.items() if n == name), None)
+        twin = next((h for h, n in audit.hosts.items() if n == name), None)
         if twin:
             yield _failed(f"hosts {twin} and {host.name} both audit node {name}: set node_name for each")
             return
-        fleet.nodes[name] = judge(node_view(read), objects, name, gpu_handler, gpu_driver)
-        fleet.hosts[host.name] = name
+        audit.nodes[name] = judge(node_view(read), objects, name, gpu_handler, gpu_driver)
+        audit.hosts[host.name] = name
     yield from ()
 
 
@@ -169,8 +173,8 @@ def report_fleet(report: str, textfile: str, kubeconfig: str, context: str, clus
     """
 
     def judge(state, host):
-        fleet = _fleet(state)
-        if host.name not in fleet.hosts:  # the reporter
+        audit = audit_of(state)
+        if host.name not in audit.hosts:  # the reporter
             try:
                 cluster_objects(state, kubeconfig, context, cluster_timeout_s)
             except DeployError as e:
@@ -184,7 +188,7 @@ def report_fleet(report: str, textfile: str, kubeconfig: str, context: str, clus
                     logger.error(f"{host.print_prefix}fleet: {count} gap(s) {words}")
             return not (report_now["gaps"] or alone)
         report_now = _report_once(state, report, textfile)
-        name = fleet.hosts[host.name]
+        name = audit.hosts[host.name]
         gaps = report_now["nodes"][name]["gaps"]
         if gaps:
             logger.error(f"{host.print_prefix}node {name}: {len(gaps)} gap(s) between written, loaded, "

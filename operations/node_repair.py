@@ -12,7 +12,6 @@ import posixpath
 import shlex
 import socket
 import time
-import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -36,8 +35,8 @@ from gpuop.view import LIVE, api_handlers, node_view
 
 from .files import inline_write
 from .node_audit import cluster_objects
+from .run import run_of
 
-_RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> the rollout of that run
 REQUEST_DEADLINE_S = 20  # each request of the rollout to the API server (a cordon, an eviction, a read)
 
 
@@ -70,7 +69,11 @@ class _Rollout:
 
 
 def rollout_of(state) -> _Rollout:
-    return _RUNS.setdefault(state, _Rollout())
+    """This run's rollout (``operations.run``), made at the first node's plan."""
+    run = run_of(state)
+    if run.rollout is None:
+        run.rollout = _Rollout()
+    return run.rollout
 
 
 def _gpu_class(objects: list, handler: str) -> str:
@@ -478,8 +481,12 @@ class _Steps:
             logger.error(f"{self.target.print_prefix}node {self.name}: {in_words(e, 5)}")
 
 
-STEPS = ("cordon", "drain", "write", "forecast", "restart", "CRI", "Ready", "probe", "uncordon")
-PROVEN = ("Ready", "probe", "uncordon")  # a healthy node gpuop left cordoned: proven before it is put back
+# A node's repair, step by step: each step's name (in the run's words and its report) and the
+# method of _Steps that takes it.
+STEPS = (("cordon", _Steps.cordon), ("drain", _Steps.drain), ("write", _Steps.write), ("forecast", _Steps.forecast),
+         ("restart", _Steps.restart), ("CRI", _Steps.cri), ("Ready", _Steps.ready), ("probe", _Steps.probe),
+         ("uncordon", _Steps.uncordon))
+PROVEN = STEPS[-3:]  # a healthy node gpuop left cordoned: Ready, probe, uncordon: proven before it is put back
 
 
 def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str, max_failures: int = 0):
@@ -488,14 +495,14 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str, max_
     steps = _Steps(api, name, node, rollout, namespace)
     phases = rollout.phases.setdefault(name, {})
     healthy = node.plan["action"] == "none"  # here only for gpuop's cordon a run that stopped or died left
-    for step in PROVEN if healthy else STEPS:
+    for step, take in PROVEN if healthy else STEPS:
         if rollout.lock_lost:  # another run's now: nothing more changes here, the node left as it is
             rollout.outcomes[name] = f"left at {step}: the lock was lost"
             logger.error(f"{node.host.print_prefix}node {name} left before its step {step}: {rollout.lock_lost}")
             return
         started = time.monotonic()
         try:
-            getattr(steps, step.lower())()
+            take(steps)
         except Exception as e:  # one sentence: no library's traceback reaches the run's output
             words = str(e) if isinstance(e, nodes.Stalled) else in_words(e, node.knobs.restart_timeout_s)
             rollout.failures.append(f"node {name}, step {step}: {words}")

@@ -16,7 +16,6 @@ they poll live. Planning and executing keep separate reads, so a plan's guesses 
 
 import fnmatch
 import posixpath
-import weakref
 from dataclasses import dataclass
 
 from pyinfra import host, logger
@@ -27,6 +26,8 @@ from facts.batch import Batch, PartFailed
 from facts.containerd import ContainerdRestart, LabContainerd
 from facts.files import Files
 from facts.kube import ClusterUnanswered, KubeObjects
+
+from .run import run_of
 
 # Every kind the playbook owns, waits on or judges: one `kubectl get` reads them all.
 # Leases say whether the scheduler, the controller-manager and each node's agent still work.
@@ -49,17 +50,14 @@ class _Reads:
     containerd: dict | None = None  # {"loaded": ..., "restart": ...}
 
 
-# Per run (pyinfra's State, gone with it: nothing is kept from one run to another), per host name.
-_SCOPES = weakref.WeakKeyDictionary()  # state -> {host name: _Scope}
-_READS = weakref.WeakKeyDictionary()  # state -> {host name: _Reads}
-
-
 def _scopes(h) -> dict:
-    return _SCOPES.setdefault(h.state, {})
+    """What each host's batched read covers, by host name, for this run (``operations.run``)."""
+    return run_of(h.state).scopes
 
 
 def _all_reads(h) -> dict:
-    return _READS.setdefault(h.state, {})
+    """Each host's batched reads, by host name, for this run."""
+    return run_of(h.state).reads
 
 
 def declare(host, files, context: str, daemon):

@@ -6,20 +6,18 @@ disconnects from a host whose reports are all there, its summary goes to pyinfra
 """
 
 import os
-import weakref
 
 from pyinfra import logger
 from pyinfra.api.state import BaseStateCallback
 
 from gpuop.reports import incident_summary
 
-_SEEN = weakref.WeakKeyDictionary()  # run's state -> {host name: {report file name: text}}, as this run wrote or found it
-
+from .run import run_of
 
 def seen(host, path: str, content: str):
     """Note a report's text as this run leaves it (while executing: planning sees the old state)."""
     if host.state.is_executing:
-        _SEEN.setdefault(host.state, {}).setdefault(host.name, {})[os.path.basename(path)] = content
+        run_of(host.state).reports_seen.setdefault(host.name, {})[os.path.basename(path)] = content
 
 
 class IncidentSummary(BaseStateCallback):
@@ -30,7 +28,7 @@ class IncidentSummary(BaseStateCallback):
 
     def host_disconnect(self, state, host):
         out_dir, names = self.expected.get(host.name, ("", ()))
-        reports = _SEEN.get(state, {}).pop(host.name, {})
+        reports = run_of(state).reports_seen.pop(host.name, {})
         if names and all(name in reports for name in names):
             for line in incident_summary(host.name, out_dir, reports):
                 logger.info(line)

@@ -96,6 +96,8 @@ def test_cri_o_nodes_are_restarted_into_the_handler_and_the_rerun_changes_nothin
     with open(f"/proc/{simnodes.ns_pid(nodes[1])}/root{DROPIN}") as f:
         assert f.read() == NOTE  # --dry wrote nothing
 
+    confd = sorted(os.listdir(f"/proc/{simnodes.ns_pid(nodes[1])}/root{os.path.dirname(DROPIN)}"))
+    assert "99-nvidia.toml" in confd
     report = os.path.join(root, "repair.json")
     run = fix(path, f"report={report}")
     assert run.code == 0, run.log[-4000:]
@@ -113,7 +115,7 @@ def test_cri_o_nodes_are_restarted_into_the_handler_and_the_rerun_changes_nothin
     assert kept.startswith("/var/lib/gpuop/backup/") and kept.endswith(DROPIN), kept
     with open(f"/proc/{simnodes.ns_pid(ctk)}/root{kept}") as f:
         assert f.read() == NOTE
-    assert os.listdir(f"/proc/{simnodes.ns_pid(ctk)}/root{os.path.dirname(DROPIN)}") == ["99-nvidia.toml"]
+    assert sorted(os.listdir(f"/proc/{simnodes.ns_pid(ctk)}/root{os.path.dirname(DROPIN)}")) == confd  # no copy there
     # a new daemon on each holds nvidia, and the GPU Pods run through it
     restarted = {n.name: simnodes.node_runtime(n) for n in nodes}
     assert all(restarted[name] != pid for name, pid in crios.items()), (crios, restarted)

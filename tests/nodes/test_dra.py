@@ -121,6 +121,6 @@ def test_a_probe_claims_a_free_device_of_the_driver_through_the_scheduler(audite
     # it returns once its Pod runs: bound by the scheduler (its spec names no node), which binds
     # a Pod only with its claim allocated
     drain.probe(api, "dra-cdi-on", "fleet-nvidia", "busybox", ns, 60, said.append, device_class=DRIVER)
-    assert get("resourceclaims", ns, labelSelector=drain.PROBE_LABEL)["items"] == []
-    assert get("pods", ns, labelSelector=drain.PROBE_LABEL)["items"] == []
+    for kind in ("resourceclaims", "pods"):  # both deleted after
+        assert json.loads(kubectl("get", kind, "-n", ns, "-l", drain.PROBE_LABEL, "-o", "json"))["items"] == [], kind
     assert free_devices("dra-cdi-on", drain.dra_objects(api, "dra-cdi-on"), DRIVER) == 1  # given back

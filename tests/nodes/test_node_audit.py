@@ -319,6 +319,50 @@ def test_the_cluster_read_pages_and_reads_the_same(simulated):
     assert sum(max(1, -(-n // 3)) for n in counts) <= paged_how["requests"] <= sum(n // 3 + 1 for n in counts)
 
 
+def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab(simulated):
+    """The toolkit DaemonSet updated to a Pod no node has the memory for: its rollout stalls as the
+    seed's step 8 does, and the fleet audit names it among the cluster's gaps, as the lab's does.
+    (Before the tests that stop the API server: the lab healed after them has no fleet Nodes.)"""
+    _, path, root = simulated
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    doc["hosts"] = {"ssh-gpu-healthy": doc["hosts"]["ssh-gpu-healthy"]}
+    one = os.path.join(root, "nodes-one.yaml")
+    with open(one, "w") as f:
+        yaml.safe_dump(doc, f)
+    toolkit = "daemonset/fleet-container-toolkit"
+    kubectl("patch", "-n", NAMESPACE, toolkit, "--type=json", "-p", json.dumps([
+        {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "toolkit:v1.17.1"},
+        {"op": "add", "path": "/spec/template/spec/containers/0/resources", "value": {"requests": {"memory": "64Ti"}}}]))
+
+    seen = []
+
+    def stalled():
+        ds = json.loads(kubectl("get", "-n", NAMESPACE, toolkit, "-o", "json"))
+        pods = json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-l", "app=fleet-toolkit", "-o", "json"))["items"]
+        refused = [p for p in pods if any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or [])]
+        seen.append((ds["status"], sorted(p["status"].get("phase") for p in pods)))
+        return ds["status"].get("observedGeneration") == ds["metadata"]["generation"] and refused and \
+            ds["status"].get("numberUnavailable", 0) >= 1
+    try:
+        try:
+            eventually("the toolkit's rollout to stall on memory", stalled, timeout=180)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: the DaemonSet's status and its Pods' phases: {seen[-1:]}") from None
+        report = os.path.join(root, "stalled.json")
+        run = deploy(None, f"report={report}", env={"GPUOP_NODES": one}, inventory="nodes.py", script="audit.py")
+        with open(report) as f:
+            gaps = [g for g in json.load(f)["gaps"] if g["kind"] == "rollout-stalled"]
+        assert [(g["subject"], g["views"]) for g in gaps] == [(f"{NAMESPACE}/fleet-container-toolkit", ["scheduled"])], run.log[-3000:]
+        # its one updated Pod is the one no node takes; a DaemonSet Pod on each of the 15 fleet nodes
+        assert gaps[0]["detail"] == (f"DaemonSet {NAMESPACE}/fleet-container-toolkit: rollout stalled at 1/15 updated, "
+                                     "blocker insufficient-memory")
+        assert f"GAP fleet: [rollout-stalled] {gaps[0]['detail']}" in run.log
+    finally:  # the toolkit back, every Pod Ready again, for the tests after
+        kubectl("rollout", "undo", "-n", NAMESPACE, toolkit)
+        kubectl("rollout", "status", "-n", NAMESPACE, toolkit, "--timeout=120s")
+
+
 def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated):
     """Nodes that cannot be read, each one line: a refused port, a port that accepts and never
     speaks SSH, a host key that is not known; none of them a library's traceback."""
@@ -476,37 +520,3 @@ def test_two_hosts_on_one_node_name_are_refused_by_name(simulated):
         or "hosts ssh-b and ssh-a both audit node gpu-healthy: set node_name for each" in run.log
 
 
-
-def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab(simulated):
-    """The toolkit DaemonSet updated to a Pod no node has the memory for: its rollout stalls as the
-    seed's step 8 does, and the fleet audit names it among the cluster's gaps, as the lab's does."""
-    _, path, root = simulated
-    with open(path) as f:
-        doc = yaml.safe_load(f)
-    doc["hosts"] = {"ssh-gpu-healthy": doc["hosts"]["ssh-gpu-healthy"]}
-    one = os.path.join(root, "nodes-one.yaml")
-    with open(one, "w") as f:
-        yaml.safe_dump(doc, f)
-    toolkit = "daemonset/fleet-container-toolkit"
-    kubectl("patch", "-n", NAMESPACE, toolkit, "--type=json", "-p", json.dumps([
-        {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "toolkit:v1.17.1"},
-        {"op": "add", "path": "/spec/template/spec/containers/0/resources", "value": {"requests": {"memory": "64Ti"}}}]))
-
-    def stalled():
-        ds = json.loads(kubectl("get", "-n", NAMESPACE, toolkit, "-o", "json"))
-        pods = json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-l", "app=fleet-toolkit", "-o", "json"))["items"]
-        refused = [p for p in pods if any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or [])]
-        return ds["status"].get("observedGeneration") == ds["metadata"]["generation"] and refused and \
-            ds["status"].get("numberUnavailable", 0) >= 1
-    try:
-        eventually("the toolkit's rollout to stall on memory", stalled, timeout=120)
-        report = os.path.join(root, "stalled.json")
-        run = deploy(None, f"report={report}", env={"GPUOP_NODES": one}, inventory="nodes.py", script="audit.py")
-        with open(report) as f:
-            gaps = [g for g in json.load(f)["gaps"] if g["kind"] == "rollout-stalled"]
-        assert [(g["subject"], g["views"]) for g in gaps] == [(f"{NAMESPACE}/fleet-container-toolkit", ["scheduled"])], run.log[-3000:]
-        assert gaps[0]["detail"].startswith(f"DaemonSet {NAMESPACE}/fleet-container-toolkit: rollout stalled at 0/")
-        assert gaps[0]["detail"].endswith(" updated, blocker insufficient-memory")
-        assert f"GAP fleet: [rollout-stalled] DaemonSet {NAMESPACE}/fleet-container-toolkit: rollout stalled at 0/" in run.log
-    finally:
-        kubectl("rollout", "undo", "-n", NAMESPACE, toolkit)

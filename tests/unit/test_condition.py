@@ -1,0 +1,48 @@
+"""The node agent's condition (gpuop/condition.py), in node-problem-detector's contract."""
+
+from datetime import datetime, timedelta, timezone
+
+from gpuop.condition import CONDITION, MESSAGE_MAX, condition_of, next_condition, reason_of
+
+T0 = datetime(2026, 12, 4, 22, 0, 0, tzinfo=timezone.utc)
+
+
+def gap(kind: str, detail: str = "said") -> dict:
+    return {"kind": kind, "subject": "s", "views": ["loaded"], "detail": detail}
+
+
+def test_a_gap_is_true_with_the_worst_kind_as_reason_none_is_false_and_an_unread_node_unknown():
+    assert reason_of("restart-refuses-start") == "RestartRefusesStart"
+    found = condition_of({"loaded_from": "cri", "gaps": [gap("handler-not-loaded", "a"), gap("restart-takes-cri-down", "b")]}, "")
+    assert found == {"type": CONDITION, "status": "True", "reason": "RestartTakesCriDown",
+                     "message": "[restart-takes-cri-down] b [handler-not-loaded] a"}
+    assert condition_of({"loaded_from": "cri", "gaps": []}, "") == {
+        "type": CONDITION, "status": "False", "reason": "NoGap",
+        "message": "the runtime loads what is written, and a restart would load it too"}
+    assert condition_of(None, "crictl did not answer within 10s") == {
+        "type": CONDITION, "status": "Unknown", "reason": "NodeNotRead",
+        "message": "the node's runtime was not read: crictl did not answer within 10s"}
+    down = condition_of({"loaded_from": "cri-down", "gaps": [gap("cri-down", "its CRI does not answer")]}, "")
+    assert (down["status"], down["reason"]) == ("Unknown", "RuntimeNotAnswering")
+    assert down["message"] == "the runtime's own answer was not had (loaded from cri-down): [cri-down] its CRI does not answer"
+    long = condition_of({"loaded_from": "cri", "gaps": [gap("sandbox-fails", "x" * 5000)]}, "")["message"]
+    assert len(long) == MESSAGE_MAX and long.endswith("...")
+
+
+def test_the_transition_time_moves_only_with_the_status_and_an_unchanged_condition_is_refreshed_every_5_minutes():
+    true = condition_of({"loaded_from": "cri", "gaps": [gap("handler-not-loaded", "a")]}, "")
+    first, why = next_condition(None, true, T0)
+    assert why == "changed" and first["lastTransitionTime"] == first["lastHeartbeatTime"] == "2026-12-04T22:00:00Z"
+    same, why = next_condition(first, true, T0 + timedelta(seconds=60))
+    assert why == "" and same == first
+    beat, why = next_condition(first, true, T0 + timedelta(seconds=300))
+    assert why == "refreshed" and beat["lastTransitionTime"] == "2026-12-04T22:00:00Z"
+    assert beat["lastHeartbeatTime"] == "2026-12-04T22:05:00Z"
+    other = condition_of({"loaded_from": "cri", "gaps": [gap("sandbox-fails", "b")]}, "")  # still True: the reason moves, not the transition
+    moved, why = next_condition(beat, other, T0 + timedelta(seconds=310))
+    assert why == "changed" and moved["reason"] == "SandboxFails" and moved["lastTransitionTime"] == "2026-12-04T22:00:00Z"
+    worded = {**other, "message": "[sandbox-fails] c"}
+    same_reason, why = next_condition(moved, worded, T0 + timedelta(seconds=315))
+    assert why == "updated" and same_reason["message"] == "[sandbox-fails] c"
+    healthy, why = next_condition(moved, condition_of({"loaded_from": "cri", "gaps": []}, ""), T0 + timedelta(seconds=320))
+    assert why == "changed" and healthy["lastTransitionTime"] == "2026-12-04T22:05:20Z"
