@@ -10,7 +10,7 @@ import os
 
 from pyinfra.api.exceptions import InventoryError
 
-from gpuop.hosts import HostsFileError, read_hosts
+from gpuop.reach.hosts import HostsFileError, read_hosts
 
 _source = os.environ.get("GPUOP_HOSTS") or ("hosts.yaml" if os.path.exists("hosts.yaml") else "")
 try:

@@ -1,7 +1,7 @@
 """
 Read a Kubernetes node through its cluster, with no SSH: ``@kubenode/NODE``.
 
-Each command runs in one short-lived Pod bound to the node (``gpuop.nodepod``: host PID,
+Each command runs in one short-lived Pod bound to the node (``gpuop.reach.nodepod``: host PID,
 privileged, in the node's own namespaces, as ``kubectl debug node/NODE --profile=sysadmin``),
 and comes back through the Pod's log, which the API server reads from the node's kubelet. The
 Pod is deleted once read, ends by itself at its deadline (``activeDeadlineSeconds``) if this
@@ -26,8 +26,8 @@ from pyinfra.connectors.base import BaseConnector
 from pyinfra.connectors.util import (CommandOutput, OutputLine, extract_control_arguments,
                                      make_unix_command_for_host)
 
-from gpuop import nodepod
 from gpuop.knobs import KnobError, parse_node_knobs
+from gpuop.reach import nodepod
 
 PROGRESS_S = 10  # how often a read Pod still running is said (one watch request each)
 
@@ -46,7 +46,7 @@ class KubeNodeConnector(BaseConnector):
         the read Pods an earlier run left on this node, removed."""
         from kubernetes import client
 
-        from gpuop import kubeapi
+        from gpuop.reach import kubeapi
 
         self.kubeapi = kubeapi
         try:

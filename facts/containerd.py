@@ -6,23 +6,17 @@ its next start (``ContainerdRestart``). None of them reads the host's own /etc/c
 """
 
 import base64
-import json
 import shlex
-import tomllib
 
 from pyinfra.api import FactBase
 
-from gpuop.containerd import (DUMP_WITHOUT_MIGRATIONS, binary_version, cri_cdi, cri_runtimes, logged_words, restart_forecast,
-                              start_subcommand, unreadable_config)
 from gpuop.layout import holds_root
+from gpuop.reach.shell import cri_answer, cri_info, restart_answer, restart_merge
 
 _DAEMONS = "--- daemons"
 _LOG = "--- log"
 _CRI = "--- cri"
 _NAMESPACE = "--- namespace"
-_DUMP_FAILED = "--- dump failed"
-CRICTL_DEADLINE_S = 10  # crictl's own --timeout is 3 s; this ends one that still hangs
-DUMP_DEADLINE_S = 30  # `containerd config dump` parses files: it has no reason to take longer
 
 
 class LabContainerd(FactBase):
@@ -93,43 +87,12 @@ class LabContainerd(FactBase):
         return {**found, **cri_answer(output[at_cri + 1:])}
 
 
-def cri_info(crictl: str, socket: str) -> str:
-    """The shell that asks a containerd through CRI what it holds (``crictl info``), under a deadline,
-    and prints crictl's answer then its exit status; ``crictl`` and ``socket`` are shell words
-    (quoted, or a variable), read by ``cri_answer``.
-
-        cri_info("crictl", '"$addr"')
-    """
-    return (f'timeout -k 2 {CRICTL_DEADLINE_S} {crictl} --config /dev/null '
-            f'--runtime-endpoint unix://{socket} --timeout 3s info 2>&1; echo "$?"')
-
-
-def cri_answer(lines: list) -> dict:
-    """What ``cri_info`` printed, as the loaded view: ``cri`` ok or down, the runtimes, the error.
-
-        cri_answer(['{"config": {"containerd": {"runtimes": {"runc": {}}}}}', "0"])
-        -> {"cri": "ok", "runtimes": ["runc"], "default_runtime": "", "error": "", "crictl": True,
-            "cdi": False, "cdi_spec_dirs": []}
-    """
-    answer, status = "\n".join(lines[:-1]), lines[-1].strip()
-    if status != "0":
-        error = (f"crictl did not answer within {CRICTL_DEADLINE_S}s" if status in ("124", "137")
-                 else logged_words(answer.strip().splitlines()[-1]) if answer.strip() else f"exit {status}")
-        return {"cri": "down", "runtimes": [], "default_runtime": "", "error": error, "crictl": status != "127",
-                "cdi": False, "cdi_spec_dirs": []}
-    info = json.loads(answer)
-    runtimes, default = cri_runtimes(info)
-    cdi, dirs = cri_cdi(info)
-    return {"cri": "ok", "runtimes": runtimes, "default_runtime": default, "error": "", "crictl": True,
-            "cdi": cdi, "cdi_spec_dirs": dirs}
-
-
 class ContainerdRestart(FactBase):
     """
     What the lab's containerd binary would load if the daemon restarted now: its version, and its
     own merge of the lab's config (the files on disk merged the way this binary merges them at
     start: its ``config dump``, or ``config migrate`` on the releases whose dump skips migrations),
-    judged by its version's rules (``gpuop.containerd.restart_forecast``): whether the daemon
+    judged by its version's rules (``gpuop.judgment.containerd.restart_forecast``): whether the daemon
     starts, and whether its CRI loads. This never asks the running daemon. ``None`` where the
     binary is not on the host.
 
@@ -153,38 +116,3 @@ class ContainerdRestart(FactBase):
         return restart_answer(output)
 
 
-def restart_merge(binary: str, config: str) -> str:
-    """The shell that asks a containerd binary for its version and its own merge of ``config``
-    as its next start reads it; ``binary`` and ``config`` are shell words (quoted, or a variable).
-    Prints nothing where the binary is not there; read by ``restart_answer``.
-
-        restart_merge("/usr/bin/containerd", '"$cfg"')
-    """
-    b, c = binary, config
-    # What this version loads at start is its `config dump`, or `config migrate` where the
-    # dump skips migrations (gpuop.containerd.start_subcommand): the release decides.
-    migrating = "|".join(DUMP_WITHOUT_MIGRATIONS)
-    start = f"timeout -k 2 {DUMP_DEADLINE_S} {b} --config {c} config \"$sub\""
-    # One that fails is asked again for its words; one that hung is not asked twice.
-    return (f"if [ -x {b} ]; then v=$(timeout -k 2 {DUMP_DEADLINE_S} {b} --version); "
-            'echo "$v"; set -- $v; r=${3#v}; r=${r%%[~+-]*}; '
-            f'case "$r" in {migrating}) sub=migrate;; *) sub=dump;; esac; '
-            f"{start} 2>/dev/null || {{ rc=$?; echo {shlex.quote(_DUMP_FAILED)}; "
-            f'if [ "$rc" -ge 124 ]; then echo "config $sub did not answer within {DUMP_DEADLINE_S}s"; '
-            f"else {start} 2>&1 | tail -n 3; fi; }}; fi")
-
-
-def restart_answer(output: list) -> dict:
-    """What ``restart_merge`` printed, as the restart forecast: the version and ``Forecast``'s fields.
-
-        restart_answer(["containerd github.com/containerd/containerd/v2 v2.4.2 x", "version = 3", ...])
-        -> {"version": "2.4.2", "runtimes": [...], "default_runtime": "runc", "cri_ok": True, ...}
-    """
-    version, body = binary_version(output[0]), output[1:]
-    if _DUMP_FAILED in body:
-        said = [line.strip() for line in body[body.index(_DUMP_FAILED) + 1:] if line.strip()]
-        error = said[-1] if said else ""  # the binary's own last word; log lines come before it
-        forecast = unreadable_config(version, error or f"config {start_subcommand(version)} failed")
-    else:
-        forecast = restart_forecast(version, tomllib.loads("\n".join(body)))
-    return {"version": version, **forecast.__dict__}

@@ -5,39 +5,11 @@ Everything is found from the processes, never assumed, and read in one command t
 nothing (no temporary file, no socket left behind).
 """
 
-import base64
-import os
 import shlex
 
 from pyinfra.api import FactBase
 
-from gpuop import crio
-from gpuop.regen import nvidia_binaries
-
-from .containerd import cri_answer, cri_info, restart_answer, restart_merge
-from .files import TAR_OF_ARGS, untarred
-
-_SECTION = "--- gpuop "
-K3S_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own containerd (docs/fleet-audit.md)
-READ_SH = os.path.join(os.path.dirname(__file__), "node_read.sh")  # the read, in shell, run on the node
-
-
-def node_read(crictl: str = "crictl") -> str:
-    """The node's read as one shell command: node_read.sh's functions, after the shell it shares
-    with the lab's facts (a containerd's own merge, its CRI answer, files as one line), then
-    ``read_node``.
-
-        node_read("/usr/local/bin/crictl")  # -> "CRICTL=/usr/local/bin/crictl\n...\nread_node"
-    """
-    with open(READ_SH) as f:
-        script = f.read()
-    merge, answer = restart_merge('"$rbin"', '"$rcfg"'), cri_info('"$CRICTL"', '"$1"')
-    shared = (f"CRICTL={shlex.quote(crictl)}\n"
-              f"NVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
-              f"gpuop_tar() {{ {TAR_OF_ARGS}; }}\n"
-              f"gpuop_restart() {{ rbin=$1 rcfg=$2; {merge}; }}\n"
-              f"gpuop_cri() {{ {answer}; }}\n")
-    return f"{shared}{script}\nread_node"
+from gpuop.reach.node_read import node_read, parse
 
 
 class NodeRuntime(FactBase):
@@ -52,7 +24,7 @@ class NodeRuntime(FactBase):
     that ``serves``, the node's runtime (kubelet's; with no kubelet, the only one, or the one on
     the default socket): the files written (its config, the files its imports reach, its
     conf.d, and the k3s/RKE2 templates beside it), the NVIDIA runtime binaries where k3s looks
-    at start (``nvidia_runtimes``: what its next start registers, ``gpuop.regen``), what it
+    at start (``nvidia_runtimes``: what its next start registers, ``gpuop.judgment.regen``), what it
     holds (``crictl info`` on its socket) and what its binary's next start would load
     (``config dump``, see ``facts.containerd.restart_merge``).
 
@@ -74,7 +46,7 @@ class NodeRuntime(FactBase):
     Every CRI-O (``crios``, found by its binary's name ``crio``) the same way, with its
     ``config_dir`` (``--config-dir``, default /etc/crio/crio.conf.d) and socket (``--listen``, else
     the last ``listen`` of its files, else /var/run/crio/crio.sock); where it serves, its files are
-    its config and drop-ins, ``restart`` its binary's own merge (``crio config``, ``gpuop.crio``)
+    its config and drop-ins, ``restart`` its binary's own merge (``crio config``, ``gpuop.judgment.crio``)
     and ``hooks`` the OCI hook files naming NVIDIA's hook in the directories it reads.
 
     A daemon that does not serve has ``serves`` False, and empty ``files``, ``loaded`` and
@@ -90,58 +62,7 @@ class NodeRuntime(FactBase):
         return node_read(crictl)
 
     def process(self, output):
-        result = self.default()
-        sections, current = [], None
-        for line in output:
-            if line.startswith(_SECTION):
-                current = (line[len(_SECTION):].split(" ", 1), [])
-                sections.append(current)
-            elif current is not None:
-                current[1].append(line)
-        daemons, runtime = {}, None
-        for (kind, *rest), lines in sections:
-            if kind == "hostname":
-                result["hostname"] = rest[0].strip() if rest else ""
-            elif kind == "kubelet":
-                exe, args, endpoint = (lines + ["", "", ""])[:3]
-                result["kubelet"] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "endpoint": endpoint}
-            elif kind == "containerd":
-                exe, args, config, address, binary = (lines + [""] * 5)[:5]
-                daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
-                                    "address": address, "binary": binary, "serves": False, "files": {},
-                                    "restart": None, "loaded": None, "gpu_cdi_specs": [], "nvidia_runtimes": []}
-                result["containerds"].append(daemons[rest[0]])
-            elif kind == "crio":
-                exe, args, config, config_dir, address = (lines + [""] * 5)[:5]
-                daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
-                                    "config_dir": config_dir, "address": address, "binary": exe, "serves": False,
-                                    "files": {}, "restart": None, "loaded": None, "gpu_cdi_specs": [], "hooks": {}}
-                result["crios"].append(daemons[rest[0]])
-            elif kind == "runtime":
-                runtime = daemons[rest[0]]
-                runtime.update(serves=True, files=untarred(lines[0]) if lines and lines[0].strip() else {})
-            elif kind == "restart" and "config_dir" in runtime:
-                runtime["restart"] = crio.restart_answer(lines) if any(x.strip() for x in lines) else None
-            elif kind == "restart":
-                runtime["restart"] = restart_answer(lines) if lines else None
-            elif kind == "started":
-                runtime["started"] = int(lines[0]) if lines and lines[0].strip().isdigit() else None
-            elif kind == "cri":
-                runtime["loaded"] = cri_answer(lines)
-            elif kind == "cdi":
-                runtime["gpu_cdi_specs"] = [line for line in lines if line.strip()]
-            elif kind == "status":  # CRI-O's own answer, asked where the node has no crictl
-                runtime["loaded"] = crio.status_answer(lines) or runtime["loaded"]
-            elif kind == "hooks":
-                runtime["hooks"] = untarred(lines[0]) if lines and lines[0].strip() else {}
-            elif kind == "nvidia":
-                runtime["nvidia_runtimes"] = [line for line in lines if line.strip()]
-        return result
-
-
-def _args(b64: str) -> list:
-    return base64.b64decode(b64).decode(errors="replace").split("\0")[:-1]
-
+        return parse(output)
 
 TOOLKIT_DIRS = ("/usr/local/nvidia/toolkit",)  # where the GPU Operator installs nvidia-ctk, off PATH
 _DROPIN_MARK, _ROOT_MARK = "Drop-in config:", "Top-level config:"

@@ -1,11 +1,11 @@
 """The node agent: the one judgment of its own node, every ``interval_s``, said where the cluster
-listens, in node-problem-detector's contract: a Node condition (``gpuop.condition``), an Event on
+listens, in node-problem-detector's contract: a Node condition (``gpuop.judgment.condition``), an Event on
 the Node at each change, and metrics on a port.
 
     python -m gpuop.agent --node gpu-a                          # on the node itself (or in a host-PID Pod:
     python -m gpuop.agent --node gpu-a --enter "nsenter -t 1 -m -u -i -p --"   # the host's namespaces)
 
-Each judgment reads the node with the fleet audit's own script (``facts/node_read.sh``, one
+Each judgment reads the node with the fleet audit's own script (``gpuop/reach/node_read.sh``, one
 command, under a deadline) and the node's objects from the API server by field-selected reads
 only: its Node, the Pods bound to it, the RuntimeClasses, its ResourceSlices, the claims and the
 sandbox Events of its Pods (no cluster-wide list of Pods or Events). An API server away is
@@ -25,12 +25,12 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from facts.node import NodeRuntime, node_read
-from .cluster import SANDBOX_FAILED, has_sandbox
-from .condition import CONDITION, condition_of, next_condition
-from .kubeapi import api_client, in_words
-from .rules import DRIVER, judge
-from .view import node_view
+from gpuop.judgment.cluster import SANDBOX_FAILED, has_sandbox
+from gpuop.judgment.condition import CONDITION, condition_of, next_condition
+from gpuop.judgment.rules import DRIVER, judge
+from gpuop.judgment.view import node_view
+from gpuop.reach.kubeapi import api_client, in_words
+from gpuop.reach.node_read import node_read, parse
 
 LOG = logging.getLogger("gpuop.agent")
 REQUEST_DEADLINE_S = 10  # each request to the API server
@@ -38,7 +38,7 @@ COMPONENT = "gpuop-agent"  # its Events' source
 
 
 def read_node(enter: list, crictl: str, deadline_s: float) -> tuple:
-    """The node's one read (``NodeRuntime``), run through ``enter`` (a command that enters the
+    """The node's one read (``gpuop.reach.node_read``), run through ``enter`` (a command that enters the
     host's namespaces; empty: here): (the read, "") or (None, why it was not read).
 
         read_node(["nsenter", "-t", "1", "-m", "-u", "-i", "-p", "--"], "crictl", 150)
@@ -52,7 +52,7 @@ def read_node(enter: list, crictl: str, deadline_s: float) -> tuple:
         return None, f"the node's read could not start: {e.strerror} ({' '.join(enter) or 'sh'})"
     if done.returncode != 0:
         return None, f"the node's read failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}"
-    return NodeRuntime().process(done.stdout.splitlines()), ""
+    return parse(done.stdout.splitlines()), ""
 
 
 def _plain(api: client.ApiClient, obj, kind: str) -> dict:

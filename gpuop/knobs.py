@@ -8,8 +8,8 @@ import posixpath
 import re
 from dataclasses import dataclass, fields
 
-from .layout import Layout
-from .quantity import parse_quantity
+from gpuop.judgment.quantity import parse_quantity
+from gpuop.layout import Layout
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")

@@ -1,6 +1,6 @@
 """The lab cluster's own rules, in one place: its kwok nodes and their capacity, the kubelet node's
 kubelet configuration, and whether its controllers work (by their leases, the product's rule:
-gpuop/leases.py). lab/lab.sh and lab/kubeletnode.sh call it; the tests import it. Stdlib only, so
+gpuop/judgment/leases.py). lab/lab.sh and lab/kubeletnode.sh call it; the tests import it. Stdlib only, so
 that it runs before the project's virtualenv exists.
 
     python3 lab/labcluster.py nodes lab-node-1 lab-node-2      # their Node manifests (a JSON List)
@@ -17,7 +17,7 @@ import sys
 from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project
-from gpuop.leases import stalled_components  # noqa: E402 (stdlib only)
+from gpuop.judgment.leases import stalled_components  # noqa: E402 (stdlib only)
 
 # What every lab node has: the seed's (its DaemonSet asks 64Gi of a 32Gi node and stalls).
 CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110"}
@@ -65,7 +65,7 @@ KUBELET_NODE = {"nodeStatusUpdateFrequency": "2s", "imageGCHighThresholdPercent"
 def stale(context: str, since: datetime | None) -> list:
     """The controllers of ``context`` whose leader lease is not held and fresh (renewed after
     ``since`` where given), in words; the API server's silence is one line too. A lease its holder
-    gave up counts as none: the controller that wrote it is exiting (gpuop/leases.py)."""
+    gave up counts as none: the controller that wrote it is exiting (gpuop/judgment/leases.py)."""
     try:
         got = subprocess.run(["kubectl", "--context", context, "--request-timeout=5s", "-n", "kube-system",
                               "get", "leases", "-o", "json"], capture_output=True, text=True, timeout=ASK_TIMEOUT_S)

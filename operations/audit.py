@@ -5,8 +5,8 @@ import json
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from gpuop.audit import audit
-from gpuop.tables import host_table
+from gpuop.judgment.lab_audit import audit
+from gpuop.outputs.tables import host_table
 
 from .files import text
 from .kube import found
@@ -52,7 +52,7 @@ def audit_report(path: str, config: str, observed, daemon, time_slicing: dict, c
     yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n",
                            backup=False)
     if textfile:  # the fleet's writer, so a lab host and a real node feed the same alerts
-        from gpuop.textfile import host_report, textfile as prometheus_text
+        from gpuop.outputs.textfile import host_report, textfile as prometheus_text
         yield from text._inner(path=textfile, content=prometheus_text(host_report(kubelet_node or host.name, result)),
                                backup=False)
     if host.state.is_executing:

@@ -13,8 +13,8 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from facts.batch import Batch
 from facts.containerd import ContainerdRestart, LabContainerd
 from facts.files import Files, shell_glob
+from gpuop.judgment.containerd import repaired_dropin, runtime_names
 from gpuop.layout import STOP_GRACE_S, backup_of
-from gpuop.containerd import repaired_dropin, runtime_names
 
 from . import reads
 from .files import inline_write as _inline_write

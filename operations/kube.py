@@ -8,11 +8,11 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
 from facts.kube import KUBECTL_DEADLINE_S, KubeObjects, ServerAnswer, kubectl
-from gpuop.cluster import (GPU, advertised, describe_rollout, node_ready, ready_condition, reported_since,
+from gpuop.judgment.cluster import (GPU, advertised, describe_rollout, node_ready, ready_condition, reported_since,
                            rollout_complete, rollout_settled, sandbox_failure)
-from gpuop.view import api_handlers
-from gpuop.objects import differences, of_kind
-from gpuop.scheduling import pod_scheduled
+from gpuop.judgment.objects import differences, of_kind
+from gpuop.judgment.scheduling import pod_scheduled
+from gpuop.judgment.view import api_handlers
 
 from . import reads
 from .files import text

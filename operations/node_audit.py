@@ -12,11 +12,11 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.node import NodeRuntime
-from gpuop.tables import fleet_table
-from gpuop.rules import DRIVER, cluster_gaps, judge
-from gpuop.view import api_view, node_view
-from gpuop.kubeapi import ClusterUnreadable, inventory_read, read_cluster
-from gpuop.textfile import registry_of, write_reports
+from gpuop.judgment.rules import DRIVER, cluster_gaps, judge
+from gpuop.judgment.view import api_view, node_view
+from gpuop.outputs.tables import fleet_table
+from gpuop.outputs.textfile import registry_of, write_reports
+from gpuop.reach.kubeapi import ClusterUnreadable, inventory_read, read_cluster
 
 from .run import run_of
 

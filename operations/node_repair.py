@@ -1,6 +1,6 @@
 """The repair of real nodes (only ``pyinfra nodes.py fix.py`` imports this, and the kubernetes
 client with it): each node planned from the audit's own judgment of it
-(``gpuop.repair_plan``), every node read at once; then one rollout, from this machine, in the
+(``gpuop.repair.plan``), every node read at once; then one rollout, from this machine, in the
 order of the nodes' names, at most ``repair_max_unavailable`` at a time: taken out of service,
 fixed, restarted, proven and put back, the rollout stopped once more than
 ``repair_max_failures`` nodes fail. A healthy node is never cordoned; a repaired fleet yields no
@@ -23,15 +23,16 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.node import NodeRuntime, ToolkitDropin, node_read
-from gpuop import crio, drain as nodes
-from gpuop.containerd import release
-from gpuop.kubeapi import api_client, in_words, read_cluster
+from gpuop.judgment import crio
+from gpuop.judgment.containerd import release
+from gpuop.judgment.rules import cluster_gaps, judge
+from gpuop.judgment.view import LIVE, api_handlers, node_view
 from gpuop.layout import node_backup_of
-from gpuop.repair_plan import free_devices, free_gpus, plan_lines, plan_node
-from gpuop.rules import cluster_gaps, judge
-from gpuop.tables import fleet_table
-from gpuop.textfile import repair_registry, write_reports
-from gpuop.view import LIVE, api_handlers, node_view
+from gpuop.outputs.tables import fleet_table
+from gpuop.outputs.textfile import repair_registry, write_reports
+from gpuop.reach.kubeapi import api_client, in_words, read_cluster
+from gpuop.repair import drain as nodes
+from gpuop.repair.plan import free_devices, free_gpus, plan_lines, plan_node
 
 from .files import inline_write
 from .node_audit import cluster_objects
@@ -199,7 +200,7 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
     """
     Put every planned node through the repair, in the order of their names, at most
     ``max_unavailable`` at a time, under the cluster's repair lock (a Lease: a second run is
-    refused by name): cordon (marked as gpuop's), drain (``gpuop.drain``), the files written
+    refused by name): cordon (marked as gpuop's), drain (``gpuop.repair.drain``), the files written
     (each one before kept under /var/lib/gpuop/backup, where no runtime reads), the restart forecast asked of the node's own binary (a
     restart it refuses never happens: the files are put back, the node uncordoned), containerd restarted with the node's
     ``containerd_restart``, proven (CRI loads the handler, kubelet Ready, a probe Pod of the GPU

@@ -5,8 +5,8 @@ from datetime import datetime, timezone
 from pyinfra.api import operation
 
 from facts.kube import ClusterUnanswered
-from gpuop.cluster import nodes_too_small
-from gpuop.leases import stalled_components
+from gpuop.judgment.cluster import nodes_too_small
+from gpuop.judgment.leases import stalled_components
 
 from . import reads
 from .kube import found

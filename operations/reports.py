@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpuop.containerd import Forecast, analyze_merge, import_globs, merge_lines, parsed_toml, restart_lines
-from gpuop.reports import render, stamp_holds, stamp_text
-from gpuop.view import lab_view
+from gpuop.judgment.containerd import Forecast, analyze_merge, import_globs, merge_lines, parsed_toml, restart_lines
+from gpuop.judgment.view import lab_view
+from gpuop.outputs.reports import render, stamp_holds, stamp_text
 
 from . import reads
 from .containerd import LabDaemon
@@ -118,7 +118,7 @@ class ContainerdViews:
     loaded_from: str  # "cri": the daemon answered; "cri-down": it did not; "recorded": no lab containerd
     version: str  # the lab containerd's release, "none" without one
     forecast: Forecast | None  # what a restart loads; None without a lab containerd
-    view: dict  # all of it as the one view of a node's runtime (gpuop.view), which the audit judges
+    view: dict  # all of it as the one view of a node's runtime (gpuop.judgment.view), which the audit judges
 
 
 def containerd_views(config: str, observed, daemon: LabDaemon | None) -> ContainerdViews:
@@ -130,7 +130,7 @@ def containerd_views(config: str, observed, daemon: LabDaemon | None) -> Contain
       (``daemon`` None, or its binary absent), the ``observed`` handlers, "recorded";
     - after a restart: the binary's own ``config dump`` of the same files, judged by the CRI
       plugin's rule;
-    and all of it as the one view of a node's runtime (``gpuop.view.lab_view``), with the files of
+    and all of it as the one view of a node's runtime (``gpuop.judgment.view.lab_view``), with the files of
     conf.d that no import reaches.
 
     .. code:: python

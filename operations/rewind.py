@@ -11,9 +11,9 @@ import shlex
 import yaml
 from pyinfra.api import operation
 
-from gpuop.cluster import rollout_lines
-from gpuop.objects import differences
-from gpuop.reports import render, stamp_holds
+from gpuop.judgment.cluster import rollout_lines
+from gpuop.judgment.objects import differences
+from gpuop.outputs.reports import render, stamp_holds
 
 from . import reads
 from .files import text

@@ -10,7 +10,7 @@ import os
 from pyinfra import logger
 from pyinfra.api.state import BaseStateCallback
 
-from gpuop.reports import incident_summary
+from gpuop.outputs.reports import incident_summary
 
 from .run import run_of
 

@@ -8,9 +8,9 @@ import logging
 import os
 import runpy
 
-from gpuop.hosts import HostsFileError, read_text
 from gpuop.knobs import NODE_PARSERS, KnobError
-from gpuop.nodes_file import cli_data, cluster_hosts, inventory_names, load_nodes
+from gpuop.reach.hosts import HostsFileError, read_text
+from gpuop.reach.nodes_file import cli_data, cluster_hosts, inventory_names, load_nodes
 
 GROUP_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "group_data", "all.py")
 CLUSTER_KEYS = ("kubeconfig", "kube_context", "cluster_read_timeout_s")
@@ -53,7 +53,7 @@ def fleet_hosts(argv: list, environ) -> list:
             nodes = load_nodes("", "(no nodes file)", NODE_PARSERS, given)
         hosts = nodes.hosts
         if hosts is None:  # only the cluster's listing loads the kubernetes client
-            from gpuop.kubeapi import ClusterUnreadable, read_for_inventory
+            from gpuop.reach.kubeapi import ClusterUnreadable, read_for_inventory
             cluster = _cluster(nodes, argv)
             try:
                 objects, where = read_for_inventory(*(cluster[k] for k in CLUSTER_KEYS), nodes.node_selector)

@@ -12,13 +12,13 @@ import yaml
 from pyinfra import host
 from pyinfra.api import deploy
 
-from gpuop import containerd
-from gpuop.cluster import (SANDBOX_FAILED, allocatable_count, node_gpu_lines, reboot_lines, rollout_lines,
+from gpuop.judgment import containerd
+from gpuop.judgment.cluster import (SANDBOX_FAILED, allocatable_count, node_gpu_lines, reboot_lines, rollout_lines,
                            sandbox_failure, sandbox_lines)
+from gpuop.judgment.objects import of_kind
+from gpuop.judgment.scheduling import pod_scheduled
+from gpuop.judgment.slots import replicas_of, sharing_config, slot_lines
 from gpuop.layout import Layout
-from gpuop.objects import of_kind
-from gpuop.scheduling import pod_scheduled
-from gpuop.slots import replicas_of, sharing_config, slot_lines
 from operations import containerd as lab_containerd
 from operations import kube, reads, reports, rewind
 from operations.files import text

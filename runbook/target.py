@@ -8,7 +8,7 @@ import posixpath
 from pyinfra import logger
 from pyinfra.api.exceptions import DeployError
 
-from gpuop import containerd
+from gpuop.judgment import containerd
 from gpuop.knobs import KnobError, parse_knobs, parse_node_knobs, renamed
 from gpuop.layout import Layout
 from operations import reads
@@ -32,7 +32,7 @@ def lab_daemon(lab, at: Layout):
 
 def lab_config(lab, at: Layout) -> dict:
     """The lab node's main config.toml: the seed's, and on the kubelet node (``kubelet_node``) with what
-    its kubelet's Pods need on this kind of machine (``gpuop.containerd.kubelet_node_cri``).
+    its kubelet's Pods need on this kind of machine (``gpuop.judgment.containerd.kubelet_node_cri``).
 
         lab_config(lab, Layout("/root/gpuop"))["imports"] -> ["/root/gpuop/etc/containerd/conf.d/*.toml"]
     """

@@ -15,7 +15,7 @@ import tomllib
 import pytest
 import tomli_w
 
-from gpuop.containerd import seed_config, nvidia_dropin
+from gpuop.judgment.containerd import seed_config, nvidia_dropin
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
 from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.simnodes import Node

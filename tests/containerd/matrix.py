@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import tomli_w
 
 from facts.containerd import ContainerdRestart
-from gpuop import containerd
+from gpuop.judgment import containerd
 from tests.helpers.proc import run
 
 def _listed(name: str) -> list:

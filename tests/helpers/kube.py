@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from gpuop.leases import stalled_components
+from gpuop.judgment.leases import stalled_components
 from tests.helpers import LAB
 from tests.helpers.proc import run
 

@@ -7,7 +7,7 @@ import time
 
 import tomli_w
 
-from gpuop import containerd
+from gpuop.judgment import containerd
 from gpuop.layout import Layout
 from lab import labproc
 from tests.helpers.playbook import lab_daemon_pid, wait_gone

@@ -1,7 +1,7 @@
 """A node's repair plan as the fleet repair makes it: from the gaps of the one judgment."""
 
-from gpuop.repair_plan import plan_node
-from gpuop.rules import judge
+from gpuop.judgment.rules import judge
+from gpuop.repair.plan import plan_node
 
 
 def plan_of(name: str, read: dict, view: dict, objects: list, handler: str, toolkit: dict | None = None) -> dict:

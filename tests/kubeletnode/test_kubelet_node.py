@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpuop import nodepod
-from gpuop.containerd import cri_runtimes
+from gpuop.judgment.containerd import cri_runtimes
+from gpuop.reach import nodepod
 from tests.helpers import simnodes
 from tests.helpers.kube import LAB, eventually, get, lab_up, reset_lab
 from tests.helpers.labcontainerd import binary, crictl_info, lab_daemons, nvidia_ctk

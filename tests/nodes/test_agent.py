@@ -16,8 +16,8 @@ import urllib.request
 import pytest
 import tomli_w
 
-from gpuop.condition import CONDITION
-from gpuop.containerd import nvidia_dropin
+from gpuop.judgment.condition import CONDITION
+from gpuop.judgment.containerd import nvidia_dropin
 from tests.helpers import layouts, simnodes
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.layouts import DROPIN, write_file

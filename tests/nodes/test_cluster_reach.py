@@ -12,8 +12,8 @@ import time
 import pytest
 import tomli_w
 
-from gpuop import nodepod
-from gpuop.containerd import nvidia_dropin
+from gpuop.judgment.containerd import nvidia_dropin
+from gpuop.reach import nodepod
 from lab import labproc
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
 from tests.helpers.layouts import DROPIN, write_file

@@ -1,10 +1,10 @@
-"""The fleet audit's one cluster read (gpuop/kubeapi.py) on the lab's real API server: which Nodes
+"""The fleet audit's one cluster read (gpuop/reach/kubeapi.py) on the lab's real API server: which Nodes
 a nodes file's node_selector takes is the API server's own judgment of the selector, set-based
 terms included, never a parser of ours."""
 
 import pytest
 
-from gpuop.kubeapi import ClusterUnreadable, read_cluster
+from gpuop.reach.kubeapi import ClusterUnreadable, read_cluster
 from tests.helpers.kube import LAB_NODES, kubectl
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from gpuop import crio
-from gpuop.cluster import ready
+from gpuop.judgment import crio
+from gpuop.judgment.cluster import ready
 from tests.helpers import fleetobjects, nodesfiles, simnodes
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.playbook import deploy

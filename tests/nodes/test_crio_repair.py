@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from gpuop import crio
+from gpuop.judgment import crio
 from tests.helpers import simnodes
 from tests.helpers.fleetobjects import NAMESPACE
 from tests.helpers.kube import eventually, get

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from gpuop import drain
-from gpuop.kubeapi import api_client
-from gpuop.repair_plan import free_devices
+from gpuop.reach.kubeapi import api_client
+from gpuop.repair import drain
+from gpuop.repair.plan import free_devices
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.playbook import deploy

@@ -13,7 +13,7 @@ import yaml
 import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuop.containerd import nvidia_dropin
+from gpuop.judgment.containerd import nvidia_dropin
 from tests.helpers import layouts, nodesfiles, simnodes
 from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.fleetobjects import NAMESPACE
@@ -307,7 +307,7 @@ def test_with_no_hosts_listed_the_cluster_lists_its_gpu_nodes_and_the_report_is_
 def test_the_cluster_read_pages_and_reads_the_same(simulated):
     """The fleet's cluster read asks the API in pages (its chunking): small pages, more requests,
     the same objects, each once."""
-    from gpuop.kubeapi import read_cluster
+    from gpuop.reach.kubeapi import read_cluster
     whole, how = read_cluster(os.environ.get("KUBECONFIG", ""), "", 20)
     paged, paged_how = read_cluster(os.environ.get("KUBECONFIG", ""), "", 20, page=3)
     key = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in whole]

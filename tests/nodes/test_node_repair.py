@@ -21,9 +21,9 @@ from datetime import datetime, timezone
 import pytest
 import tomli_w
 
-from gpuop.containerd import nvidia_dropin
-from gpuop.drain import LEASE
-from gpuop.repair_plan import CORDONED_BY, REPAIR_FAILED
+from gpuop.judgment.containerd import nvidia_dropin
+from gpuop.repair.drain import LEASE
+from gpuop.repair.plan import CORDONED_BY, REPAIR_FAILED
 from tests.helpers import layouts, nodesfiles, simnodes
 from tests.helpers.fleetobjects import MARK, NAMESPACE
 from tests.helpers.kube import eventually, get, kubectl

@@ -13,7 +13,7 @@ from tests.helpers.kube import GPU, get, kubectl, reset_lab
 from tests.helpers.expected import LOADED_NVIDIA, MERGE, NODE_GPU, ROLLOUT, SLOTS, UNSCHEDULED
 from tests.helpers.proc import run as run_process
 from tests.helpers.playbook import LAB_LOCK, deploy, fake_containerd, fresh_incident, reads_repeated, target_commands, tree
-from gpuop.scheduling import pod_scheduled
+from gpuop.judgment.scheduling import pod_scheduled
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 

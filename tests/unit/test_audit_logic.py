@@ -3,11 +3,11 @@
 import pytest
 import yaml
 
-from gpuop.audit import audit
-from gpuop.tables import host_table
-from gpuop.gaps import gap
-from gpuop.slots import sharing_config
-from gpuop.view import restart_part, unknown_view
+from gpuop.judgment.gaps import gap
+from gpuop.judgment.lab_audit import audit
+from gpuop.judgment.slots import sharing_config
+from gpuop.judgment.view import restart_part, unknown_view
+from gpuop.outputs.tables import host_table
 
 DAEMON = {"pid": 7, "exe": "/usr/bin/containerd", "config": "/root/gpuop/etc/containerd/config.toml",
           "address": "/root/gpuop/run/containerd/containerd.sock", "binary": "/usr/bin/containerd"}
@@ -151,7 +151,7 @@ def test_on_a_kubelet_node_the_sandbox_forecast_is_held_against_the_kubelet_s_ev
 
 
 def test_the_kubelet_s_words_match_each_version_s_sandbox_error():
-    from gpuop.rules import sandbox_error, says_sandbox_error
+    from gpuop.judgment.rules import sandbox_error, says_sandbox_error
     prefix = "Failed to create pod sandbox: rpc error: code = Unknown desc = "
     two = f'unable to get OCI runtime for sandbox "{"a1" * 32}": no runtime for "nvidia" is configured'
     assert says_sandbox_error(prefix + two, sandbox_error("2.4.2", "nvidia"))

@@ -1,6 +1,6 @@
 """Rollout and node readings on objects shaped like kubectl's JSON."""
 
-from gpuop.cluster import (allocatable_count, node_gpu_lines, rollout_complete, rollout_settled,
+from gpuop.judgment.cluster import (allocatable_count, node_gpu_lines, rollout_complete, rollout_settled,
                            rollout_status)
 
 MEMORY = ("0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) "
@@ -88,7 +88,7 @@ def test_rollout_in_progress_is_not_settled():
 
 
 def test_nodes_too_small_for_a_memory_request():
-    from gpuop.cluster import nodes_too_small
+    from gpuop.judgment.cluster import nodes_too_small
 
     def mem(name, memory):
         return {"metadata": {"name": name}, "status": {"allocatable": {"memory": memory}}}
@@ -103,7 +103,7 @@ def test_nodes_too_small_for_a_memory_request():
 def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
     from datetime import datetime, timezone
 
-    from gpuop.leases import stalled_components
+    from gpuop.judgment.leases import stalled_components
 
     def lease(namespace, name, renewed, duration, holder="lab-host_0f3e"):
         spec = {"leaseDurationSeconds": duration, **({"renewTime": renewed} if renewed else {}),
@@ -142,7 +142,7 @@ def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
 
 
 def test_a_node_takes_pods_once_ready_and_untainted():
-    from gpuop.cluster import node_ready
+    from gpuop.judgment.cluster import node_ready
     ready = {"type": "Ready", "status": "True"}
     down = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "container runtime is down"}
     taint = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
@@ -156,7 +156,7 @@ def test_a_node_takes_pods_once_ready_and_untainted():
 
 
 def test_the_sandbox_failure_is_this_pod_s_newest():
-    from gpuop.cluster import sandbox_failure, sandbox_lines
+    from gpuop.judgment.cluster import sandbox_failure, sandbox_lines
     pod = {"metadata": {"name": "cuda-probe", "uid": "u2"}, "spec": {"nodeName": "lab-node-0"}}
 
     def event(uid, at, message, reason="FailedCreatePodSandBox"):
@@ -174,7 +174,7 @@ def test_the_sandbox_failure_is_this_pod_s_newest():
 def test_the_reboot_report_holds_the_node_against_the_forecast():
     from datetime import datetime, timezone
 
-    from gpuop.cluster import reboot_lines, reported_since
+    from gpuop.judgment.cluster import reboot_lines, reported_since
     moment = datetime(2026, 12, 1, 15, 0, 0, 400000, tzinfo=timezone.utc)
 
     def node(status, transition, beat, reason="KubeletReady", message="kubelet is posting ready status"):

@@ -1,8 +1,8 @@
-"""The node agent's condition (gpuop/condition.py), in node-problem-detector's contract."""
+"""The node agent's condition (gpuop/judgment/condition.py), in node-problem-detector's contract."""
 
 from datetime import datetime, timedelta, timezone
 
-from gpuop.condition import CONDITION, MESSAGE_MAX, condition_of, next_condition, reason_of
+from gpuop.judgment.condition import CONDITION, MESSAGE_MAX, condition_of, next_condition, reason_of
 
 T0 = datetime(2026, 12, 4, 22, 0, 0, tzinfo=timezone.utc)
 

@@ -8,8 +8,8 @@ import tomli_w
 
 from facts.containerd import ContainerdRestart
 from tests.containerd.matrix import outcome
-from gpuop import containerd
-from gpuop.tomlpath import find_tables, key_path, quote_key
+from gpuop.judgment import containerd
+from gpuop.judgment.tomlpath import find_tables, key_path, quote_key
 
 
 def roundtrip(doc):

@@ -1,4 +1,4 @@
-"""When a runtime daemon started, as the node audit reads it on the node (facts/node_read.sh's
+"""When a runtime daemon started, as the node audit reads it on the node (gpuop/reach/node_read.sh's
 ``started``): whole seconds since the epoch, the same in every read (the audit over SSH and
 through a Pod must report one value), run by a real shell against a real process whose name
 holds the characters that split /proc/PID/stat wrongly."""
@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import time
 
-from facts.node import READ_SH
+from gpuop.reach.node_read import READ_SH
 
 
 def started(pid: int) -> int:

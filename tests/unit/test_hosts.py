@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from gpuop.hosts import HostsFileError, load_hosts, read_hosts
+from gpuop.reach.hosts import HostsFileError, load_hosts, read_hosts
 
 GOOD = """
 defaults:
@@ -79,7 +79,7 @@ def test_a_uid_0_login_may_go_without_sudo():
 def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
     import pytest
 
-    from gpuop.hosts import HostsFileError, load_hosts
+    from gpuop.reach.hosts import HostsFileError, load_hosts
     from gpuop.knobs import NODE_PARSERS, parse_node_knobs
     node = "hosts:\n  a:\n    ssh_hostname: 10.0.0.1\n    ssh_user: ubuntu\n    node_name: ip-10-0-0-1\n"
     hosts = load_hosts(node, "nodes.yaml", "the node", NODE_PARSERS)
@@ -119,7 +119,7 @@ def cluster():
 
 
 def test_the_clusters_gpu_nodes_are_those_that_advertise_gpus_or_hold_a_gpu_pod():
-    from gpuop.nodes_file import gpu_nodes
+    from gpuop.reach.nodes_file import gpu_nodes
     assert gpu_nodes(cluster()) == [("cpu-with-gpu-pod", "cpu-with-gpu-pod"), ("gpu-a", "10.0.0.7"),
                                     ("gpu-b", "203.0.113.9")]
 
@@ -130,7 +130,7 @@ def pool_gpu():
 
 
 def test_a_nodes_file_without_hosts_takes_the_clusters_nodes_with_defaults_and_overrides():
-    from gpuop.nodes_file import cluster_hosts, load_nodes
+    from gpuop.reach.nodes_file import cluster_hosts, load_nodes
     from gpuop.knobs import NODE_PARSERS
     text = ("defaults: {ssh_user: ubuntu, ssh_key: ~/.ssh/k}\nnode_selector: pool=gpu\n"
             "overrides:\n  gpu-b: {ssh_hostname: 10.9.9.9, crictl_binary: /opt/crictl}\n")
@@ -154,14 +154,14 @@ def test_a_nodes_file_without_hosts_takes_the_clusters_nodes_with_defaults_and_o
 
 
 def test_the_inventory_reads_the_cluster_settings_of_the_command_line():
-    from gpuop.nodes_file import cli_data
+    from gpuop.reach.nodes_file import cli_data
     argv = ["pyinfra", "nodes.py", "audit.py", "--data", "kube_context=prod", "--data", "report=x.json",
             "--data", "kubeconfig=/k=v"]
     assert cli_data(argv, ("kubeconfig", "kube_context")) == {"kube_context": "prod", "kubeconfig": "/k=v"}
 
 
 def test_the_fleets_reporter_takes_the_files_settings_for_all_nodes():
-    from gpuop.nodes_file import load_nodes
+    from gpuop.reach.nodes_file import load_nodes
     from gpuop.knobs import NODE_PARSERS
     text = "defaults: {ssh_user: u, ssh_key: k, kube_context: prod, report: fleet.json}\nhosts: {a: {ssh_hostname: x}}\n"
     assert load_nodes(text, "nodes.yaml", NODE_PARSERS).settings(NODE_PARSERS) == {"kube_context": "prod",
@@ -171,8 +171,8 @@ def test_the_fleets_reporter_takes_the_files_settings_for_all_nodes():
 def test_a_node_read_through_the_cluster_needs_no_address_and_is_named_by_its_node():
     import pytest
 
-    from gpuop.hosts import HostsFileError
-    from gpuop.nodes_file import inventory_names, load_nodes
+    from gpuop.reach.hosts import HostsFileError
+    from gpuop.reach.nodes_file import inventory_names, load_nodes
     from gpuop.knobs import NODE_PARSERS
     text = "hosts:\n  a:\n    reach: cluster\n    node_name: ip-10-0-0-1\n  b:\n    ssh_hostname: 10.0.0.2\n"
     hosts = load_nodes(text, "nodes.yaml", NODE_PARSERS).hosts

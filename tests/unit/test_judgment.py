@@ -1,4 +1,4 @@
-"""The one door to the judgment (``gpuop.rules.judge``): every caller asks it, so one planted
+"""The one door to the judgment (``gpuop.judgment.rules.judge``): every caller asks it, so one planted
 state gives one verdict in the lab audit, the node audit, the repair's plan and its audit after;
 the cluster's own rules (``cluster_gaps``) judge a fleet as the lab's audit judges the lab."""
 
@@ -7,7 +7,8 @@ import pathlib
 
 import operations.node_audit
 import operations.node_repair
-from gpuop import audit, rules
+from gpuop.judgment import lab_audit as audit
+from gpuop.judgment import rules
 from tests.helpers.plans import plan_of
 from tests.unit.test_crio_logic import no_sandbox, node, pod, rc, refused_event, reloaded_view
 
@@ -43,11 +44,11 @@ def test_every_caller_goes_through_the_one_door():
     assert audit.judge is rules.judge
     # ``findings`` and ``node_entry`` are called by ``judge`` alone
     callers = set()
-    for path in [*ROOT.glob("gpuop/*.py"), *ROOT.glob("operations/*.py"), *ROOT.glob("runbook/*.py"), *ROOT.glob("*.py")]:
+    for path in [*ROOT.glob("gpuop/**/*.py"), *ROOT.glob("operations/*.py"), *ROOT.glob("runbook/*.py"), *ROOT.glob("*.py")]:
         for call in ast.walk(ast.parse(path.read_text())):
             if isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", "")) in ("findings", "node_entry"):
                 callers.add(path.relative_to(ROOT).as_posix())
-    assert callers == {"gpuop/rules.py"}
+    assert callers == {"gpuop/judgment/rules.py"}
 
 
 def toolkit_rollout(updated: int) -> list:
@@ -88,3 +89,25 @@ def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab():
     assert [g for g in lab["gaps"] if g["kind"] == "rollout-stalled"] == rules.cluster_gaps({"gpu-b": {"loaded": []}}, objects)
     assert rules.cluster_gaps({"gpu-a": {"loaded": []}}, toolkit_rollout(2)) == []
     assert rules.cluster_gaps({"gpu-z": {"loaded": []}}, objects) == []  # a rollout on no node of the fleet
+
+
+# Each room of gpuop/ and what it may import of the project: no arrow back up.
+ROOMS = {"judgment": {"judgment"}, "outputs": {"judgment", "outputs"}, "reach": {"judgment", "reach", "knobs", "layout"},
+         "repair": {"judgment", "reach", "repair", "layout"}}
+
+
+def test_the_rooms_import_only_the_rooms_below_them():
+    for room, allowed in ROOMS.items():
+        for path in sorted((ROOT / "gpuop" / room).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
+                         [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                for name in names:
+                    parts = name.split(".")
+                    if parts[0] in ("facts", "operations", "runbook", "connectors", "lab", "pyinfra"):
+                        raise AssertionError(f"{path.relative_to(ROOT)} imports {name}: a room below pyinfra's")
+                    if parts[0] == "gpuop" and len(parts) > 1:
+                        assert parts[1] in allowed, f"{path.relative_to(ROOT)} imports {name}, above its room {room}"
+                    if room == "judgment":
+                        assert parts[0] not in ("kubernetes", "prometheus_client", "urllib3"), \
+                            f"{path.relative_to(ROOT)} imports {name}: the judgment does no I/O"

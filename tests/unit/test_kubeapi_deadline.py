@@ -9,7 +9,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from gpuop.kubeapi import api_client
+from gpuop.reach.kubeapi import api_client
 
 
 def test_a_stalled_api_server_fails_the_request_at_its_deadline(tmp_path):

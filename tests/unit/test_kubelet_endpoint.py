@@ -1,4 +1,4 @@
-"""Which containerd kubelet talks to, as the node audit reads it on the node (facts/node_read.sh):
+"""Which containerd kubelet talks to, as the node audit reads it on the node (gpuop/reach/node_read.sh):
 the flag, else the last containerRuntimeEndpoint of its --config and then its --config-dir
 drop-ins (*.conf, in name order), YAML or JSON, else the default; run by a real shell against
 real processes whose command lines are kubelet's."""
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from facts.node import K3S_SOCKET, READ_SH
+from gpuop.reach.node_read import K3S_SOCKET, READ_SH
 
 EKS_CONFIG = '{"kind":"KubeletConfiguration","containerRuntimeEndpoint":"unix:///run/eks.sock","maxPods":29}'
 EKS_DROPIN = '{\n  "apiVersion": "kubelet.config.k8s.io/v1beta1",\n  "containerRuntimeEndpoint": "unix:///run/dropin.sock"\n}\n'

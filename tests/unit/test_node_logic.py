@@ -8,12 +8,12 @@ import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
 from facts.node import NodeRuntime
-from gpuop.containerd import seed_config, nvidia_dropin
-from gpuop.rules import cluster_gaps
-from gpuop.tables import fleet_table
-from gpuop.rules import findings, node_entry, sandbox_error
-from gpuop.view import api_view, node_view, written_view
-from gpuop.textfile import textfile
+from gpuop.judgment.containerd import seed_config, nvidia_dropin
+from gpuop.judgment.rules import cluster_gaps
+from gpuop.judgment.rules import findings, node_entry, sandbox_error
+from gpuop.judgment.view import api_view, node_view, written_view
+from gpuop.outputs.tables import fleet_table
+from gpuop.outputs.textfile import textfile
 
 CONFIG = "/etc/containerd/config.toml"
 SOCKET = "/run/containerd/containerd.sock"

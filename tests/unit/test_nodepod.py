@@ -1,9 +1,9 @@
-"""The cluster reach's read Pod (gpuop/nodepod.py): its command, its log read back, its state."""
+"""The cluster reach's read Pod (gpuop/reach/nodepod.py): its command, its log read back, its state."""
 
 import subprocess
 import time
 
-from gpuop import nodepod
+from gpuop.reach import nodepod
 
 TOKEN = "gpuop-0123456789abcdef"
 

@@ -1,4 +1,4 @@
-from gpuop.objects import differences, of_kind
+from gpuop.judgment.objects import differences, of_kind
 
 
 def test_only_fields_the_manifest_sets_count():

@@ -3,7 +3,7 @@ import sys
 import pytest
 from kubernetes.utils import parse_quantity as client_parse
 
-from gpuop.quantity import parse_quantity
+from gpuop.judgment.quantity import parse_quantity
 
 from tests.helpers.proc import run
 
@@ -16,6 +16,6 @@ def test_it_is_the_kubernetes_client_s_parser(text):
 
 
 def test_the_playbook_s_logic_does_not_import_the_api_client():
-    check = ("import sys, gpuop.audit, gpuop.cluster, gpuop.knobs, gpuop.objects; "
+    check = ("import sys, gpuop.judgment.lab_audit, gpuop.judgment.cluster, gpuop.knobs, gpuop.judgment.objects; "
              "sys.exit('kubernetes' in sys.modules)")
     assert run([sys.executable, "-c", check], timeout_s=60).returncode == 0

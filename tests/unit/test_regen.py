@@ -2,10 +2,10 @@
 
 import tomli_w
 
-from gpuop.containerd import seed_config, nvidia_dropin
-from gpuop.rules import findings
-from gpuop.view import node_view
-from gpuop.regen import nvidia_binaries, regenerated, regenerator, template
+from gpuop.judgment.containerd import seed_config, nvidia_dropin
+from gpuop.judgment.regen import nvidia_binaries, regenerated, regenerator, template
+from gpuop.judgment.rules import findings
+from gpuop.judgment.view import node_view
 from tests.unit.test_node_logic import RC, daemon, kinds, node, pod, read
 
 K3S = "/var/lib/rancher/k3s/agent/etc/containerd"

@@ -7,10 +7,10 @@ import tomli_w
 
 from facts.containerd import cri_answer
 from facts.node import ToolkitDropin
-from gpuop import crio
-from gpuop.containerd import nvidia_dropin, runtime_names, seed_config
-from gpuop.repair_plan import drainable, dropin_target, handler_dropin, plan_lines, with_import
-from gpuop.view import node_view
+from gpuop.judgment import crio
+from gpuop.judgment.containerd import nvidia_dropin, runtime_names, seed_config
+from gpuop.judgment.view import node_view
+from gpuop.repair.plan import drainable, dropin_target, handler_dropin, plan_lines, with_import
 from tests.helpers.plans import plan_of
 from tests.unit.test_crio_logic import THERE, data, merge_lines
 from tests.unit.test_node_logic import CONFIG, MAIN, RC, daemon, node, pod, read
@@ -237,7 +237,7 @@ def test_on_cri_o_a_handler_its_merge_drops_or_a_node_not_read_whole_is_not_repa
 def test_a_pod_with_emptydir_data_stops_the_drain_unless_its_knob_says_delete_it():
     """As kubectl drain decides it: an emptyDir of any medium is data an eviction deletes; a
     DaemonSet's Pod stays, so its scratch never counts."""
-    from gpuop.repair_plan import local_storage
+    from gpuop.repair.plan import local_storage
 
     files = {CONFIG: {"mode": "644", "text": MAIN}, NVIDIA: {"mode": "644", "text": SEED_DROPIN}}
     train = owned(pod("train", runtime_class="nvidia"), "ReplicaSet")
@@ -261,8 +261,8 @@ def test_a_probe_asks_a_gpu_only_where_one_is_free_and_an_api_server_away_is_ask
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
-    from gpuop.drain import api_away
-    from gpuop.repair_plan import free_gpus
+    from gpuop.repair.drain import api_away
+    from gpuop.repair.plan import free_gpus
 
     node = {"metadata": {"name": "gpu-a"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}
     holding = owned(pod("train", runtime_class="nvidia"), "ReplicaSet")
@@ -280,7 +280,7 @@ def test_a_probe_asks_a_gpu_only_where_one_is_free_and_an_api_server_away_is_ask
 
 def test_a_ready_status_is_proof_only_when_the_kubelet_beat_after_the_restart():
     from datetime import datetime
-    from gpuop.drain import heard_since
+    from gpuop.repair.drain import heard_since
     t = [datetime(2026, 12, 4, 22, 0, s) for s in (0, 5, 10)]
     assert heard_since((t[0], t[1]), (t[0], t[1])) is False  # nothing sent since: the old status
     assert heard_since((t[0], t[1]), (t[0], t[2])) is True  # its Lease renewed since
@@ -291,8 +291,8 @@ def test_a_ready_status_is_proof_only_when_the_kubelet_beat_after_the_restart():
 
 
 def test_a_probe_claims_only_a_device_no_claim_holds_and_is_then_placed_by_the_scheduler():
-    from gpuop.drain import probe_manifest
-    from gpuop.repair_plan import free_devices
+    from gpuop.repair.drain import probe_manifest
+    from gpuop.repair.plan import free_devices
     published = {"kind": "ResourceSlice", "metadata": {"name": "gpu-a-gpus"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-a", "pool": {"name": "gpu-a"},
                                                    "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}
     elsewhere = {"kind": "ResourceSlice", "metadata": {"name": "gpu-b-gpus"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-b", "pool": {"name": "gpu-b"},

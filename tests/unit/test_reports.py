@@ -1,4 +1,4 @@
-from gpuop.reports import incident_summary, key_values, render, stamp_holds, stamp_text
+from gpuop.outputs.reports import incident_summary, key_values, render, stamp_holds, stamp_text
 from tests.helpers.expected import MERGE, NODE_GPU, RESTART, ROLLOUT, SLOTS
 
 

@@ -1,6 +1,6 @@
 """Scheduler messages as Kubernetes 1.36 writes them, and what the reports make of them."""
 
-from gpuop.scheduling import blocker, reasons, slug, unschedulable
+from gpuop.judgment.scheduling import blocker, reasons, slug, unschedulable
 
 GPU = ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu. no new claims to deallocate, "
        "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")

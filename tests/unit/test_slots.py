@@ -1,6 +1,6 @@
 import yaml
 
-from gpuop.slots import replicas_of, sharing_config, slot_lines
+from gpuop.judgment.slots import replicas_of, sharing_config, slot_lines
 
 
 def test_sharing_config_is_the_device_plugin_format():

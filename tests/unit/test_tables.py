@@ -1,8 +1,8 @@
 """The audit's tables: a lab host and a fleet's node read alike, and the worst gap is read first."""
 
-from gpuop.audit import audit
-from gpuop.rules import node_entry
-from gpuop.tables import fleet_table, host_table, worst_first
+from gpuop.judgment.lab_audit import audit
+from gpuop.judgment.rules import node_entry
+from gpuop.outputs.tables import fleet_table, host_table, worst_first
 from tests.unit.test_audit_logic import RC, TS, configmap, node, pod, runtime
 
 REFUSED = {"runtimes": [], "cri_ok": False, "starts": False,

@@ -3,9 +3,9 @@
 from datetime import datetime
 
 import jmespath
-from .quantity import parse_quantity
+from gpuop.judgment.quantity import parse_quantity
 
-from .scheduling import blocker, pod_scheduled, unschedulable
+from gpuop.judgment.scheduling import blocker, pod_scheduled, unschedulable
 
 _READY = "status.conditions[?type=='Ready'].status | [0]"
 _SANDBOX = "status.conditions[?type=='PodReadyToStartContainers'].status | [0]"

@@ -9,7 +9,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from .cluster import SANDBOX_FAILED
+from gpuop.judgment.cluster import SANDBOX_FAILED
 
 CONNECT_TIMEOUT_S = 5  # a connection to the API server: one that accepts and then stalls ends here
 PAGE = 500  # objects per list request
@@ -78,7 +78,7 @@ _LISTS = (("Node", "CoreV1Api", "list_node"), ("RuntimeClass", "NodeV1Api", "lis
           # the devices each node publishes; a cluster that serves no v1 is read without them
           ("ResourceClaim", "ResourceV1Api", "list_resource_claim_for_all_namespaces"),
           ("ResourceSlice", "ResourceV1Api", "list_resource_slice"),
-          # the kubelets' own word on a sandbox that fails (gpuop.rules.kubelet_agrees)
+          # the kubelets' own word on a sandbox that fails (gpuop.judgment.rules.kubelet_agrees)
           ("Event", "CoreV1Api", "list_event_for_all_namespaces"))
 # What the API server selects for a kind, beside the label selector of the Nodes.
 _FIELDS = {"Event": f"reason={SANDBOX_FAILED}"}

@@ -11,7 +11,7 @@ the exit status are marked with a token of the read's own, so that no output can
 
 from datetime import datetime
 
-from .containerd import in_one_line
+from gpuop.judgment.containerd import in_one_line
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuop"}
 NODE_LABEL = "gpuop.io/read-node"  # the node a read Pod reads: the next run removes what is left

@@ -1,7 +1,7 @@
 """Kubernetes objects as kubectl returns them: picking them out of a mixed read, and desired
 against live (which fields the playbook sets differ on the cluster)."""
 
-from .quantity import parse_quantity
+from gpuop.judgment.quantity import parse_quantity
 
 
 

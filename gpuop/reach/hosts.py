@@ -14,7 +14,7 @@
 import os
 import yaml
 
-from .knobs import PARSERS
+from gpuop.knobs import PARSERS
 
 # _sudo: a login that is not root gets sudo, unless it is a uid-0 account that says false.
 SSH_KEYS = {"ssh_hostname", "ssh_port", "ssh_user", "ssh_key", "ssh_known_hosts_file",

@@ -3,7 +3,7 @@
 import jmespath
 import yaml
 
-from .cluster import GPU
+from gpuop.judgment.cluster import GPU
 
 
 

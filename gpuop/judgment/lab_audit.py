@@ -1,17 +1,17 @@
 """The audit: written against loaded against scheduled, from live objects, as findings.
 
-A finding is a gap (gpuop/gaps.py) between what was written and what is live, the same shape as
+A finding is a gap (gpuop/judgment/gaps.py) between what was written and what is live, the same shape as
 the fleet audit's, naming the views it joins; everything else the audit reads
 (loaded handlers, GPU use per node, Pending Pods by reason, rollouts) is reported beside them.
 """
 
-from .cluster import allocatable_count, rollout_status
-from .gaps import gap
-from .objects import of_kind, ref
-from .rules import classed_pods, gpus_held, judge, kubelet_agrees, overcommitted, sandbox_refusal, stalled_rollout
-from .scheduling import pod_scheduled, reasons, unschedulable
-from .slots import replicas_of
-from .view import api_handlers
+from gpuop.judgment.cluster import allocatable_count, rollout_status
+from gpuop.judgment.gaps import gap
+from gpuop.judgment.objects import of_kind, ref
+from gpuop.judgment.rules import classed_pods, gpus_held, judge, kubelet_agrees, overcommitted, sandbox_refusal, stalled_rollout
+from gpuop.judgment.scheduling import pod_scheduled, reasons, unschedulable
+from gpuop.judgment.slots import replicas_of
+from gpuop.judgment.view import api_handlers
 
 
 def _sandboxes(view: dict, objects: list, events: list, kubelet_node: str) -> list:
@@ -24,10 +24,10 @@ def _sandboxes(view: dict, objects: list, events: list, kubelet_node: str) -> li
 
 
 def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "") -> dict:
-    """Findings and readings for one host: the one judgment of its runtime (``gpuop.rules``,
+    """Findings and readings for one host: the one judgment of its runtime (``gpuop.judgment.rules``,
     as a real node's), and the lab's own readings beside it.
 
-    + view: the lab containerd's view (``gpuop.view.lab_view``)
+    + view: the lab containerd's view (``gpuop.judgment.view.lab_view``)
     + objects: live RuntimeClasses, Nodes, Pods, DaemonSets and ConfigMaps (kubectl's JSON)
     + time_slicing: {"node", "physical_gpus", "vram_per_gpu_gib", "configmap": "ns/name"} of the
       time-sliced node

@@ -168,7 +168,7 @@ crio_hooks() {
 # crio_restart BINARY CFG DIR PID: the binary's version, then its own merge of the files (`crio
 # config`: what its next start, or a SIGHUP, reads; its refusal after a line "--- merge failed"),
 # then each runtime of the merge, "NAME|PATH|yes" where its binary is there (PATH, or NAME on the
-# daemon's own PATH where the merge gives none), else "NAME|PATH|no" (gpuop.crio).
+# daemon's own PATH where the merge gives none), else "NAME|PATH|no" (gpuop.judgment.crio).
 crio_restart() {
   [ -x "$1" ] || return 0
   on_path=$(tr "\0" "\n" <"/proc/$4/environ" 2>/dev/null | sed -n "s/^PATH=//p")
@@ -260,7 +260,7 @@ read_node() {
       echo "--- gpuop hooks"
       crio_hooks "$out" </dev/null
     else
-      echo "--- gpuop nvidia"  # what k3s and RKE2 would register at their next start (gpuop.regen)
+      echo "--- gpuop nvidia"  # what k3s and RKE2 would register at their next start (gpuop.judgment.regen)
       for f in $NVIDIA_BINARIES; do [ -f "$f" ] && echo "$f"; done
     fi
     break

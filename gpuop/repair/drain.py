@@ -18,10 +18,10 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .cluster import GPU
-from .containerd import in_one_line
-from .kubeapi import in_words
-from .repair_plan import CORDONED_BY, REPAIR_FAILED, drainable, local_storage
+from gpuop.judgment.cluster import GPU
+from gpuop.judgment.containerd import in_one_line
+from gpuop.reach.kubeapi import in_words
+from gpuop.repair.plan import CORDONED_BY, REPAIR_FAILED, drainable, local_storage
 
 PROGRESS_S = 10  # a wait says where it is this often
 POLL_S = 1  # how often a wait asks again

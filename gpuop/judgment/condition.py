@@ -10,7 +10,7 @@ change is written at once, an unchanged condition refreshed every ``REFRESH_S``.
 
 from datetime import datetime
 
-from .view import LIVE
+from gpuop.judgment.view import LIVE
 
 CONDITION = "gpuop.io/GPURuntimeProblem"  # the Node condition's type (True: a problem, as NPD's)
 REFRESH_S = 300  # an unchanged condition's heartbeat, as node-problem-detector's

@@ -1,4 +1,4 @@
-"""A real node's repair, planned from its one judgment (``gpuop.view``, ``gpuop.rules``): which
+"""A real node's repair, planned from its one judgment (``gpuop.judgment.view``, ``gpuop.judgment.rules``): which
 files change and how, whether containerd must restart, which Pods a drain would evict, which
 would stop it, and why. Pure: a node's read and the cluster's objects in, a plan out.
 
@@ -22,16 +22,16 @@ import re
 
 import tomli_w
 
-from . import crio
-from .cluster import allocatable_count, gpus_asked
-from .containerd import (CRI_PLUGIN, dropin_keeping_cri, import_globs, nvidia_dropin, parsed_toml, release,
+from gpuop.judgment import crio
+from gpuop.judgment.cluster import allocatable_count, gpus_asked
+from gpuop.judgment.containerd import (CRI_PLUGIN, dropin_keeping_cri, import_globs, nvidia_dropin, parsed_toml, release,
                          runtime_names, systemd_cgroup)
-from .layout import NODE_BACKUPS
-from .nodepod import MANAGED_BY
-from .objects import of_kind, ref
-from .regen import V3_TEMPLATE, template_path
-from .rules import active, classed_pods
-from .view import LIVE
+from gpuop.judgment.objects import of_kind, ref
+from gpuop.judgment.regen import V3_TEMPLATE, template_path
+from gpuop.judgment.rules import active, classed_pods
+from gpuop.judgment.view import LIVE
+from gpuop.layout import NODE_BACKUPS
+from gpuop.reach.nodepod import MANAGED_BY
 
 CORDONED_BY = "gpuop.io/cordoned-by"  # on a Node gpuop cordoned: only such a node is uncordoned by gpuop
 REPAIR_FAILED = "gpuop.io/repair-failed"  # on a Node left cordoned: the step and what was seen
@@ -124,7 +124,7 @@ def diff(path: str, before: str | None, after: str) -> list:
 def plan_node(name: str, read: dict, view: dict, gaps: list, objects: list, gpu_handler: str,
               toolkit: dict | None = None) -> dict:
     """What repairing node ``name`` takes, from its read (``facts.node.NodeRuntime``), view and
-    gaps (``gpuop.rules.judge``: the plan decides nothing the judgment did not find).
+    gaps (``gpuop.judgment.rules.judge``: the plan decides nothing the judgment did not find).
 
         plan_node("gpu-a", read, view, judge(view, objects, "gpu-a")["gaps"], objects, "nvidia")
         -> {"node": "gpu-a", "action": "repair", "why": "...", "files": [{...}], "restart": True,

@@ -10,10 +10,10 @@ them (over SSH, or ``@kubenode/NODE`` through the cluster).
 
 from dataclasses import dataclass
 
-from .cluster import gpus_asked
-from .hosts import HostsFileError, host_data, yaml_document
-from .knobs import REACHES
-from .rules import DRIVER, claims_of, dra_gpus, node_gpus
+from gpuop.judgment.cluster import gpus_asked
+from gpuop.judgment.rules import DRIVER, claims_of, dra_gpus, node_gpus
+from gpuop.knobs import REACHES
+from gpuop.reach.hosts import HostsFileError, host_data, yaml_document
 
 
 @dataclass

@@ -14,7 +14,7 @@ CRI_STATES = ("ok", "fails", "refuses-start", "unknown")
 
 
 def host_report(node: str, result: dict) -> dict:
-    """A lab host's audit (``gpuop.audit.audit``, whose keys hold its node entry) as a report of
+    """A lab host's audit (``gpuop.judgment.lab_audit.audit``, whose keys hold its node entry) as a report of
     one node, the fleet report's shape: ``host_report("lab-node-0", result)["nodes"]``."""
     return {"nodes": {node: result}, "gaps": []}
 

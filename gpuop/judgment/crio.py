@@ -14,7 +14,7 @@ import posixpath
 import re
 import tomllib
 
-from .containerd import Forecast, logged_words, parsed_toml
+from gpuop.judgment.containerd import Forecast, logged_words, parsed_toml
 
 NAME = "cri-o"  # the runtime's name in every report
 MERGE_FAILED = "--- merge failed"  # the read's line between `crio config`'s output and its error

@@ -1,13 +1,13 @@
 """One view of a node's runtime, whatever the target: a lab host (its lab containerd, read by the
 lab's facts) or a real node (read by ``facts.node.NodeRuntime`` in one command), or a node judged from
-the API alone. Every audit judges this one shape (``gpuop.rules.findings``).
+the API alone. Every audit judges this one shape (``gpuop.judgment.rules.findings``).
 
     {"runtime": "containerd" or "cri-o", "version": "1.6.20",
      "daemon": {"pid", "exe", "config", "address", "binary"} or None,   # the one that serves
      "others": [{"pid", "config", "address", "runtime"}],  # the node's other runtime daemons
      "kubelet_endpoint": "/run/containerd/containerd.sock" or None,
      "written": ["runc", "nvidia"], "dropins": [...], "unreached": [...], "config_errors": [...],
-     "imports": [...], "versions": {path: its top-level version}, "regenerated": gpuop.regen's answer or None,
+     "imports": [...], "versions": {path: its top-level version}, "regenerated": gpuop.judgment.regen's answer or None,
      "loaded": ["runc"], "loaded_from": "cri", "cri_error": "", "default_runtime": "runc",
      "cdi": {"enabled", "spec_dirs", "gpu_specs"} or None,
      "gpu_hooks": [...],                             # CRI-O: OCI hook files that hand GPUs over
@@ -25,9 +25,9 @@ runtime runs).
 import fnmatch
 import posixpath
 
-from . import crio
-from .containerd import analyze_merge, cdi_enabled, import_globs, parsed_toml
-from .regen import regenerated
+from gpuop.judgment import crio
+from gpuop.judgment.containerd import analyze_merge, cdi_enabled, import_globs, parsed_toml
+from gpuop.judgment.regen import regenerated
 
 RUNTIME = "containerd"  # the subject of a finding about the daemon itself
 
@@ -191,7 +191,7 @@ def node_view(read: dict) -> dict:
     """A real node's runtime, from ``NodeRuntime``'s read: the daemon that is the node's runtime (the
     one the read asked: kubelet's, else the only one, else the one on the default socket), its
     version and three views, and the other daemons. On k3s and RKE2, which write the config anew
-    at start, after a restart is what they would write (``gpuop.regen``).
+    at start, after a restart is what they would write (``gpuop.judgment.regen``).
 
         node_view(read)["cri_after_restart"] -> "ok" | "fails" | "refuses-start" | "unknown"
     """
@@ -230,7 +230,7 @@ def node_view(read: dict) -> dict:
 
 def crio_view(daemon: dict, endpoint: str | None, others: list) -> dict:
     """A real node's CRI-O, from ``NodeRuntime``'s read of the daemon that serves: its files
-    (``gpuop.crio.written_view``), what it holds (CRI), its binary's own merge for the next start
+    (``gpuop.judgment.crio.written_view``), what it holds (CRI), its binary's own merge for the next start
     or SIGHUP, and the OCI hooks that hand GPUs to containers with no handler (``gpu_hooks``).
 
         crio_view(read["crios"][0], "/var/run/crio/crio.sock", [])["runtime"] -> "cri-o"

@@ -5,7 +5,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 
-from .tomlpath import find_tables, key_path, tables
+from gpuop.judgment.tomlpath import find_tables, key_path, tables
 
 CRI_PLUGIN = "io.containerd.grpc.v1.cri"
 RUNTIMES_SUFFIX = ("containerd", "runtimes")
@@ -352,7 +352,7 @@ def cri_runtimes(info: dict) -> tuple:
         cri_runtimes({"config": {"crio": {"Runtimes": {"crun": {}}, "DefaultRuntime": "crun"}}}) -> (["crun"], "crun")
     """
     config = info.get("config") or {}
-    if "crio" in config:  # CRI-O's answer: its whole runtime config (gpuop.crio)
+    if "crio" in config:  # CRI-O's answer: its whole runtime config (gpuop.judgment.crio)
         return list((config["crio"].get("Runtimes") or {}).keys()), config["crio"].get("DefaultRuntime", "")
     cri = config.get("containerd") or {}
     return list((cri.get("runtimes") or {}).keys()), cri.get("defaultRuntimeName", "")

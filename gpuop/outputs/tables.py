@@ -39,7 +39,7 @@ def columns(rows: list) -> list:
 
 
 def host_table(result: dict) -> list:
-    """A lab host's audit (``gpuop.audit.audit``) as rows: its runtime from its node entry, then
+    """A lab host's audit (``gpuop.judgment.lab_audit.audit``) as rows: its runtime from its node entry, then
     the lab's readings, then every gap and the verdict.
 
         host_table(audit(...)) -> ["written        nvidia,runc (the main config and its drop-ins)", ...]

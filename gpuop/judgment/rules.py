@@ -1,5 +1,5 @@
-"""The one judgment: a node's runtime view (``gpuop.view``) joined with the cluster's objects,
-as gaps (``gpuop.gaps``); each rule is written here once. ``judge`` is its one door for a runtime
+"""The one judgment: a node's runtime view (``gpuop.judgment.view``) joined with the cluster's objects,
+as gaps (``gpuop.judgment.gaps``); each rule is written here once. ``judge`` is its one door for a runtime
 (the lab audit, the node audit, the repair's plan and its audit after all call it);
 ``cluster_gaps`` judges the cluster as a whole, for a fleet (the lab's audit asks the same
 rules, ``overcommitted`` and ``stalled_rollout``, object by object, in its report's order).
@@ -13,14 +13,14 @@ import re
 
 import jmespath
 
-from . import crio
-from .cluster import (allocatable_count, event_epoch, gpus_asked, has_sandbox, owned_pods, ready, rollout_complete,
+from gpuop.judgment import crio
+from gpuop.judgment.cluster import (allocatable_count, event_epoch, gpus_asked, has_sandbox, owned_pods, ready, rollout_complete,
                       rollout_settled, rollout_status, sandbox_failure)
-from .containerd import release
-from .gaps import gap
-from .objects import of_kind, ref
-from .regen import template_to_edit
-from .view import JUDGED, KNOWN, LIVE, RUNTIME, api_handlers
+from gpuop.judgment.containerd import release
+from gpuop.judgment.gaps import gap
+from gpuop.judgment.objects import of_kind, ref
+from gpuop.judgment.regen import template_to_edit
+from gpuop.judgment.view import JUDGED, KNOWN, LIVE, RUNTIME, api_handlers
 
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
 DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: the devices it allocates are GPUs
@@ -134,7 +134,7 @@ def runtime_findings(view: dict) -> list:
                         f"a restart of {rt} on this node takes CRI down: {view['restart_reason']} "
                         f"(after restart: {view['restart_from']})"))
     elif rt == crio.NAME and view["cri_after_restart"] == "ok":
-        # it starts without a runtime whose binary is missing (gpuop.crio.restart_forecast)
+        # it starts without a runtime whose binary is missing (gpuop.judgment.crio.restart_forecast)
         for handler in view["written"]:
             if handler not in view["after_restart"]:
                 why = next((w for w in view["restart_reason"].split("; ") if f"runtime {handler}'s" in w), "")
@@ -401,7 +401,7 @@ def findings(view: dict, objects: list, node_name: str = "", gpu_handler: str = 
     """Every gap of one runtime: its own (``runtime_findings``), and, where it serves a node of
     the cluster (``node_name``), those joined with that node's objects.
 
-    + view: the runtime's view (``gpuop.view``: ``lab_view``, ``node_view`` or ``api_view``)
+    + view: the runtime's view (``gpuop.judgment.view``: ``lab_view``, ``node_view`` or ``api_view``)
     + objects: the cluster's Nodes, RuntimeClasses and Pods, plain JSON as the API gives them
     + node_name: the Node this runtime serves; empty: none (a lab host whose nodes are kwok's)
     + gpu_handler: the runtime handler GPU Pods need

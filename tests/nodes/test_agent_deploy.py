@@ -1,0 +1,74 @@
+"""The agent's deployment (``kubectl apply -k deploy/agent``) on the lab's API server: it applies
+as is, and its admission policy lets the agent's ServiceAccount change only the Node its token is
+bound to (the node of the Pod the token is bound to, in the token's user info)."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.helpers.kube import eventually, get, kubectl
+
+pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KUSTOMIZATION = os.path.join(ROOT, "deploy", "agent")
+NAMESPACE = "gpuop-system"
+# A Pod of the agent's ServiceAccount on lab-node-1 (kwok's: it never runs a container), whose
+# bound token is the one the agent's Pod would hold there.
+AGENT_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-on-lab-node-1", "namespace": NAMESPACE},
+             "spec": {"serviceAccountName": "gpuop-agent", "nodeName": "lab-node-1", "tolerations": [{"operator": "Exists"}],
+                      "containers": [{"name": "agent", "image": "gpuop-agent:0.1.0"}]}}
+
+
+def as_token(token: str, path: str, *args) -> subprocess.CompletedProcess:
+    """kubectl with only ``token`` for credentials (no client certificate beside it), against the
+    current context's API server and CA."""
+    raw = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json"))
+    cluster = raw["clusters"][0]["cluster"]
+    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "agent",
+                  "clusters": [{"name": "lab", "cluster": cluster}],
+                  "users": [{"name": "agent", "user": {"token": token}}],
+                  "contexts": [{"name": "agent", "context": {"cluster": "lab", "user": "agent"}}]}
+    with open(path, "w") as f:
+        json.dump(kubeconfig, f)
+    return subprocess.run(["kubectl", "--kubeconfig", path, *args], capture_output=True, text=True, timeout=60)
+
+
+def condition(status: str) -> str:
+    return json.dumps({"status": {"conditions": [{"type": "gpuop.io/GPURuntimeProblem", "status": status,
+                                                  "reason": "NoGap", "message": "test"}]}})
+
+
+def test_the_kustomization_applies_and_a_token_may_change_only_its_own_node(tmp_path):
+    dry = kubectl("apply", "--dry-run=server", "-k", KUSTOMIZATION)
+    assert "daemonset.apps/gpuop-agent created (server dry run)" in dry, dry
+    kubectl("apply", "-k", KUSTOMIZATION)  # its DaemonSet selects GPU nodes: none here
+    try:
+        assert get("daemonset/gpuop-agent", NAMESPACE)["status"].get("desiredNumberScheduled", 0) == 0
+        kubectl("apply", "-f", "-", stdin=json.dumps(AGENT_POD))
+        token = kubectl("create", "token", "gpuop-agent", "-n", NAMESPACE, "--bound-object-kind", "Pod",
+                        "--bound-object-name", AGENT_POD["metadata"]["name"]).strip()
+        path = str(tmp_path / "agent.kubeconfig")
+        who = json.loads(as_token(token, path, "auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
+        assert who["extra"]["authentication.kubernetes.io/node-name"] == ["lab-node-1"], who
+
+        def refused():
+            other = as_token(token, path, "patch", "node", "lab-node-2", "--subresource=status", "--type=strategic",
+                             "-p", condition("False"))
+            return other.returncode != 0 and other.stderr.strip()
+        said = eventually("the policy to refuse another node's status", refused, timeout=30)
+        assert "ValidatingAdmissionPolicy 'gpuop-agent-own-node' with binding 'gpuop-agent-own-node' denied request: " \
+               "the gpuop agent may change only the Node its token is bound to" in said, said
+        own = as_token(token, path, "patch", "node", "lab-node-1", "--subresource=status", "--type=strategic",
+                       "-p", condition("False"))
+        assert own.returncode == 0, own.stderr
+        assert any(c["type"] == "gpuop.io/GPURuntimeProblem" for c in get("node/lab-node-1")["status"]["conditions"])
+        assert not any(c["type"] == "gpuop.io/GPURuntimeProblem" for c in get("node/lab-node-2")["status"]["conditions"])
+    finally:
+        kubectl("delete", "-k", KUSTOMIZATION, "--ignore-not-found", "--wait=false")
+        kubectl("patch", "node", "lab-node-1", "--subresource=status", "--type=json", "-p", json.dumps(
+            [{"op": "remove", "path": f"/status/conditions/{i}"} for i, c in
+             reversed(list(enumerate(get("node/lab-node-1")["status"]["conditions"])))
+             if c["type"] == "gpuop.io/GPURuntimeProblem"]), check=False)
