@@ -14,7 +14,7 @@ from gpuop.layout import Layout
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE = re.compile(r"^[a-z0-9]([a-z0-9._/:-]*[a-z0-9])?$")
-REACHES = ("ssh", "cluster")  # how a real node is read (knob reach)
+REACHES = ("ssh", "cluster", "agent")  # how a real node is read (knob reach): agent, from its node agent's condition alone
 
 
 class KnobError(ValueError):
@@ -133,7 +133,8 @@ def _controller_path(key, value):
 
 def _reach(key, value):
     if value not in REACHES:
-        raise KnobError(key, value, f"one of {', '.join(REACHES)} (how a node is read: its SSH, or a short-lived Pod on it)")
+        raise KnobError(key, value, f"one of {', '.join(REACHES)} (how a node is read: its SSH, a short-lived Pod on it, or its "
+                       "node agent's condition)")
     return value
 
 

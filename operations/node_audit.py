@@ -6,17 +6,22 @@ kept for the run; the first host to execute writes the fleet's JSON and textfile
 table, so they hold every node of the run.
 """
 
+from datetime import datetime, timezone
+
 from gevent.lock import Semaphore
+from kubernetes import client
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.node import NodeRuntime
+from gpuop.judgment.cluster import allocatable_count
+from gpuop.judgment.condition import agent_verdict
 from gpuop.judgment.rules import DRIVER, cluster_gaps, judge
 from gpuop.judgment.view import api_view, node_view
 from gpuop.outputs.tables import fleet_table
 from gpuop.outputs.textfile import registry_of, write_reports
-from gpuop.reach.kubeapi import ClusterUnreadable, inventory_read, read_cluster
+from gpuop.reach.kubeapi import ClusterUnreadable, api_client, in_words, inventory_read, read_cluster
 
 from .run import run_of
 
@@ -195,4 +200,61 @@ def report_fleet(report: str, textfile: str, kubeconfig: str, context: str, clus
                          "after restart and scheduled")
         return not gaps
 
+    yield FunctionCommand(judge, (), {})
+
+
+def agents_report(nodes: list, now) -> dict:
+    """The fleet as its agents say it: each GPU Node (one that advertises ``nvidia.com/gpu`` or
+    carries the agent's condition) with its agent's verdict (``agent_verdict``), and the nodes whose
+    agent is missing or stale, which are not judged.
+
+        agents_report(nodes, datetime.now(timezone.utc))["unread"] -> ["gpu-b (agent missing)"]
+    """
+    found = {}
+    for node in nodes:
+        verdict = agent_verdict(node, now)
+        if verdict["agent"] != "missing" or allocatable_count(node):
+            found[node["metadata"]["name"]] = verdict
+    unread = [f"{name} (agent {v['agent']}" + (f", its last heartbeat {v['heartbeat_age_s']}s ago)" if v["agent"] == "stale" else ")")
+              for name, v in sorted(found.items()) if v["agent"] != "ok"]
+    return {"from": "agents", "nodes": dict(sorted(found.items())), "unread": unread}
+
+
+@operation(is_idempotent=False)
+def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeout_s: int):
+    """
+    Report the fleet from its node agents alone (``--data reach=agent``): one list of the
+    cluster's Nodes, each GPU node judged by its agent's condition (``gpuop.judgment.condition``),
+    no node contacted. A node with a gap, or whose agent is missing or stale, fails the run.
+
+    + report: the JSON on this machine; empty: none
+    + kubeconfig, context, cluster_timeout_s: the cluster, and its read's deadline
+
+    .. code:: python
+
+        report_from_agents(report="fleet.json", kubeconfig="", context="prod", cluster_timeout_s=20)
+    """
+
+    def judge(state, host):
+        try:
+            api = api_client(kubeconfig, context, cluster_timeout_s)
+            nodes = [{**api.sanitize_for_serialization(n), "kind": "Node"}
+                     for n in client.CoreV1Api(api).list_node(_request_timeout=cluster_timeout_s).items]
+        except Exception as e:  # noqa: BLE001 (one sentence: no library's traceback reaches the run's output)
+            logger.error(f"{host.print_prefix}the cluster's Nodes cannot be read: {in_words(e, cluster_timeout_s)}")
+            return False
+        found = agents_report(nodes, datetime.now(timezone.utc))
+        write_reports(found, report, "", None)
+        logger.info(f"--> the fleet as its agents say it (one list of {len(nodes)} Nodes):")
+        for name, v in found["nodes"].items():
+            logger.info(f"    {name}  agent {v['agent']}  {v['status'] or '-'}  {v['reason'] or '-'}  "
+                        f"heartbeat {v['heartbeat_age_s'] if v['heartbeat_age_s'] is not None else '-'}s ago")
+            for gap in v["gaps"]:
+                logger.info(f"GAP {name}: [{gap['kind']}] {gap['detail']}")
+        if found["unread"]:
+            logger.error(f"{host.print_prefix}not judged, no live agent: {', '.join(found['unread'])}")
+        failing = [n for n, v in found["nodes"].items() if v["status"] != "False"]
+        if failing:
+            logger.error(f"{host.print_prefix}{len(failing)} node(s) not healthy by their agents: {', '.join(failing)}")
+        return not failing
     yield FunctionCommand(judge, (), {})

@@ -52,6 +52,8 @@ def fleet_hosts(argv: list, environ) -> list:
         else:
             nodes = load_nodes("", "(no nodes file)", NODE_PARSERS, given)
         hosts = nodes.hosts
+        if given.get("reach") == "agent":  # the Nodes' conditions alone: no node is a host
+            return [("@local", {**nodes.settings(NODE_PARSERS), "reach": "agent", "gpuop_target": "fleet"})]
         if hosts is None:  # only the cluster's listing loads the kubernetes client
             from gpuop.reach.kubeapi import ClusterUnreadable, read_for_inventory
             cluster = _cluster(nodes, argv)

@@ -8,6 +8,7 @@ change is written at once, an unchanged condition refreshed every ``REFRESH_S``.
     now, why = next_condition(old, wanted, datetime.now(timezone.utc))   # why: "changed", "updated", "refreshed" or ""
 """
 
+import re
 from datetime import datetime
 
 from gpuop.judgment.view import LIVE
@@ -85,3 +86,30 @@ def next_condition(old: dict | None, wanted: dict, now: datetime, refresh_s: flo
     if beat is None or (now - beat).total_seconds() >= refresh_s:
         return written, "refreshed"
     return old, ""
+
+
+def said_gaps(condition: dict) -> list:
+    """The gaps a condition's message says (``[kind] detail`` each, as ``condition_of`` writes them).
+
+        said_gaps({"message": "[cri-down] its CRI does not answer"}) -> [{"kind": "cri-down", "detail": "its CRI does not answer"}]
+    """
+    # a kind is words joined by hyphens: a "[b]" or "map[runc:0x1]" inside a detail is no kind
+    parts = re.split(r"(?:^|(?<= ))\[([a-z]+(?:-[a-z0-9]+)+)\] ", condition.get("message") or "")
+    return [{"kind": kind, "detail": detail.strip()} for kind, detail in zip(parts[1::2], parts[2::2])]
+
+
+def agent_verdict(node: dict, now: datetime, refresh_s: float = REFRESH_S) -> dict:
+    """What a Node's agent says of it, read from its condition alone: ``agent`` is ``ok``,
+    ``missing`` (no condition: no agent judged it) or ``stale`` (its heartbeat older than two
+    refreshes: the agent stopped); with ok, the condition's status, reason and gaps.
+
+        agent_verdict(node, now) -> {"agent": "ok", "status": "True", "reason": "SandboxFails", "gaps": [...], "heartbeat_age_s": 12}
+    """
+    condition = next((c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == CONDITION), None)
+    if condition is None:
+        return {"agent": "missing", "status": None, "reason": None, "gaps": [], "heartbeat_age_s": None}
+    beat = _time(condition.get("lastHeartbeatTime"))
+    age = round((now - beat).total_seconds()) if beat else None
+    agent = "ok" if age is not None and age <= 2 * refresh_s else "stale"
+    return {"agent": agent, "status": condition["status"], "reason": condition.get("reason"),
+            "gaps": said_gaps(condition) if agent == "ok" else [], "heartbeat_age_s": age}

@@ -18,6 +18,7 @@ import tomli_w
 
 from gpuop.judgment.condition import CONDITION
 from gpuop.judgment.containerd import nvidia_dropin
+from lab import labcluster
 from tests.helpers import layouts, simnodes
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.layouts import DROPIN, write_file
@@ -91,6 +92,35 @@ def test_a_healthy_node_is_false_and_the_incident_true_with_the_ssh_audit_s_gaps
     assert 'gpuop_agent_handler{handler="nvidia",view="loaded"}' not in said
     assert 'gpuop_agent_condition{status="True"} 1.0' in said
     assert 'gpuop_agent_condition{status="False"} 1.0' in metrics(ports["agent-healthy"])
+
+
+def test_the_fleet_audit_from_the_agents_alone_says_the_ssh_audit_s_gaps_and_names_a_node_with_none(agents):
+    """``--data reach=agent``: one list of the cluster's Nodes, no node contacted; each node's gaps
+    as its agent's condition says them, the same kinds as over SSH; a GPU node no agent judges is
+    named, not judged."""
+    path, ports, root = agents
+    eventually("agent-incident's condition True", lambda: condition("agent-incident").get("status") == "True", timeout=60)
+    eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60)
+    missing = labcluster.kwok_node("agent-missing", capacity={"nvidia.com/gpu": "8"})
+    kubectl("apply", "-f", "-", stdin=json.dumps(missing))
+    try:
+        ssh_report, agents_report = os.path.join(root, "ssh.json"), os.path.join(root, "agents.json")
+        deploy(None, f"report={ssh_report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
+        run = deploy(None, f"report={agents_report}", "reach=agent", env={"GPUOP_NODES": path}, inventory="nodes.py",
+                     script="audit.py")
+    finally:
+        kubectl("delete", "node", "agent-missing", "--ignore-not-found")
+    assert run.code != 0, run.log[-3000:]
+    assert "[ssh-agent-" not in run.log  # no node contacted
+    with open(ssh_report) as f, open(agents_report) as g:
+        over_ssh, said = json.load(f)["nodes"], json.load(g)
+    for name in ("agent-healthy", "agent-incident"):
+        assert said["nodes"][name]["agent"] == "ok"
+        assert sorted(gap["kind"] for gap in said["nodes"][name]["gaps"]) == sorted(gap["kind"] for gap in over_ssh[name]["gaps"])
+    assert said["nodes"]["agent-incident"]["status"] == "True" and said["nodes"]["agent-healthy"]["status"] == "False"
+    assert "agent-missing (agent missing)" in said["unread"]
+    assert re.search(r"--> the fleet as its agents say it \(one list of \d+ Nodes\):", run.log), run.log[-3000:]
+    assert "not judged, no live agent: " in run.log and "agent-missing (agent missing)" in run.log
 
 
 def test_the_repair_turns_it_false_its_transition_moved_once_more(agents):

@@ -46,3 +46,16 @@ def test_the_transition_time_moves_only_with_the_status_and_an_unchanged_conditi
     assert why == "updated" and same_reason["message"] == "[sandbox-fails] c"
     healthy, why = next_condition(moved, condition_of({"loaded_from": "cri", "gaps": []}, ""), T0 + timedelta(seconds=320))
     assert why == "changed" and healthy["lastTransitionTime"] == "2026-12-04T22:05:20Z"
+
+
+def test_the_fleet_reads_each_agent_from_its_condition_alone():
+    from gpuop.judgment.condition import agent_verdict, said_gaps
+    true = condition_of({"loaded_from": "cri", "gaps": [gap("handler-not-loaded", "a [b] c"), gap("sandbox-fails", "d")]}, "")
+    assert said_gaps(true) == [{"kind": "sandbox-fails", "detail": "d"}, {"kind": "handler-not-loaded", "detail": "a [b] c"}]
+    written, _ = next_condition(None, true, T0)
+    node = {"status": {"conditions": [{"type": "Ready", "status": "True"}, written]}}
+    assert agent_verdict(node, T0 + timedelta(seconds=30)) == {
+        "agent": "ok", "status": "True", "reason": "SandboxFails", "heartbeat_age_s": 30,
+        "gaps": [{"kind": "sandbox-fails", "detail": "d"}, {"kind": "handler-not-loaded", "detail": "a [b] c"}]}
+    assert agent_verdict(node, T0 + timedelta(seconds=601))["agent"] == "stale"
+    assert agent_verdict({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, T0)["agent"] == "missing"
