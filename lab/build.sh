@@ -17,6 +17,8 @@
 #   lab/build.sh crio-import -> ~/.cache/gpuop-lab/cri-o-import-CRIO_VERSION-<source hash>/bin (crio-import: an
 #                           image into CRI-O's store, since nothing can be pulled; lab/crioimport)
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the kubelet node's stand-in images' program)
+#   lab/build.sh crds       -> ~/.cache/gpuop-lab/crds-prometheus-operator-V/bin (its PrometheusRule CRD, from its
+#                           module: the node agent's alert rule is tried against the lab's API server)
 #   lab/build.sh all        everything `make test` needs (prints nothing)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
 # cache, whose tail is printed only when a build fails.
@@ -27,7 +29,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|kubelet|crictl|crio|crio-import|containerd VERSION|shim VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|crio|crio-import|containerd VERSION|shim VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|crds|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
@@ -40,6 +42,7 @@ nvidia-ctk)
   cache=$cache_root/nvidia-ctk-$ctk_version-stamped  # its version stamped, as NVIDIA's release builds stamp it
   ;;
 standin) cache=$cache_root/standin-$(sha256sum "$here/standin/standin.c" | cut -c1-12) ;;
+crds) cache=$cache_root/crds-prometheus-operator-$PROMETHEUS_OPERATOR_VERSION ;;
 containerd | shim | multicall)
   containerd_version=${2:-}
   [[ " $CONTAINERD_VERSIONS " == *" $containerd_version "* ]] || { echo "$usage" >&2; exit 2; }
@@ -65,7 +68,7 @@ all)
   ctks=""
   for v in $NVIDIA_CTK_VERSIONS; do ctks+=" nvidia-ctk:$v"; done
   # shellcheck disable=SC2086 # word lists
-  for c in cluster crictl kubelet standin $ctks "containerd:$newest" "shim:$newest" "multicall:$newest" \
+  for c in cluster crictl crds kubelet standin $ctks "containerd:$newest" "shim:$newest" "multicall:$newest" \
       crio crio-import containerd:1.7.35 containerd:2.0.14 containerd:2.2.9 containerd:2.3.3 containerds; do
     "$0" ${c/:/ } >/dev/null
   done
@@ -205,6 +208,13 @@ build_multicall() {  # k3s's layout: bin/k3s, and bin/containerd a symlink to it
     -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=v$v" -o "$bin/k3s" .
 }
 
+build_crds() {  # a file of the module, nothing built: the module zip holds its example CRDs
+  local src
+  src=$(cd "$(wrapper crds)" && go mod download -json \
+    "github.com/prometheus-operator/prometheus-operator@v$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  install -m 644 "$src/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml" "$bin/"
+}
+
 build_standin() {  # static: it runs alone in an image
   gcc -static -O2 -Wall -o "$bin/standin" "$here/standin/standin.c"
 }
@@ -223,6 +233,8 @@ crio) have_all crio pinns || built "CRI-O v$CRIO_VERSION" build_crio ;;
 crio-import) have_all crio-import || built "crio-import (CRI-O v$CRIO_VERSION's image libraries)" build_crio_import ;;
 nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer || built "nvidia-ctk and nvidia-ctk-installer v$ctk_version" build_nvidia_ctk ;;
 standin) have_all standin || built "the stand-in program" build_standin ;;
+crds) [ -f "$bin/monitoring.coreos.com_prometheusrules.yaml" ] ||
+  built "prometheus-operator v$PROMETHEUS_OPERATOR_VERSION's PrometheusRule CRD" build_crds ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd containerd ;;
 shim) have_all containerd-shim-runc-v2 || built "containerd v$containerd_version's runc shim" build_containerd containerd-shim-runc-v2 ;;
 multicall) have_all k3s || built "a k3s-like multicall of containerd v$containerd_version" build_multicall ;;

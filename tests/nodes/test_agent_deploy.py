@@ -67,8 +67,24 @@ def test_the_kustomization_applies_and_a_token_may_change_only_its_own_node(tmp_
         assert any(c["type"] == "gpuop.io/GPURuntimeProblem" for c in get("node/lab-node-1")["status"]["conditions"])
         assert not any(c["type"] == "gpuop.io/GPURuntimeProblem" for c in get("node/lab-node-2")["status"]["conditions"])
     finally:
-        kubectl("delete", "-k", KUSTOMIZATION, "--ignore-not-found", "--wait=false")
+        kubectl("delete", "-k", KUSTOMIZATION, "--ignore-not-found", "--timeout=120s")
         kubectl("patch", "node", "lab-node-1", "--subresource=status", "--type=json", "-p", json.dumps(
             [{"op": "remove", "path": f"/status/conditions/{i}"} for i, c in
              reversed(list(enumerate(get("node/lab-node-1")["status"]["conditions"])))
              if c["type"] == "gpuop.io/GPURuntimeProblem"]), check=False)
+
+
+def test_the_alert_rule_is_one_prometheus_operator_takes():
+    """The example alert on the agent's condition, tried against the lab's API server with
+    prometheus-operator's own PrometheusRule CRD installed (lab/build.sh crds)."""
+    crd = os.path.join(subprocess.run([os.path.join(ROOT, "lab", "build.sh"), "crds"], capture_output=True, text=True,
+                                      check=True, timeout=300).stdout.strip(), "monitoring.coreos.com_prometheusrules.yaml")
+    kubectl("apply", "--server-side", "-f", crd)
+    try:
+        kubectl("wait", "--for=condition=Established", "crd/prometheusrules.monitoring.coreos.com", "--timeout=60s")
+        kubectl("create", "namespace", NAMESPACE)
+        tried = kubectl("apply", "--dry-run=server", "-f", os.path.join(KUSTOMIZATION, "examples", "prometheus-rule.yaml"))
+        assert tried.strip() == "prometheusrule.monitoring.coreos.com/gpuop-agent created (server dry run)", tried
+    finally:
+        kubectl("delete", "crd", "prometheusrules.monitoring.coreos.com", "--ignore-not-found")
+        kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--timeout=120s")
