@@ -471,7 +471,8 @@ LEFT_PROBE = {"apiVersion": "v1", "kind": "Pod",
 def test_drain_false_restarts_under_the_running_pods(fleet):
     """drain=false (teams that restart under running Pods): --dry says no Pod is evicted, and the
     run repairs fix-incident with its GPU Pod running on through the restart (same uid). A probe
-    Pod a killed run left is deleted first."""
+    Pod a killed run left is deleted first. No RuntimeClass maps to the handler (deleted for this
+    run): the probe runs with one of gpuop's own, made for it and deleted after."""
     nodes, path, root = fleet
     incident_again(next(n for n in nodes if n.name == "fix-incident"))
     work = pod_of("work-fix-incident")["metadata"]["uid"]
@@ -479,8 +480,17 @@ def test_drain_false_restarts_under_the_running_pods(fleet):
     assert "fix-incident:   cordon, no drain (drain=false): every Pod on it runs on through the restart" in dry.log, dry.log[-3000:]
     kubectl("apply", "-f", "-", stdin=json.dumps(LEFT_PROBE))
     report = os.path.join(root, "nodrain.json")
-    run = fix(path, "drain=false", f"report={report}")
+    kubectl("delete", "runtimeclass", "fleet-nvidia")  # its Pods run on; the probe has no class of theirs to use
+    try:
+        run = fix(path, "drain=false", f"report={report}")
+    finally:
+        kubectl("apply", "-f", "-", stdin=json.dumps(
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-nvidia"}, "handler": "nvidia"}))
     assert run.code == 0, run.log[-4000:]
+    assert ("node fix-incident: no RuntimeClass maps to handler nvidia: the probe runs with RuntimeClass "
+            "gpuop-probe-nvidia, made for it") in run.log, run.log[-3000:]
+    assert "node fix-incident: a probe Pod of RuntimeClass gpuop-probe-nvidia ran there" in run.log
+    assert get("runtimeclass/gpuop-probe-nvidia") is None  # made for the probe alone, gone after
     assert "repair: deleted the probe Pod(s) a killed run left: gpuop-probe-left" in run.log, run.log[-3000:]
     assert get("pod/gpuop-probe-left", "default") is None
     assert "node fix-incident: not drained (drain=false): its Pods run on through the restart" in run.log

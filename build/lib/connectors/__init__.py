@@ -1,0 +1,1 @@
+"""pyinfra connectors of the project: @kubenode, a node read through its cluster."""

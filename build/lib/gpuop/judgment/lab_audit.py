@@ -1,0 +1,113 @@
+"""The audit: written against loaded against scheduled, from live objects, as findings.
+
+A finding is a gap (gpuop/judgment/gaps.py) between what was written and what is live, the same shape as
+the fleet audit's, naming the views it joins; everything else the audit reads
+(loaded handlers, GPU use per node, Pending Pods by reason, rollouts) is reported beside them.
+"""
+
+from gpuop.judgment.cluster import allocatable_count, rollout_status
+from gpuop.judgment.gaps import gap
+from gpuop.judgment.objects import of_kind, ref
+from gpuop.judgment.rules import classed_pods, gpus_held, judge, kubelet_agrees, overcommitted, sandbox_refusal, stalled_rollout
+from gpuop.judgment.scheduling import pod_scheduled, reasons, unschedulable
+from gpuop.judgment.slots import replicas_of
+from gpuop.judgment.view import api_handlers
+
+
+def _sandboxes(view: dict, objects: list, events: list, kubelet_node: str) -> list:
+    """For each Pod bound to the kubelet node whose RuntimeClass's handler is not loaded: the sandbox
+    failure containerd's version gives, held against the kubelet's live event for that Pod."""
+    return [{"pod": ref(pod), "node": kubelet_node, "handler": handler,
+             "forecast": sandbox_refusal(view, handler),
+             **kubelet_agrees(pod, events, sandbox_refusal(view, handler))}
+            for pod, _, handler in classed_pods(kubelet_node, objects) if handler not in view["loaded"]]
+
+
+def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "") -> dict:
+    """Findings and readings for one host: the one judgment of its runtime (``gpuop.judgment.rules``,
+    as a real node's), and the lab's own readings beside it.
+
+    + view: the lab containerd's view (``gpuop.judgment.view.lab_view``)
+    + objects: live RuntimeClasses, Nodes, Pods, DaemonSets and ConfigMaps (kubectl's JSON)
+    + time_slicing: {"node", "physical_gpus", "vram_per_gpu_gib", "configmap": "ns/name"} of the
+      time-sliced node
+    + kubelet_node: the lab node a real kubelet runs, whose sandbox failures are held against its
+      kubelet's events (``objects`` then holds Events too); empty: none
+
+        audit(lab_view(...), objects, {...})["gaps"]
+        -> [{"kind": "restart-takes-cri-down", ...}, {"kind": "handler-not-loaded", ...}, ...]
+    """
+    judged = judge(view, objects, kubelet_node)
+    gaps, warnings = judged["gaps"], []
+    pods = of_kind(objects, "Pod")
+    loaded = view["loaded"]
+
+    classes = []
+    for rc in of_kind(objects, "RuntimeClass"):
+        users = [ref(p) for p in pods if p["spec"].get("runtimeClassName") == rc["metadata"]["name"]]
+        ok = rc["handler"] in loaded
+        classes.append({"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": ok, "pods": users})
+        if not ok:
+            gaps.append(gap("runtimeclass-handler-not-loaded", rc["metadata"]["name"], ["scheduled", "loaded"],
+                            f"RuntimeClass {rc['metadata']['name']}: handler {rc['handler']} not "
+                            f"loaded; its Pods fail as soon as they are recreated: "
+                            f"{', '.join(users) or 'none now'}"))
+
+    ts_ref = time_slicing["configmap"]
+    cm = next((c for c in of_kind(objects, "ConfigMap") if ref(c) == ts_ref), None)
+    replicas = replicas_of((cm or {}).get("data", {}).get("any", "")) if cm else None
+    nodes = []
+    for node in of_kind(objects, "Node"):
+        name = node["metadata"]["name"]
+        advertised = allocatable_count(node)
+        asked = gpus_held(name, pods)
+        entry = {"name": name, "advertised": advertised, "requested": asked}
+        gaps += [g for g in [overcommitted(node, pods)] if g]
+        if name == time_slicing["node"] and replicas is not None:
+            expected = time_slicing["physical_gpus"] * replicas
+            entry["time_sliced"] = {"physical": time_slicing["physical_gpus"], "replicas": replicas,
+                                    "expected": expected}
+            warnings.append(gap("time-sliced-memory-shared", name, ["scheduled"],
+                                f"node {name}: {replicas} time-sliced slots per GPU share the GPU's "
+                                f"whole {time_slicing['vram_per_gpu_gib']} GiB; a slot is guaranteed "
+                                "0 GiB, with no memory or fault isolation (time-slicing's design, "
+                                "not a fault to repair)"))
+            if advertised != expected:
+                gaps.append(gap("time-slicing-mismatch", name, ["written", "scheduled"],
+                                f"node {name} advertises {advertised} GPUs, but {ts_ref} gives "
+                                f"{time_slicing['physical_gpus']} x {replicas} = {expected}"))
+        nodes.append(entry)
+
+    pending = {}
+    for pod in pods:
+        if pod["status"].get("phase") == "Pending" and unschedulable(pod):
+            for _, reason in reasons(pod_scheduled(pod).get("message", "")) or [(0, "Unschedulable")]:
+                pending.setdefault(reason, []).append(ref(pod))
+
+    daemonsets = []
+    for ds in of_kind(objects, "DaemonSet"):
+        status = rollout_status(ds, pods)
+        stalled = stalled_rollout(ds, pods)
+        daemonsets.append({"name": ref(ds), "desired": status["DESIRED"], "updated": status["UPDATED"],
+                           "ready": status["READY"], "max_unavailable": status["MAX_UNAVAILABLE"],
+                           "stalled": stalled is not None, "blocker": status["BLOCKER"]})
+        gaps += [stalled] if stalled else []
+
+    node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == kubelet_node), None)
+    restart = view["cri_after_restart"]
+    return {
+        **judged,
+        **({"sandboxes": _sandboxes(view, objects, of_kind(objects, "Event"), kubelet_node)} if kubelet_node else {}),
+        "handlers": {"written": view["written"], "loaded": loaded,
+                     **({"runtime_handlers": api_handlers(node) if node else None} if kubelet_node else {}),
+                     "loaded_source": {"cri": "live"}.get(view["loaded_from"], view["loaded_from"]),
+                     "containerd_version": view["version"],
+                     "after_restart": None if restart == "unknown" else view["after_restart"],
+                     "restart_cri": {"ok": "ok", "unknown": "unknown"}.get(restart, "fails")},
+        "runtimeclasses": classes,
+        "nodes": nodes,
+        "pending": {reason: sorted(refs) for reason, refs in sorted(pending.items())},
+        "daemonsets": daemonsets,
+        "gaps": gaps,
+        "warnings": warnings,
+    }

@@ -1,0 +1,92 @@
+"""A real node's one read: the shell it runs (``node_read.sh``, beside this file, and the shell it
+shares with the lab's facts, ``gpuop.reach.shell``) and its output read back (``parse``). The fleet
+audit's fact (``facts.node.NodeRuntime``) and the node agent send the same command.
+"""
+
+import base64
+import os
+import shlex
+
+from gpuop.judgment import crio
+from gpuop.judgment.regen import nvidia_binaries
+from gpuop.reach.shell import TAR_OF_ARGS, cri_answer, cri_info, restart_answer, restart_merge, untarred
+
+_SECTION = "--- gpuop "
+K3S_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own containerd (docs/fleet-audit.md)
+READ_SH = os.path.join(os.path.dirname(__file__), "node_read.sh")  # the read, in shell, run on the node
+
+
+def node_read(crictl: str = "crictl") -> str:
+    """The node's read as one shell command: node_read.sh's functions, after the shell it shares
+    with the lab's facts (a containerd's own merge, its CRI answer, files as one line), then
+    ``read_node``.
+
+        node_read("/usr/local/bin/crictl")  # -> "CRICTL=/usr/local/bin/crictl\n...\nread_node"
+    """
+    with open(READ_SH) as f:
+        script = f.read()
+    merge, answer = restart_merge('"$rbin"', '"$rcfg"'), cri_info('"$CRICTL"', '"$1"')
+    shared = (f"CRICTL={shlex.quote(crictl)}\n"
+              f"NVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
+              f"gpuop_tar() {{ {TAR_OF_ARGS}; }}\n"
+              f"gpuop_restart() {{ rbin=$1 rcfg=$2; {merge}; }}\n"
+              f"gpuop_cri() {{ {answer}; }}\n")
+    return f"{shared}{script}\nread_node"
+
+
+def parse(output: list) -> dict:
+    """The read's output (``node_read``), section by section, as ``facts.node.NodeRuntime`` gives it.
+
+        parse(["--- gpuop hostname gpu-a"])["hostname"] -> "gpu-a"
+    """
+    result = {"hostname": "", "containerds": [], "crios": [], "kubelet": None}
+    sections, current = [], None
+    for line in output:
+        if line.startswith(_SECTION):
+            current = (line[len(_SECTION):].split(" ", 1), [])
+            sections.append(current)
+        elif current is not None:
+            current[1].append(line)
+    daemons, runtime = {}, None
+    for (kind, *rest), lines in sections:
+        if kind == "hostname":
+            result["hostname"] = rest[0].strip() if rest else ""
+        elif kind == "kubelet":
+            exe, args, endpoint = (lines + ["", "", ""])[:3]
+            result["kubelet"] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "endpoint": endpoint}
+        elif kind == "containerd":
+            exe, args, config, address, binary = (lines + [""] * 5)[:5]
+            daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
+                                "address": address, "binary": binary, "serves": False, "files": {},
+                                "restart": None, "loaded": None, "gpu_cdi_specs": [], "nvidia_runtimes": []}
+            result["containerds"].append(daemons[rest[0]])
+        elif kind == "crio":
+            exe, args, config, config_dir, address = (lines + [""] * 5)[:5]
+            daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
+                                "config_dir": config_dir, "address": address, "binary": exe, "serves": False,
+                                "files": {}, "restart": None, "loaded": None, "gpu_cdi_specs": [], "hooks": {}}
+            result["crios"].append(daemons[rest[0]])
+        elif kind == "runtime":
+            runtime = daemons[rest[0]]
+            runtime.update(serves=True, files=untarred(lines[0]) if lines and lines[0].strip() else {})
+        elif kind == "restart" and "config_dir" in runtime:
+            runtime["restart"] = crio.restart_answer(lines) if any(x.strip() for x in lines) else None
+        elif kind == "restart":
+            runtime["restart"] = restart_answer(lines) if lines else None
+        elif kind == "started":
+            runtime["started"] = int(lines[0]) if lines and lines[0].strip().isdigit() else None
+        elif kind == "cri":
+            runtime["loaded"] = cri_answer(lines)
+        elif kind == "cdi":
+            runtime["gpu_cdi_specs"] = [line for line in lines if line.strip()]
+        elif kind == "status":  # CRI-O's own answer, asked where the node has no crictl
+            runtime["loaded"] = crio.status_answer(lines) or runtime["loaded"]
+        elif kind == "hooks":
+            runtime["hooks"] = untarred(lines[0]) if lines and lines[0].strip() else {}
+        elif kind == "nvidia":
+            runtime["nvidia_runtimes"] = [line for line in lines if line.strip()]
+    return result
+
+
+def _args(b64: str) -> list:
+    return base64.b64decode(b64).decode(errors="replace").split("\0")[:-1]

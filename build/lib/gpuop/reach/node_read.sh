@@ -1,0 +1,268 @@
+# The node audit's one read of a real node (facts/node.py, NodeRuntime, sends this file whole as
+# one command, then `read_node`): what runs (every containerd and CRI-O, kubelet, k3s), which
+# runtime serves kubelet, and for that one its files, its own merge of them, and its CRI answer,
+# in sections "--- gpuop KIND ...". Read-only: it writes no file and leaves no socket.
+#
+# Set before this text by the controller: CRICTL (crictl on the node), NVIDIA_BINARIES (where k3s
+# looks for NVIDIA runtimes at start) and the shell it shares with the lab's facts:
+#   gpuop_tar FILE...         the files, tarred, gzipped and base64'd on one line
+#   gpuop_restart BINARY CFG  the binary's version and its own merge of CFG (its next start's)
+#   gpuop_cri ADDRESS         `crictl info` on the socket, then crictl's exit status
+
+DEFAULT_CONFIG=/etc/containerd/config.toml
+DEFAULT_SOCKET=/run/containerd/containerd.sock
+K3S_SOCKET=/run/k3s/containerd/containerd.sock
+CRIO_CONFIG=/etc/crio/crio.conf
+CRIO_CONFIG_DIR=/etc/crio/crio.conf.d
+CRIO_SOCKET=/var/run/crio/crio.sock
+# Where CRI-O looks for OCI hooks when its config names none (its default hooks_dir, and the
+# directory the GPU Operator's hook goes to on CRI-O without CDI).
+CRIO_HOOKS_DIRS="/usr/share/containers/oci/hooks.d /etc/containers/oci/hooks.d"
+
+# The command line of process $1, one argument a line.
+args() { tr "\0" "\n" <"/proc/$1/cmdline"; }
+
+# The value of flag $1 (--name=value or --name value) in a command line on stdin.
+flag() { sed -n "/^$1=/{s/^[^=]*=//p;q};/^$1\$/{n;p;q}"; }
+
+# kind_of PID KIND: sets kind, and kubelet's default endpoint (ke0) and drop-in folder (kd0).
+# k3s is one multicall binary: its containerd's /proc/PID/exe is the k3s file, told apart by
+# argv[0]'s base name, and its kubelet runs inside the k3s process, whose default endpoint is its
+# own containerd's socket. Any other process of that binary (ctr, crictl, kubectl): status 1.
+kind_of() {
+  kind=$2 ke0=unix://$DEFAULT_SOCKET kd0=
+  [ "$kind" = k3s ] || return 0
+  a0=$(args "$1" | head -n 1)
+  case "${a0##*/}" in
+  containerd) kind=containerd ;;
+  k3s|k3s-server|k3s-agent)
+    kind=kubelet
+    dd=$(args "$1" | flag --data-dir)
+    kd0=${dd:-/var/lib/rancher/k3s}/agent/etc/kubelet.conf.d ke0=unix://$K3S_SOCKET ;;
+  *) return 1 ;;
+  esac
+}
+
+# kubelet_endpoint PID: sets ke, the socket kubelet talks to: --container-runtime-endpoint, else
+# the last containerRuntimeEndpoint of its --config file and then its --config-dir drop-ins
+# (*.conf, in name order, as kubelet merges them), YAML or JSON (EKS: config.json; RKE2:
+# kubelet.conf.d only), else its default (since 1.27). Paths are relative to its cwd.
+kubelet_endpoint() {
+  c=$(args "$1") w=$(readlink "/proc/$1/cwd")
+  ke=$(echo "$c" | flag --container-runtime-endpoint)
+  if [ -z "$ke" ]; then
+    k=$(echo "$c" | flag --config) kd=$(echo "$c" | flag --config-dir)
+    case "$k" in ""|/*) ;; *) k="$w/$k" ;; esac
+    case "$kd" in ""|/*) ;; *) kd="$w/$kd" ;; esac
+    kd=${kd:-$kd0}
+    for f in $k ${kd:+"$kd"/*.conf}; do
+      [ -f "$f" ] || continue
+      v=$(sed -n -e 's/.*"containerRuntimeEndpoint"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' \
+        -e 's/^[[:space:]]*containerRuntimeEndpoint[[:space:]]*:[[:space:]]*//p' "$f" 2>/dev/null |
+        head -n 1 | tr -d "\"' ")
+      [ -z "$v" ] || ke=$v
+    done
+  fi
+  ke=${ke:-$ke0} ke=${ke#unix://}
+}
+
+# daemon_flags PID: sets cfg and addr, a containerd's --config (default /etc/containerd/config.toml,
+# relative to its cwd) and socket: --address, else the config's grpc.address, else the default.
+daemon_flags() {
+  o=$(args "$1" | {
+    c=$DEFAULT_CONFIG a= n=
+    while IFS= read -r x; do
+      case "$n" in c) c=$x ;; a) a=$x ;; esac
+      n=
+      case "$x" in
+      -c|--config) n=c ;;
+      -a|--address) n=a ;;
+      -c=*|--config=*) c=${x#*=} ;;
+      -a=*|--address=*) a=${x#*=} ;;
+      esac
+    done
+    printf "%s\n%s\n" "$c" "$a"
+  })
+  cfg=$(echo "$o" | sed -n 1p) addr=$(echo "$o" | sed -n 2p)
+  case "$cfg" in /*) ;; *) cfg="$(readlink "/proc/$1/cwd")/$cfg" ;; esac
+  [ -n "$addr" ] || addr=$(awk -F'"' '/^[[:space:]]*\[/ {t=$0; gsub(/[[:space:]]/, "", t)}
+    t == "[grpc]" && $1 ~ /^[[:space:]]*address[[:space:]]*=/ {print $2; exit}' "$cfg" 2>/dev/null)
+  [ -n "$addr" ] || addr=$DEFAULT_SOCKET
+  addr=${addr#unix://}
+}
+
+# crio_flags PID: sets cfg, dir and addr, a CRI-O's --config (-c), --config-dir (-d) and
+# --listen, else its defaults; its socket, where no flag gives it, is the last `listen` of its
+# files (the config, then its drop-ins in name order: CRI-O's own order), else the default.
+crio_flags() {
+  c=$(args "$1") w=$(readlink "/proc/$1/cwd")
+  cfg=$(echo "$c" | flag --config); [ -n "$cfg" ] || cfg=$(echo "$c" | flag -c)
+  dir=$(echo "$c" | flag --config-dir); [ -n "$dir" ] || dir=$(echo "$c" | flag -d)
+  addr=$(echo "$c" | flag --listen)
+  cfg=${cfg:-$CRIO_CONFIG} dir=${dir:-$CRIO_CONFIG_DIR}
+  case "$cfg" in /*) ;; *) cfg="$w/$cfg" ;; esac
+  case "$dir" in /*) ;; *) dir="$w/$dir" ;; esac
+  if [ -z "$addr" ]; then
+    for f in "$cfg" "$dir"/*; do
+      [ -f "$f" ] || continue
+      v=$(sed -n 's/^[[:space:]]*listen[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' "$f" | tail -n 1)
+      [ -z "$v" ] || addr=$v
+    done
+  fi
+  addr=${addr:-$CRIO_SOCKET} addr=${addr#unix://}
+}
+
+# same_socket A B: whether two socket paths are one (/var/run is /run on every distribution).
+same_socket() { [ "${1#/var}" = "${2#/var}" ]; }
+
+# restart_binary EXE: sets b, the binary asked for the restart view: the daemon's own when it is
+# named containerd, else the `containerd` beside it (k3s's link to itself), else none.
+restart_binary() {
+  case "${1##*/}" in
+  containerd) b=$1 ;;
+  *) b=${1%/*}/containerd; [ -x "$b" ] || b= ;;
+  esac
+}
+
+# written CFG: the config, the files its top-level `imports` reach, every file of the conf.d
+# beside it (one no import reaches is a finding) and the k3s/RKE2 templates, on one line
+# (gpuop_tar). The controller parses `imports` again with a TOML parser.
+written() {
+  set -- "$1"
+  d=${1%/*}
+  for g in $(awk '/^[[:space:]]*\[/ {exit} /^[[:space:]]*imports[[:space:]]*=/ {on=1} on {print}
+      on && /\]/ {exit}' "$1" 2>/dev/null | grep -o "\"[^\"]*\"\|'[^']*'" | tr -d "\"'"); do
+    case "$g" in /*) ;; *) g="$d/$g" ;; esac
+    for f in $g; do [ -f "$f" ] && set -- "$@" "$f"; done
+  done
+  for f in "$d"/conf.d/* "$d"/config.toml.tmpl "$d"/config-v3.toml.tmpl; do
+    [ -f "$f" ] && set -- "$@" "$f"
+  done
+  gpuop_tar "$@"
+}
+
+# listed KEY CRI_ANSWER: the strings of the answer's JSON array KEY, a word each.
+listed() {
+  printf "%s" "$2" | tr -d "\n" | sed -n "s/.*\"$1\": *\[\([^]]*\)\].*/\1/p" | tr -d "\" " | tr , " "
+}
+
+# cdi_specs CRI_ANSWER: the CDI specs of GPUs (files naming the kind nvidia.com/gpu) in the spec
+# directories the daemon reads (its answer's cdiSpecDirs; CRI-O's CDISpecDirs).
+cdi_specs() {
+  for d in $(listed cdiSpecDirs "$1") $(listed CDISpecDirs "$1"); do
+    grep -l -s -E "nvidia\.com/gpu" "$d"/*.yaml "$d"/*.yml "$d"/*.json
+  done
+}
+
+# crio_hooks CRI_ANSWER: the OCI hook files in the directories CRI-O reads (its answer's
+# HooksDir, else its defaults) that name an NVIDIA hook, on one line (gpuop_tar).
+crio_hooks() {
+  h=$(listed HooksDir "$1")
+  set --
+  for d in ${h:-$CRIO_HOOKS_DIRS}; do
+    for f in $(grep -l -s -E "nvidia-container-(runtime-hook|toolkit)" "$d"/*.json); do set -- "$@" "$f"; done
+  done
+  [ $# -eq 0 ] || gpuop_tar "$@"
+}
+
+# crio_restart BINARY CFG DIR PID: the binary's version, then its own merge of the files (`crio
+# config`: what its next start, or a SIGHUP, reads; its refusal after a line "--- merge failed"),
+# then each runtime of the merge, "NAME|PATH|yes" where its binary is there (PATH, or NAME on the
+# daemon's own PATH where the merge gives none), else "NAME|PATH|no" (gpuop.judgment.crio).
+crio_restart() {
+  [ -x "$1" ] || return 0
+  on_path=$(tr "\0" "\n" <"/proc/$4/environ" 2>/dev/null | sed -n "s/^PATH=//p")
+  timeout -k 2 10 "$1" version 2>/dev/null | sed -n "s/^Version:[[:space:]]*/Version: /p" | head -n 1
+  m=$(timeout -k 2 30 "$1" --config "$2" --config-dir "$3" config 2>/dev/null) || {
+    echo "--- merge failed"
+    timeout -k 2 30 "$1" --config "$2" --config-dir "$3" config 2>&1 >/dev/null | tail -n 3
+  }
+  printf "%s\n" "$m"
+  echo "--- runtime paths"
+  printf "%s\n" "$m" | awk '/^[[:space:]]*\[/ {n = ""} /^[[:space:]]*\[crio\.runtime\.runtimes\./ {
+      n = $0; sub(/^[^.]*\.runtime\.runtimes\./, "", n); sub(/\].*/, "", n); gsub(/"/, "", n)}
+    n != "" && /^[[:space:]]*runtime_path[[:space:]]*=/ {p = $0; sub(/^[^"]*"/, "", p); sub(/".*/, "", p); print n "|" p}' |
+    while IFS="|" read -r n p; do
+      if [ -n "$p" ]; then [ -x "$p" ] && t=yes || t=no
+      else PATH=${on_path:-$PATH} command -v "$n" >/dev/null && t=yes || t=no; fi
+      echo "$n|$p|$t"
+    done
+}
+
+# When process $1 started, in whole seconds since the epoch: the boot's time (/proc/stat's btime,
+# fixed, so two reads agree) plus its start in clock ticks after boot (/proc/PID/stat's 22nd field;
+# its 2nd, the name, may hold spaces).
+started() {
+  awk -v hz="$(getconf CLK_TCK 2>/dev/null || echo 100)" '
+    FNR == NR { if ($1 == "btime") boot = $2; next }
+    { sub(/^.*\) /, ""); printf "%d\n", boot + int($20 / hz) }' /proc/stat "/proc/$1/stat"
+}
+
+read_node() {
+  echo "--- gpuop hostname $(cat /proc/sys/kernel/hostname)"
+  ke= list=
+  # `ls -l` names every process's binary in one process (a readlink each costs a fork per
+  # process on a busy node); shims and ctr are other binaries and do not match.
+  for x in $(ls -l /proc/[0-9]*/exe 2>/dev/null |
+      sed -nE 's@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet|k3s|crio)( \(deleted\))?$@\3:\1@p'); do
+    p=${x#*:}
+    kind_of "$p" "${x%:*}" || continue
+    echo "--- gpuop $kind $p"
+    e=$(readlink "/proc/$p/exe") e=${e% (deleted)}
+    echo "$e"
+    base64 -w0 <"/proc/$p/cmdline"; echo
+    if [ "$kind" = kubelet ]; then kubelet_endpoint "$p"; echo "$ke"; continue; fi
+    if [ "$kind" = crio ]; then
+      crio_flags "$p"
+      printf "%s\n%s\n%s\n" "$cfg" "$dir" "$addr"
+      list="$list$p|$addr|$cfg|$e|$dir\n"
+      continue
+    fi
+    daemon_flags "$p"
+    restart_binary "$e"
+    printf "%s\n%s\n%s\n" "$cfg" "$addr" "$b"
+    list="$list$p|$addr|$cfg|$b|\n"
+  done
+  # CRI is asked of one daemon, the node's runtime: the one on kubelet's endpoint; with no
+  # kubelet, the only one, or the one on the default socket. Asking another is not read-only:
+  # a containerd writes its introspection uuid at its first CRI Status.
+  n=$(printf "%b" "$list" | grep -c .)
+  printf "%b" "$list" | while IFS="|" read -r p addr cfg exe dir; do
+    if [ -n "$ke" ]; then
+      same_socket "$addr" "$ke" || continue
+    elif [ "$n" -gt 1 ]; then
+      same_socket "$addr" "$DEFAULT_SOCKET" || continue
+    fi
+    echo "--- gpuop runtime $p"
+    if [ -n "$dir" ]; then  # CRI-O: its config and every file of its drop-in folder
+      set --
+      for f in "$cfg" "$dir"/*; do [ -f "$f" ] && set -- "$@" "$f"; done
+      { [ $# -eq 0 ] || gpuop_tar "$@"; } </dev/null | grep . || echo
+      echo "--- gpuop restart"
+      crio_restart "$exe" "$cfg" "$dir" "$p" </dev/null
+    else
+      ( written "$cfg" ) </dev/null | grep . || echo
+      echo "--- gpuop restart"
+      gpuop_restart "$exe" "$cfg" </dev/null
+    fi
+    echo "--- gpuop started"  # a kubelet's event older than this daemon is not its word
+    started "$p"
+    echo "--- gpuop cri"
+    out=$(gpuop_cri "$addr" </dev/null)
+    printf "%s\n" "$out"
+    echo "--- gpuop cdi"
+    cdi_specs "$out"
+    if [ -n "$dir" ]; then
+      if [ "$(printf "%s\n" "$out" | tail -n 1)" = 127 ]; then  # no crictl: CRI-O's own status API
+        echo "--- gpuop status"
+        timeout -k 2 10 "$exe" status --socket "$addr" config 2>/dev/null </dev/null; echo "$?"
+      fi
+      echo "--- gpuop hooks"
+      crio_hooks "$out" </dev/null
+    else
+      echo "--- gpuop nvidia"  # what k3s and RKE2 would register at their next start (gpuop.judgment.regen)
+      for f in $NVIDIA_BINARIES; do [ -f "$f" ] && echo "$f"; done
+    fi
+    break
+  done
+}
