@@ -154,6 +154,10 @@ def runtime_findings(view: dict) -> list:
         gaps.append(gap("dropin-not-imported", path, ["written"],
                         f"{path} is in conf.d but no imports glob of {config} reaches it "
                         f"(imports: {', '.join(view['imports']) or 'none'}): containerd never reads it"))
+    if view["loaded_from"] == "crictl-hung":  # one view unread: named, and the rest judged without it
+        gaps.append(gap("view-unread", rt, ["loaded"],
+                        f"what {rt} {version} holds was not read: {view['cri_error']} (crictl itself hung, past "
+                        "its own 3 s deadline): nothing is judged against the loaded view, the rest is"))
     if view["loaded_from"] == "cri-down":
         where = f" on {d['address']}" if d else ""
         gaps.append(gap("cri-down", rt, ["loaded"],

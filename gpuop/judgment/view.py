@@ -17,7 +17,7 @@ the API alone. Every audit judges this one shape (``gpuop.judgment.rules.finding
 Where "loaded" comes from, one vocabulary for every target: ``cri`` (the daemon answered through
 CRI), ``status`` (CRI-O answered its own status API, ``crio status config``, on a node with no
 crictl), ``cri-down`` (it runs, its CRI does not answer), ``no-crictl`` (no crictl on the node to
-ask), ``recorded`` (the incident day's observation: a lab host without a lab containerd), ``api``
+ask), ``crictl-hung`` (crictl itself did not end: the loaded view alone is not read, the rest is), ``recorded`` (the incident day's observation: a lab host without a lab containerd), ``api``
 (the node's kubelet report, Node.status.runtimeHandlers: the node was not read), ``none`` (no
 runtime runs).
 """
@@ -94,6 +94,8 @@ def loaded_part(answer: dict | None) -> dict:
         loaded_from = "status"
     elif not answer.get("crictl", True):
         loaded_from = "no-crictl"
+    elif answer.get("cri") == "unanswered":
+        loaded_from = "crictl-hung"
     else:
         loaded_from = "cri" if answer.get("cri") == "ok" else "cri-down"
     return {"loaded": answer.get("runtimes", []), "loaded_from": loaded_from, "cri_error": answer.get("error", ""),

@@ -41,7 +41,9 @@ def cri_info(crictl: str, socket: str) -> str:
 
 
 def cri_answer(lines: list) -> dict:
-    """What ``cri_info`` printed, as the loaded view: ``cri`` ok or down, the runtimes, the error.
+    """What ``cri_info`` printed, as the loaded view: ``cri`` ok, down (the runtime did not answer
+    within crictl's own 3 s), or unanswered (crictl itself hung: ended at ``CRICTL_DEADLINE_S``, so
+    nothing is known of what the runtime holds), the runtimes, the error.
 
         cri_answer(['{"config": {"containerd": {"runtimes": {"runc": {}}}}}', "0"])
         -> {"cri": "ok", "runtimes": ["runc"], "default_runtime": "", "error": "", "crictl": True,
@@ -51,8 +53,8 @@ def cri_answer(lines: list) -> dict:
     if status != "0":
         error = (f"crictl did not answer within {CRICTL_DEADLINE_S}s" if status in ("124", "137")
                  else logged_words(answer.strip().splitlines()[-1]) if answer.strip() else f"exit {status}")
-        return {"cri": "down", "runtimes": [], "default_runtime": "", "error": error, "crictl": status != "127",
-                "cdi": False, "cdi_spec_dirs": []}
+        return {"cri": "unanswered" if status in ("124", "137") else "down", "runtimes": [], "default_runtime": "",
+                "error": error, "crictl": status != "127", "cdi": False, "cdi_spec_dirs": []}
     info = json.loads(answer)
     runtimes, default = cri_runtimes(info)
     cdi, dirs = cri_cdi(info)

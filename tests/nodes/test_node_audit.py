@@ -472,6 +472,36 @@ def test_a_node_whose_read_hangs_mid_command_is_named_within_its_deadline(simula
     assert "Traceback" not in run.log
 
 
+def test_a_node_whose_crictl_hangs_is_judged_on_the_rest_its_loaded_view_named_unread(simulated):
+    """A node whose crictl never answers (a crictl that sleeps, in its /run): its read goes on past
+    it (crictl's deadline, 10 s), and the node is judged on its files and its restart's forecast,
+    the loaded view named as not read, not taken for a runtime whose CRI is down."""
+    nodes, _, root = simulated
+    key, pubkey = simnodes.keypair(root)
+    hung = Node("gpu-crictl-hung", "2.4.2", before=[write_file("/run/crictl-hung", "#!/bin/sh\nexec sleep 600\n"),
+                                                      "chmod +x /run/crictl-hung"],
+                knobs={"crictl_binary": "/run/crictl-hung"})
+    try:
+        simnodes.start(hung, root, pubkey)
+        os.makedirs(os.path.join(root, "crictl-hung"))
+        path = nodesfiles.nodes_file([hung], key, os.path.join(root, "crictl-hung", "nodes.yaml"), {})
+        report = os.path.join(root, "crictl-hung", "fleet.json")
+        run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py",
+                     timeout_s=120)
+    finally:
+        simnodes.stop(hung)
+    with open(report) as f:
+        got = json.load(f)
+    assert got["unread"] == [], run.log[-3000:]
+    entry = got["nodes"]["gpu-crictl-hung"]
+    assert (entry["loaded_from"], entry["loaded"], entry["cri_after_restart"]) == ("crictl-hung", [], "ok")
+    assert sorted(g["kind"] for g in entry["gaps"]) == ["no-node-object", "view-unread"], entry["gaps"]
+    (unread,) = [g for g in entry["gaps"] if g["kind"] == "view-unread"]
+    assert unread["detail"] == ("what containerd 2.4.2 holds was not read: crictl did not answer within 10s (crictl "
+                                "itself hung, past its own 3 s deadline): nothing is judged against the loaded view, "
+                                "the rest is")
+
+
 def test_a_cluster_that_cannot_be_read_is_named(simulated):
     _, path, _ = simulated
     run = deploy(None, "kube_context=no-such-context", env={"GPUOP_NODES": path}, inventory="nodes.py",

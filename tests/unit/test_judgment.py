@@ -111,3 +111,20 @@ def test_the_rooms_import_only_the_rooms_below_them():
                     if room == "judgment":
                         assert parts[0] not in ("kubernetes", "prometheus_client", "urllib3"), \
                             f"{path.relative_to(ROOT)} imports {name}: the judgment does no I/O"
+
+
+def test_a_crictl_that_hangs_leaves_the_loaded_view_unread_named_and_the_rest_judged():
+    from gpuop.judgment.view import node_view
+    from gpuop.reach.shell import cri_answer
+    from tests.unit.test_node_logic import RC, daemon, node, pod, read
+    hung = cri_answer(["", "124"])
+    assert (hung["cri"], hung["error"]) == ("unanswered", "crictl did not answer within 10s")
+    assert cri_answer(["rpc error: code = DeadlineExceeded desc = context deadline exceeded", "1"])["cri"] == "down"
+    d = {**daemon(after=("runc",), cri_ok=False), "loaded": hung}  # the files judged: a restart takes CRI down
+    view = node_view(read(d))
+    assert view["loaded_from"] == "crictl-hung"
+    entry = rules.judge(view, [RC, node(), pod("train")], "gpu-a")
+    assert [g["kind"] for g in entry["gaps"]] == ["restart-takes-cri-down", "view-unread"]
+    assert entry["gaps"][1]["detail"] == (
+        "what containerd 1.6.20 holds was not read: crictl did not answer within 10s (crictl itself hung, past its "
+        "own 3 s deadline): nothing is judged against the loaded view, the rest is")
