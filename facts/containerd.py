@@ -11,7 +11,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from gpuop.layout import holds_root
-from gpuop.reach.shell import cri_answer, cri_info, restart_answer, restart_merge
+from gpuop.reach.shell import cri_answer, restart_answer, shell_functions
 
 _DAEMONS = "--- daemons"
 _LOG = "--- log"
@@ -60,13 +60,14 @@ class LabContainerd(FactBase):
         # kernel state, mount namespace, command line, binary (last: it may end in " (deleted)").
         ns = shlex.quote(namespace or "/dev/null")
         return (
+            shell_functions() +
             f'echo "$(cat {shlex.quote(pidfile)} 2>/dev/null)"; echo {_DAEMONS}; '
             f'for f in $(grep -lxzF -- {shlex.quote(root)} /proc/[0-9]*/cmdline 2>/dev/null); do '
             'p=${f%/cmdline}; a=$(base64 -w0 <"$f" 2>/dev/null); [ -n "$a" ] || continue; '
             'echo "${p#/proc/} $(sed \'s/.*) //; s/ .*//\' "$p/stat" 2>/dev/null) $(readlink "$p/ns/mnt") $a $(readlink "$p/exe")"; '
             f'done; echo {_NAMESPACE}; [ "$(stat -f -c %T {ns} 2>/dev/null)" != nsfs ] || echo "mnt:[$(stat -L -c %i {ns})]"; '
             f'echo {_LOG}; tail -n 1 {shlex.quote(log or "/dev/null")} 2>/dev/null | cut -c1-300; echo {_CRI}; '
-            + cri_info(shlex.quote(crictl), shlex.quote(socket))
+            + f"gpuop_cri {shlex.quote(crictl)} {shlex.quote(socket)}"
         )
 
     def process(self, output):
@@ -110,7 +111,7 @@ class ContainerdRestart(FactBase):
         return None
 
     def command(self, binary, config):
-        return restart_merge(shlex.quote(binary), shlex.quote(config))
+        return f"{shell_functions()}gpuop_restart {shlex.quote(binary)} {shlex.quote(config)}"
 
     def process(self, output):
         return restart_answer(output)

@@ -2,7 +2,7 @@
 
 from pyinfra.api import FactBase
 
-from gpuop.reach.shell import TAR_OF_ARGS, shell_glob, untarred
+from gpuop.reach.shell import shell_functions, shell_glob, untarred
 
 
 class Files(FactBase):
@@ -26,7 +26,7 @@ class Files(FactBase):
         # and the read costs two processes however many files there are (a stat and a base64 per
         # file cost 80 ms of the target's CPU for the lab's twenty). A file gone between the test
         # and tar is left out, as if it had never been there.
-        return f'set --; for f in {targets}; do [ -f "$f" ] && set -- "$@" "$f"; done; {TAR_OF_ARGS}'
+        return f'{shell_functions()}set --; for f in {targets}; do [ -f "$f" ] && set -- "$@" "$f"; done; gpuop_tar "$@"'
 
     def process(self, output):
         return untarred("".join(output))

@@ -26,7 +26,7 @@ class NodeRuntime(FactBase):
     conf.d, and the k3s/RKE2 templates beside it), the NVIDIA runtime binaries where k3s looks
     at start (``nvidia_runtimes``: what its next start registers, ``gpuop.judgment.regen``), what it
     holds (``crictl info`` on its socket) and what its binary's next start would load
-    (``config dump``, see ``facts.containerd.restart_merge``).
+    (``config dump``, see ``gpuop_restart`` in ``gpuop/reach/shell.sh``).
 
     .. code:: python
 

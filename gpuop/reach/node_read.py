@@ -9,7 +9,7 @@ import shlex
 
 from gpuop.judgment import crio
 from gpuop.judgment.regen import nvidia_binaries
-from gpuop.reach.shell import TAR_OF_ARGS, cri_answer, cri_info, restart_answer, restart_merge, untarred
+from gpuop.reach.shell import cri_answer, restart_answer, shell_functions, untarred
 
 _SECTION = "--- gpuop "
 K3S_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own containerd (docs/fleet-audit.md)
@@ -25,13 +25,8 @@ def node_read(crictl: str = "crictl") -> str:
     """
     with open(READ_SH) as f:
         script = f.read()
-    merge, answer = restart_merge('"$rbin"', '"$rcfg"'), cri_info('"$CRICTL"', '"$1"')
-    shared = (f"CRICTL={shlex.quote(crictl)}\n"
-              f"NVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
-              f"gpuop_tar() {{ {TAR_OF_ARGS}; }}\n"
-              f"gpuop_restart() {{ rbin=$1 rcfg=$2; {merge}; }}\n"
-              f"gpuop_cri() {{ {answer}; }}\n")
-    return f"{shared}{script}\nread_node"
+    return (f"CRICTL={shlex.quote(crictl)}\nNVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
+            f"{shell_functions()}{script}\nread_node")
 
 
 def parse(output: list) -> dict:

@@ -7,7 +7,7 @@
 # looks for NVIDIA runtimes at start) and the shell it shares with the lab's facts:
 #   gpuop_tar FILE...         the files, tarred, gzipped and base64'd on one line
 #   gpuop_restart BINARY CFG  the binary's version and its own merge of CFG (its next start's)
-#   gpuop_cri ADDRESS         `crictl info` on the socket, then crictl's exit status
+#   gpuop_cri CRICTL ADDRESS  `crictl info` on the socket, then crictl's exit status
 
 DEFAULT_CONFIG=/etc/containerd/config.toml
 DEFAULT_SOCKET=/run/containerd/containerd.sock
@@ -248,7 +248,7 @@ read_node() {
     echo "--- gpuop started"  # a kubelet's event older than this daemon is not its word
     started "$p"
     echo "--- gpuop cri"
-    out=$(gpuop_cri "$addr" </dev/null)
+    out=$(gpuop_cri "$CRICTL" "$addr" </dev/null)
     printf "%s\n" "$out"
     echo "--- gpuop cdi"
     cdi_specs "$out"

@@ -1,13 +1,15 @@
-"""The shell gpuop sends to a node or a lab host, and what it prints, read back: a containerd
-asked through CRI (``cri_info``, ``cri_answer``), a binary's own merge of its files at its next
-start (``restart_merge``, ``restart_answer``), files as one line (``TAR_OF_ARGS``, ``untarred``).
-The facts (``facts/``) and the node's read (``node_read``) share them; none imports pyinfra.
+"""The shell gpuop sends to a node or a lab host, in a file of its own (``shell.sh``:
+``gpuop_cri``, ``gpuop_restart``, ``gpuop_tar``), and what it prints, read back: a containerd
+asked through CRI (``cri_answer``), a binary's own merge of its files at its next start
+(``restart_answer``), files as one line (``untarred``). The lab's facts (``facts/``) and the node's
+read (``node_read``) send ``shell_functions()`` before their own commands.
 """
 
 import base64
 import binascii
 import io
 import json
+import os
 import re
 import shlex
 import tarfile
@@ -19,6 +21,19 @@ from gpuop.judgment.containerd import (DUMP_WITHOUT_MIGRATIONS, binary_version, 
 _DUMP_FAILED = "--- dump failed"
 CRICTL_DEADLINE_S = 10  # crictl's own --timeout is 3 s; this ends one that still hangs
 DUMP_DEADLINE_S = 30  # `containerd config dump` parses files: it has no reason to take longer
+SHELL_SH = os.path.join(os.path.dirname(__file__), "shell.sh")
+
+
+def shell_functions() -> str:
+    """``shell.sh``'s functions, after the values they read: the text to send before a command
+    that calls them.
+
+        shell_functions() + "gpuop_cri crictl /run/containerd/containerd.sock"
+    """
+    with open(SHELL_SH) as f:
+        functions = f.read()
+    return (f"GPUOP_CRICTL_S={CRICTL_DEADLINE_S} GPUOP_DUMP_S={DUMP_DEADLINE_S} "
+            f"GPUOP_DUMP_MIGRATING={shlex.quote(' '.join(DUMP_WITHOUT_MIGRATIONS))}\n{functions}")
 
 
 _GLOB = re.compile(r"([*?])")
@@ -29,19 +44,8 @@ def shell_glob(pattern: str) -> str:
     return "".join(p if _GLOB.fullmatch(p) else shlex.quote(p) for p in _GLOB.split(pattern) if p)
 
 
-def cri_info(crictl: str, socket: str) -> str:
-    """The shell that asks a containerd through CRI what it holds (``crictl info``), under a deadline,
-    and prints crictl's answer then its exit status; ``crictl`` and ``socket`` are shell words
-    (quoted, or a variable), read by ``cri_answer``.
-
-        cri_info("crictl", '"$addr"')
-    """
-    return (f'timeout -k 2 {CRICTL_DEADLINE_S} {crictl} --config /dev/null '
-            f'--runtime-endpoint unix://{socket} --timeout 3s info 2>&1; echo "$?"')
-
-
 def cri_answer(lines: list) -> dict:
-    """What ``cri_info`` printed, as the loaded view: ``cri`` ok, down (the runtime did not answer
+    """What ``gpuop_cri`` printed, as the loaded view: ``cri`` ok, down (the runtime did not answer
     within crictl's own 3 s), or unanswered (crictl itself hung: ended at ``CRICTL_DEADLINE_S``, so
     nothing is known of what the runtime holds), the runtimes, the error.
 
@@ -62,29 +66,8 @@ def cri_answer(lines: list) -> dict:
             "cdi": cdi, "cdi_spec_dirs": dirs}
 
 
-def restart_merge(binary: str, config: str) -> str:
-    """The shell that asks a containerd binary for its version and its own merge of ``config``
-    as its next start reads it; ``binary`` and ``config`` are shell words (quoted, or a variable).
-    Prints nothing where the binary is not there; read by ``restart_answer``.
-
-        restart_merge("/usr/bin/containerd", '"$cfg"')
-    """
-    b, c = binary, config
-    # What this version loads at start is its `config dump`, or `config migrate` where the
-    # dump skips migrations (gpuop.judgment.containerd.start_subcommand): the release decides.
-    migrating = "|".join(DUMP_WITHOUT_MIGRATIONS)
-    start = f"timeout -k 2 {DUMP_DEADLINE_S} {b} --config {c} config \"$sub\""
-    # One that fails is asked again for its words; one that hung is not asked twice.
-    return (f"if [ -x {b} ]; then v=$(timeout -k 2 {DUMP_DEADLINE_S} {b} --version); "
-            'echo "$v"; set -- $v; r=${3#v}; r=${r%%[~+-]*}; '
-            f'case "$r" in {migrating}) sub=migrate;; *) sub=dump;; esac; '
-            f"{start} 2>/dev/null || {{ rc=$?; echo {shlex.quote(_DUMP_FAILED)}; "
-            f'if [ "$rc" -ge 124 ]; then echo "config $sub did not answer within {DUMP_DEADLINE_S}s"; '
-            f"else {start} 2>&1 | tail -n 3; fi; }}; fi")
-
-
 def restart_answer(output: list) -> dict:
-    """What ``restart_merge`` printed, as the restart forecast: the version and ``Forecast``'s fields.
+    """What ``gpuop_restart`` printed, as the restart forecast: the version and ``Forecast``'s fields.
 
         restart_answer(["containerd github.com/containerd/containerd/v2 v2.4.2 x", "version = 3", ...])
         -> {"version": "2.4.2", "runtimes": [...], "default_runtime": "runc", "cri_ok": True, ...}
@@ -99,12 +82,8 @@ def restart_answer(output: list) -> dict:
     return {"version": version, **forecast.__dict__}
 
 
-# The files named in "$@", as one base64 tar on one line (nothing when there are none).
-TAR_OF_ARGS = '[ $# -eq 0 ] || { tar -czhPf - --no-recursion --ignore-failed-read -- "$@" | base64 -w0; echo; }'
-
-
 def untarred(line: str) -> dict:
-    """The files in ``TAR_OF_ARGS``'s line: ``{path: {"mode": "644", "text": ...}}``."""
+    """The files in ``gpuop_tar``'s line: ``{path: {"mode": "644", "text": ...}}``."""
     found = {}
     try:
         with tarfile.open(fileobj=io.BytesIO(base64.b64decode(line)), mode="r:gz") as tar:

@@ -99,9 +99,9 @@ ROOMS = {"judgment": {"judgment"}, "outputs": {"judgment", "outputs"}, "reach": 
 def test_the_rooms_import_only_the_rooms_below_them():
     for room, allowed in ROOMS.items():
         for path in sorted((ROOT / "gpuop" / room).glob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                names = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
-                         [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for statement in ast.walk(ast.parse(path.read_text())):
+                names = ([statement.module or ""] if isinstance(statement, ast.ImportFrom) else
+                         [a.name for a in statement.names] if isinstance(statement, ast.Import) else [])
                 for name in names:
                     parts = name.split(".")
                     if parts[0] in ("facts", "operations", "runbook", "connectors", "lab", "pyinfra"):

@@ -1,1 +1,0 @@
-"""Pure logic of the gpuop playbook: no pyinfra import, unit-tested without a cluster."""

@@ -1,0 +1,38 @@
+# The shell gpuop sends to a node or a lab host beside its own commands; gpuop/reach/shell.py
+# reads what it prints. It reads GPUOP_CRICTL_S, GPUOP_DUMP_S and GPUOP_DUMP_MIGRATING, set
+# before it (shell.py's shell_functions).
+
+# gpuop_tar FILE...: the files named, as one base64 tar on one line; nothing where there are none.
+gpuop_tar() {
+  [ $# -eq 0 ] || { tar -czhPf - --no-recursion --ignore-failed-read -- "$@" | base64 -w0; echo; }
+}
+
+# gpuop_cri CRICTL SOCKET: what the containerd on SOCKET holds (`crictl info`), then crictl's exit
+# status. crictl's own deadline is 3 s; GPUOP_CRICTL_S ends one that still hangs.
+gpuop_cri() {
+  timeout -k 2 "$GPUOP_CRICTL_S" "$1" --config /dev/null --runtime-endpoint "unix://$2" --timeout 3s info 2>&1
+  echo "$?"
+}
+
+# gpuop_restart BINARY CONFIG: the binary's version, then its own merge of CONFIG as its next start
+# reads it: its `config dump`, or `config migrate` on the releases whose dump skips migrations
+# (GPUOP_DUMP_MIGRATING); where that fails, "--- dump failed" and its words. Nothing where BINARY
+# is not there.
+gpuop_restart() {
+  [ -x "$1" ] || return 0
+  v=$(timeout -k 2 "$GPUOP_DUMP_S" "$1" --version)
+  echo "$v"
+  r=$(echo "$v" | awk '{ print $3 }') r=${r#v} r=${r%%[~+-]*}
+  sub=dump
+  for m in $GPUOP_DUMP_MIGRATING; do [ "$r" != "$m" ] || sub=migrate; done
+  timeout -k 2 "$GPUOP_DUMP_S" "$1" --config "$2" config "$sub" 2>/dev/null || {
+    rc=$?
+    echo "--- dump failed"
+    # one that hung is not asked twice; one that failed is asked again for its own words
+    if [ "$rc" -ge 124 ]; then
+      echo "config $sub did not answer within ${GPUOP_DUMP_S}s"
+    else
+      timeout -k 2 "$GPUOP_DUMP_S" "$1" --config "$2" config "$sub" 2>&1 | tail -n 3
+    fi
+  }
+}
