@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, start_http_server
 
 from gpuop.judgment.cluster import SANDBOX_FAILED, has_sandbox
 from gpuop.judgment.condition import CONDITION, condition_of, next_condition
@@ -103,6 +103,19 @@ class Metrics:
         self.took = Gauge("gpuop_agent_judgment_duration_seconds", "How long the last judgment took", registry=registry)
         self.failures = Counter("gpuop_agent_read_failures", "Judgments whose node or objects were not read",
                                 ["what"], registry=registry)
+        self.judgments = Counter("gpuop_agent_judgments", "Judgments made", registry=registry)
+        self.requests = Counter("gpuop_agent_api_requests", "Requests to the API server", ["verb"], registry=registry)
+        ProcessCollector(registry=registry)  # its CPU seconds and resident memory, as every exporter's
+
+    def counted(self, api: client.ApiClient) -> client.ApiClient:
+        """``api``, each of its requests counted by verb (``gpuop_agent_api_requests_total``)."""
+        request = api.rest_client.request
+
+        def counting(method, *args, **kwargs):
+            self.requests.labels(method).inc()
+            return request(method, *args, **kwargs)
+        api.rest_client.request = counting
+        return api
 
     def judged(self, entry: dict | None, status: str, seconds: float):
         kinds = {g["kind"] for g in (entry or {}).get("gaps", [])}
@@ -118,6 +131,7 @@ class Metrics:
             self.condition.labels(state).set(1 if state == status else 0)
         self.last.set(time.time())
         self.took.set(seconds)
+        self.judgments.inc()
 
 
 def condition_now(api: client.ApiClient, node: str) -> dict | None:
@@ -189,7 +203,7 @@ def main(argv: list | None = None) -> int:
     metrics = Metrics(registry)
     if a.port:
         start_http_server(a.port, registry=registry)
-    api = client_of(a.kubeconfig)
+    api = metrics.counted(client_of(a.kubeconfig))
     enter = shlex.split(a.enter)
     while True:
         try:
