@@ -1,5 +1,6 @@
 """The agent's deployment (``kubectl apply -k deploy/agent``) on the lab's API server: it applies
-as is, and its admission policy lets the agent's ServiceAccount change only the Node its token is
+as is (a server dry run only once its Namespace exists: the API server checks a namespaced
+object's Namespace even in a dry run), and its admission policy lets the agent's ServiceAccount change only the Node its token is
 bound to (the node of the Pod the token is bound to, in the token's user info)."""
 
 import json
@@ -42,10 +43,16 @@ def condition(status: str) -> str:
 
 
 def test_the_kustomization_applies_and_a_token_may_change_only_its_own_node(tmp_path):
-    dry = kubectl("apply", "--dry-run=server", "-k", KUSTOMIZATION)
-    assert "daemonset.apps/gpuop-agent created (server dry run)" in dry, dry
-    kubectl("apply", "-k", KUSTOMIZATION)  # its DaemonSet selects GPU nodes: none here
+    applied = kubectl("apply", "-k", KUSTOMIZATION)  # its DaemonSet selects GPU nodes: none here
     try:
+        assert sorted(line for line in applied.splitlines() if line) == sorted([
+            "namespace/gpuop-system created", "serviceaccount/gpuop-agent created",
+            "clusterrole.rbac.authorization.k8s.io/gpuop-agent created",
+            "clusterrolebinding.rbac.authorization.k8s.io/gpuop-agent created", "daemonset.apps/gpuop-agent created",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/gpuop-agent-own-node created",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/gpuop-agent-own-node created"]), applied
+        again = kubectl("apply", "--dry-run=server", "-k", KUSTOMIZATION)  # what a user's rerun would do: nothing
+        assert "daemonset.apps/gpuop-agent unchanged (server dry run)" in again, again
         assert get("daemonset/gpuop-agent", NAMESPACE)["status"].get("desiredNumberScheduled", 0) == 0
         kubectl("apply", "-f", "-", stdin=json.dumps(AGENT_POD))
         token = kubectl("create", "token", "gpuop-agent", "-n", NAMESPACE, "--bound-object-kind", "Pod",

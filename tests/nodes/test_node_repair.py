@@ -472,7 +472,8 @@ def test_drain_false_restarts_under_the_running_pods(fleet):
     """drain=false (teams that restart under running Pods): --dry says no Pod is evicted, and the
     run repairs fix-incident with its GPU Pod running on through the restart (same uid). A probe
     Pod a killed run left is deleted first. No RuntimeClass maps to the handler (deleted for this
-    run): the probe runs with one of gpuop's own, made for it and deleted after."""
+    run, so the audit after it finds the GPU Pods naming a class that is gone): the probe runs with
+    one of gpuop's own, made for it and deleted after."""
     nodes, path, root = fleet
     incident_again(next(n for n in nodes if n.name == "fix-incident"))
     work = pod_of("work-fix-incident")["metadata"]["uid"]
@@ -480,13 +481,18 @@ def test_drain_false_restarts_under_the_running_pods(fleet):
     assert "fix-incident:   cordon, no drain (drain=false): every Pod on it runs on through the restart" in dry.log, dry.log[-3000:]
     kubectl("apply", "-f", "-", stdin=json.dumps(LEFT_PROBE))
     report = os.path.join(root, "nodrain.json")
-    kubectl("delete", "runtimeclass", "fleet-nvidia")  # its Pods run on; the probe has no class of theirs to use
+    # every RuntimeClass of handler nvidia deleted (fleet-nvidia, and any the lab left): the Pods run
+    # on, and the probe has no class of theirs to use
+    classes = [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "nvidia",
+                "metadata": {"name": rc["metadata"]["name"]}} for rc in get("runtimeclasses")["items"] if rc["handler"] == "nvidia"]
+    kubectl("delete", "runtimeclass", *[rc["metadata"]["name"] for rc in classes])
     try:
         run = fix(path, "drain=false", f"report={report}")
     finally:
-        kubectl("apply", "-f", "-", stdin=json.dumps(
-            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-nvidia"}, "handler": "nvidia"}))
-    assert run.code == 0, run.log[-4000:]
+        kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(rc) for rc in classes))
+    # the audit after the rollout finds every node's GPU Pod naming a RuntimeClass that is gone
+    assert run.code != 0 and "5 gap(s) left after the rollout" in run.log, run.log[-4000:]
+    assert "repair: fix-incident: repaired" in run.log and "the repair stopped" not in run.log
     assert ("node fix-incident: no RuntimeClass maps to handler nvidia: the probe runs with RuntimeClass "
             "gpuop-probe-nvidia, made for it") in run.log, run.log[-3000:]
     assert "node fix-incident: a probe Pod of RuntimeClass gpuop-probe-nvidia ran there" in run.log
