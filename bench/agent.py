@@ -30,6 +30,7 @@ import tomli_w  # noqa: E402
 
 from gpuop.judgment.containerd import nvidia_dropin  # noqa: E402
 from tests.helpers import layouts, simnodes  # noqa: E402
+from tests.helpers.kube import eventually  # noqa: E402
 from tests.helpers.layouts import DROPIN  # noqa: E402
 from tests.helpers.ssh import free_port  # noqa: E402
 from tests.nodes.test_agent import COMMON  # noqa: E402
@@ -47,6 +48,13 @@ def scraped(port: int) -> dict:
         return sum(float(m) for m in re.findall(rf"^{pattern} (\S+)$", text, re.M))
     return {"cpu": value("process_cpu_seconds_total"), "rss": value("process_resident_memory_bytes"),
             "judgments": value("gpuop_agent_judgments_total"), "requests": value(r"gpuop_agent_api_requests_total\{[^}]*\}")}
+
+
+def _answers(port: int) -> bool:
+    try:
+        return scraped(port)["judgments"] >= 0
+    except OSError:
+        return False
 
 
 def measured(port: int, judgments: int) -> dict:
@@ -71,7 +79,8 @@ def main():
                                  stdout=log, stderr=subprocess.STDOUT)
         stack.callback(agent.wait, 30)
         stack.callback(agent.terminate)
-        measured(port, 3)  # its start: imports, the first reads
+        eventually("the agent's metrics to answer", lambda: _answers(port), timeout=60)
+        measured(port, 3)  # its start: the first reads
         steady = measured(port, judgments)
         with open(f"/proc/{simnodes.ns_pid(node)}/root{DROPIN}", "w") as f:
             f.write(tomli_w.dumps(nvidia_dropin()))  # the seed's drop-in, after the runtime's start

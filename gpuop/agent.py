@@ -134,10 +134,9 @@ class Metrics:
         self.judgments.inc()
 
 
-def condition_now(api: client.ApiClient, node: str) -> dict | None:
-    """The Node's own ``CONDITION``, as the API server holds it (None: not set yet)."""
-    found = api.sanitize_for_serialization(client.CoreV1Api(api).read_node_status(node))
-    return next((c for c in found["status"].get("conditions") or [] if c["type"] == CONDITION), None)
+def condition_now(node: dict) -> dict | None:
+    """The Node's own ``CONDITION``, as the API server held it when read (None: not set yet)."""
+    return next((c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == CONDITION), None)
 
 
 def said(api: client.ApiClient, node: str, condition: dict, namespace: str = "default"):
@@ -162,7 +161,7 @@ def judge_once(api, node: str, enter: list, crictl: str, handler: str, driver: s
     objects = node_objects(api, node)
     entry = judge(node_view(read), objects, node, handler, driver) if read is not None else None
     wanted = condition_of(entry, unread)
-    old = condition_now(api, node)
+    old = condition_now(objects[0])  # the Node, read with the objects: no request of its own
     written, why = next_condition(old, wanted, datetime.now(timezone.utc))
     if why:
         client.CoreV1Api(api).patch_node_status(node, {"status": {"conditions": [written]}})

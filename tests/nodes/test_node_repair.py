@@ -483,8 +483,10 @@ def test_drain_false_restarts_under_the_running_pods(fleet):
     report = os.path.join(root, "nodrain.json")
     # every RuntimeClass of handler nvidia deleted (fleet-nvidia, and any the lab left): the Pods run
     # on, and the probe has no class of theirs to use
-    classes = [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "nvidia",
-                "metadata": {"name": rc["metadata"]["name"]}} for rc in get("runtimeclasses")["items"] if rc["handler"] == "nvidia"]
+    kept = ("name", "labels", "annotations")  # each put back as it was, less what the API server sets
+    classes = [{**rc, "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                "metadata": {k: v for k, v in rc["metadata"].items() if k in kept}}
+               for rc in get("runtimeclasses")["items"] if rc["handler"] == "nvidia"]
     kubectl("delete", "runtimeclass", *[rc["metadata"]["name"] for rc in classes])
     try:
         run = fix(path, "drain=false", f"report={report}")
