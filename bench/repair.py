@@ -1,6 +1,7 @@
 """Benchmark: the fleet repair (``pyinfra nodes.py fix.py``) of 1 and 3 nodes, by phase.
 
     .venv/bin/python bench/repair.py [SIZE[xAT_ONCE] ...]   # default: 1, 3 and 3x3
+    REPAIR_LOCK_S=6 .venv/bin/python bench/repair.py 1      # the Lease's timer seen at work (a renewal every 2 s)
 
 Each node is a simulated real node with a real kubelet registered in the lab cluster
 (lab/simnode.sh, as tests/nodes/test_node_repair.py makes them): containerd 1.6.20 with the
@@ -61,8 +62,9 @@ def one_size(size: int, at_once: int, root: str) -> dict:
         with open(empty, "w") as f:
             f.write("# the floor: pyinfra connects, prepares and disconnects, with no operation\n")
         floor = timed("nodes.py", empty, "-y", env=env)
+        lock = ["--data", f"repair_lock_s={os.environ['REPAIR_LOCK_S']}"] if os.environ.get("REPAIR_LOCK_S") else []
         whole = timed("nodes.py", "fix.py", "-y", "--data", f"report={report}",
-                      "--data", f"repair_max_unavailable={at_once}", env=env)
+                      "--data", f"repair_max_unavailable={at_once}", *lock, env=env)
         with open(report) as f:
             doc = json.load(f)
         rerun = timed("nodes.py", "fix.py", "-y", env=env)
