@@ -5,12 +5,13 @@ node's condition is False; the seed's drop-in written after containerd's start i
 gaps the fleet audit gives over SSH, an Event and the metrics; the repair turns it False; a
 runtime whose socket is gone is Unknown, named, never False."""
 
-import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -20,7 +21,7 @@ from gpuop.judgment.condition import CONDITION
 from gpuop.judgment.containerd import nvidia_dropin
 from lab import labcluster
 from tests.helpers import layouts, simnodes
-from tests.helpers.kube import eventually, get, kubectl
+from tests.helpers.kube import component_pidfile, control_plane_faults, eventually, get, heal_lab, kubectl
 from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.playbook import deploy
 from tests.helpers.simnodes import Node
@@ -32,27 +33,44 @@ pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: se
 INTERVAL_S = 2
 COMMON = {"kubelet": ENDPOINT, "registered": True, "supervised": True, "nvidia_runtime": True, "knobs": RESTART}
 NODES = [Node("agent-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], **COMMON),
-         Node("agent-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))], **COMMON)]
+         Node("agent-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))], **COMMON),
+         # nvidia-ctk 1.19+'s version-4 drop-in beside a 2.3 root: the running daemon holds nvidia, its restart refuses
+         Node("agent-v4", "2.3.3", after=[write_file(DROPIN, tomli_w.dumps({"version": 4, **nvidia_dropin()}))], **COMMON)]
+
+
+class Agents:
+    """One agent process per node, on this machine, each entering its node's namespaces."""
+
+    def __init__(self, root: str):
+        self.root, self.ports, self.running = root, {}, {}
+
+    def start(self, node: Node):
+        self.ports.setdefault(node.name, free_port())
+        with open(os.path.join(self.root, f"agent-{node.name}.log"), "a") as log:
+            self.running[node.name] = subprocess.Popen(
+                [sys.executable, "-m", "gpuop.agent", "--node", node.name, "--interval-s", str(INTERVAL_S),
+                 "--port", str(self.ports[node.name]), "--enter", f"nsenter -t {simnodes.ns_pid(node)} -m -u -p --",
+                 "--kubeconfig", os.environ["KUBECONFIG"]], stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self, name: str):
+        agent = self.running.pop(name)
+        agent.terminate()
+        agent.wait(30)
 
 
 @pytest.fixture(scope="module")
 def agents(tmp_path_factory):
-    """The nodes registered, each with its agent running; yields (nodes file, {node: metrics port}, root)."""
+    """The nodes registered, each with its agent running; yields (nodes file, Agents, root)."""
     root = str(tmp_path_factory.mktemp("agent"))
-    with registered(NODES, root) as path, contextlib.ExitStack() as stack:
-        ports = {}
-        for n in NODES:
-            ports[n.name] = free_port()
-            log = stack.enter_context(open(os.path.join(root, f"agent-{n.name}.log"), "w"))
-            agent = subprocess.Popen(
-                [sys.executable, "-m", "gpuop.agent", "--node", n.name, "--interval-s", str(INTERVAL_S),
-                 "--port", str(ports[n.name]), "--enter", f"nsenter -t {simnodes.ns_pid(n)} -m -u -p --",
-                 "--kubeconfig", os.environ["KUBECONFIG"]], stdout=log, stderr=subprocess.STDOUT)
-            stack.callback(agent.wait, 30)
-            stack.callback(agent.terminate)
+    with registered(NODES, root) as path:
+        running = Agents(root)
         try:
-            yield path, ports, root
+            for n in NODES:
+                running.start(n)
+            yield path, running, root
         finally:
+            for name in list(running.running):
+                running.stop(name)
             kubectl("delete", "events", "-n", "default", "--field-selector", "source=gpuop-agent", "--ignore-not-found")
 
 
@@ -71,7 +89,8 @@ def agent_events(node: str) -> list:
 
 
 def test_a_healthy_node_is_false_and_the_incident_true_with_the_ssh_audit_s_gaps(agents):
-    path, ports, root = agents
+    path, running, root = agents
+    ports = running.ports
     healthy = eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False"
                          and condition("agent-healthy"), timeout=60)
     assert (healthy["reason"], healthy["message"]) == (
@@ -94,11 +113,20 @@ def test_a_healthy_node_is_false_and_the_incident_true_with_the_ssh_audit_s_gaps
     assert 'gpuop_agent_condition{status="False"} 1.0' in metrics(ports["agent-healthy"])
 
 
+def test_a_runtime_its_next_start_refuses_is_true(agents):
+    """A version-4 drop-in beside containerd 2.3.3's version-2 root: the running daemon is fine, its
+    next start is not: True, in the binary's own words (before the repair, which fixes it)."""
+    seen = eventually("agent-v4's condition True", lambda: condition("agent-v4").get("status") == "True"
+                      and condition("agent-v4"), timeout=60)
+    assert seen["reason"] == "RestartRefusesStart", seen
+    assert "drop-in config version 4 higher than root config version 2" in seen["message"], seen
+
+
 def test_the_fleet_audit_from_the_agents_alone_says_the_ssh_audit_s_gaps_and_names_a_node_with_none(agents):
     """``--data reach=agent``: one list of the cluster's Nodes, no node contacted; each node's gaps
     as its agent's condition says them, the same kinds as over SSH; a GPU node no agent judges is
     named, not judged."""
-    path, ports, root = agents
+    path, running, root = agents
     eventually("agent-incident's condition True", lambda: condition("agent-incident").get("status") == "True", timeout=60)
     eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60)
     missing = labcluster.kwok_node("agent-missing", capacity={"nvidia.com/gpu": "8"})
@@ -124,7 +152,8 @@ def test_the_fleet_audit_from_the_agents_alone_says_the_ssh_audit_s_gaps_and_nam
 
 
 def test_the_repair_turns_it_false_its_transition_moved_once_more(agents):
-    path, ports, root = agents
+    path, running, root = agents
+    ports = running.ports
     true = eventually("agent-incident's condition True", lambda: condition("agent-incident").get("status") == "True"
                       and condition("agent-incident"), timeout=60)
     run = deploy(None, env={"GPUOP_NODES": path}, inventory="nodes.py", script="fix.py")
@@ -137,7 +166,7 @@ def test_the_repair_turns_it_false_its_transition_moved_once_more(agents):
 
 
 def test_a_runtime_whose_socket_is_gone_is_unknown_never_false(agents):
-    path, ports, root = agents
+    path, running, root = agents
     node = next(n for n in NODES if n.name == "agent-healthy")
     socket = f"/proc/{simnodes.ns_pid(node)}/root{ENDPOINT.removeprefix('unix://')}"
     kept = socket + ".away"
@@ -151,3 +180,52 @@ def test_a_runtime_whose_socket_is_gone_is_unknown_never_false(agents):
         os.rename(kept, socket)
     eventually("agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False",
                timeout=60)
+
+
+def judgments(port: int) -> float:
+    return float(re.search(r"^gpuop_agent_judgments_total (\S+)$", metrics(port), re.M).group(1))
+
+
+def test_an_agent_restarted_keeps_the_condition_s_transition_and_says_nothing_new(agents):
+    """The agent's Pod deleted and back (here: its process): the condition it finds is the one it
+    would write, so neither its lastTransitionTime nor the Node's Events move."""
+    path, running, root = agents
+    before = eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False"
+                        and condition("agent-healthy"), timeout=60)
+    said = agent_events("agent-healthy")
+    running.stop("agent-healthy")
+    running.start(next(n for n in NODES if n.name == "agent-healthy"))
+    eventually("the restarted agent's second judgment",
+               lambda: _answers(running.ports["agent-healthy"]) and judgments(running.ports["agent-healthy"]) >= 2, timeout=60)
+    after = condition("agent-healthy")
+    assert (after["status"], after["lastTransitionTime"]) == ("False", before["lastTransitionTime"])
+    assert agent_events("agent-healthy") == said
+
+
+def _answers(port: int) -> bool:
+    try:
+        metrics(port)
+        return True
+    except OSError:
+        return False
+
+
+def test_an_api_server_stalled_for_30_s_is_waited_out(agents):
+    """The API server stopped (SIGSTOP) for 30 s: the agent lives on, counts the judgments it could
+    not make, and judges again once the API server answers."""
+    path, running, root = agents
+    port = running.ports["agent-incident"]
+    with open(component_pidfile("kube-apiserver")) as f:
+        apiserver = int(f.read())
+    os.kill(apiserver, signal.SIGSTOP)
+    try:
+        time.sleep(30)  # the stall itself is the test's condition: nothing to poll while the API server is stopped
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+        if control_plane_faults():  # a controller that lost its lease meanwhile exits: the Nodes kept, it starts again
+            heal_lab()
+    resumed = time.time()
+    assert running.running["agent-incident"].poll() is None  # alive
+    assert re.search(r'^gpuop_agent_read_failures_total\{what="cluster"\} [1-9]', metrics(port), re.M), metrics(port)
+    eventually("a judgment after the API server came back", lambda: float(re.search(
+        r"^gpuop_agent_last_judgment_timestamp_seconds (\S+)$", metrics(port), re.M).group(1)) > resumed, timeout=60)
