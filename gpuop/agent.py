@@ -29,7 +29,7 @@ from gpuop.judgment.cluster import SANDBOX_FAILED, has_sandbox
 from gpuop.judgment.condition import CONDITION, condition_of, next_condition
 from gpuop.judgment.rules import DRIVER, judge
 from gpuop.judgment.view import node_view
-from gpuop.reach.kubeapi import api_client, in_words
+from gpuop.reach.kubeapi import api_client, bounded, in_words
 from gpuop.reach.node_read import node_read, parse
 
 LOG = logging.getLogger("gpuop.agent")
@@ -177,8 +177,7 @@ def client_of(kubeconfig: str) -> client.ApiClient:
     if not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
         configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
-        configuration.retries = False
-        return client.ApiClient(configuration)
+        return bounded(configuration, REQUEST_DEADLINE_S)
     return api_client(kubeconfig, "", REQUEST_DEADLINE_S)
 
 

@@ -39,16 +39,25 @@ def api_client(kubeconfig: str, context: str, request_deadline_s: float = 0) -> 
     configuration = client.Configuration()
     config.load_kube_config(config_file=kubeconfig or None, context=context or None,
                             client_configuration=configuration)
+    return bounded(configuration, request_deadline_s)
+
+
+def bounded(configuration: client.Configuration, request_deadline_s: float = 0) -> client.ApiClient:
+    """A client of ``configuration`` that never retries, each request under its caller's deadline
+    or, given ``request_deadline_s``, under that one where it names none.
+
+        bounded(in_cluster_configuration, 10)   # the node agent's, in its Pod
+    """
     configuration.retries = False
     api = client.ApiClient(configuration)
     if request_deadline_s:
         request = api.rest_client.request  # every verb of the client goes through it
 
-        def bounded(*args, **kwargs):
+        def deadlined(*args, **kwargs):
             if not kwargs.get("_request_timeout"):
                 kwargs["_request_timeout"] = (CONNECT_TIMEOUT_S, request_deadline_s)
             return request(*args, **kwargs)
-        api.rest_client.request = bounded
+        api.rest_client.request = deadlined
     return api
 
 
