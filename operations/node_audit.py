@@ -246,6 +246,9 @@ def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeo
         found = agents_report(nodes, datetime.now(timezone.utc))
         write_reports(found, report, "", None)
         logger.info(f"--> the fleet as its agents say it (one list of {len(nodes)} Nodes):")
+        if not found["nodes"]:
+            logger.warning(f"{host.print_prefix}no GPU node: none of the {len(nodes)} Nodes advertises nvidia.com/gpu "
+                           "or carries the agent's condition")
         for name, v in found["nodes"].items():
             logger.info(f"    {name}  agent {v['agent']}  {v['status'] or '-'}  {v['reason'] or '-'}  "
                         f"heartbeat {v['heartbeat_age_s'] if v['heartbeat_age_s'] is not None else '-'}s ago")
