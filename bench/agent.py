@@ -60,7 +60,11 @@ def _answers(port: int) -> bool:
 def measured(port: int, judgments: int) -> dict:
     """Over the next ``judgments`` judgments: CPU seconds and requests per judgment, peak memory."""
     first = scraped(port)
+    deadline = time.monotonic() + judgments * INTERVAL_S * 5  # a judgment that stalls ends the bench, named
     while (now := scraped(port))["judgments"] - first["judgments"] < judgments:
+        if time.monotonic() > deadline:
+            sys.exit(f"bench/agent: {judgments} judgments not made within {judgments * INTERVAL_S * 5}s; "
+                     f"made {now['judgments'] - first['judgments']:.0f}")
         time.sleep(INTERVAL_S / 2)
     made = now["judgments"] - first["judgments"]
     return {"cpu_ms": 1000 * (now["cpu"] - first["cpu"]) / made, "requests": (now["requests"] - first["requests"]) / made,

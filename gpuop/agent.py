@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, start_http_server
 
 from gpuop.judgment.cluster import SANDBOX_FAILED, has_sandbox
-from gpuop.judgment.condition import CONDITION, condition_of, next_condition
+from gpuop.judgment.condition import CONDITION, condition_in, condition_of, next_condition
 from gpuop.judgment.rules import DRIVER, judge
 from gpuop.judgment.view import node_view
 from gpuop.reach.kubeapi import api_client, bounded, in_words
@@ -134,11 +134,6 @@ class Metrics:
         self.judgments.inc()
 
 
-def condition_now(node: dict) -> dict | None:
-    """The Node's own ``CONDITION``, as the API server held it when read (None: not set yet)."""
-    return next((c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == CONDITION), None)
-
-
 def said(api: client.ApiClient, node: str, condition: dict, namespace: str = "default"):
     """An Event on the Node for a change of its condition, as node-problem-detector writes them."""
     now = datetime.now(timezone.utc)
@@ -161,7 +156,7 @@ def judge_once(api, node: str, enter: list, crictl: str, handler: str, driver: s
     objects = node_objects(api, node)
     entry = judge(node_view(read), objects, node, handler, driver) if read is not None else None
     wanted = condition_of(entry, unread)
-    old = condition_now(objects[0])  # the Node, read with the objects: no request of its own
+    old = condition_in(objects[0])  # the Node, read with the objects: no request of its own
     written, why = next_condition(old, wanted, datetime.now(timezone.utc))
     if why:
         client.CoreV1Api(api).patch_node_status(node, {"status": {"conditions": [written]}})

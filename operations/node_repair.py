@@ -420,10 +420,11 @@ class _Steps:
         handler = self.knobs.gpu_handler
 
         def ready():
-            node = self.api.sanitize_for_serialization(self.core.read_node(self.name))
+            found = self.core.read_node(self.name)
+            node = self.api.sanitize_for_serialization(found)
             cond = next((c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), {})
             handlers = api_handlers(node)
-            heard = self.beat is None or nodes.heard_since(self.beat, nodes.heartbeats(self.api, self.name))
+            heard = self.beat is None or nodes.heard_since(self.beat, nodes.heartbeats(self.api, self.name, found))
             return (cond.get("status") == "True" and heard and (handlers is None or handler in handlers),
                     f"Ready {cond.get('status', 'unknown')} ({cond.get('message', '')})"
                     f"{'' if heard else ', no heartbeat from the kubelet since the restart'}, "

@@ -98,6 +98,11 @@ def said_gaps(condition: dict) -> list:
     return [{"kind": kind, "detail": detail.strip()} for kind, detail in zip(parts[1::2], parts[2::2])]
 
 
+def condition_in(node: dict) -> dict | None:
+    """The Node's own ``CONDITION`` (plain JSON, as the API gives it); None where it has none."""
+    return next((c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == CONDITION), None)
+
+
 def agent_verdict(node: dict, now: datetime, refresh_s: float = REFRESH_S) -> dict:
     """What a Node's agent says of it, read from its condition alone: ``agent`` is ``ok``,
     ``missing`` (no condition: no agent judged it) or ``stale`` (its heartbeat older than two
@@ -105,7 +110,7 @@ def agent_verdict(node: dict, now: datetime, refresh_s: float = REFRESH_S) -> di
 
         agent_verdict(node, now) -> {"agent": "ok", "status": "True", "reason": "SandboxFails", "gaps": [...], "heartbeat_age_s": 12}
     """
-    condition = next((c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == CONDITION), None)
+    condition = condition_in(node)
     if condition is None:
         return {"agent": "missing", "status": None, "reason": None, "gaps": [], "heartbeat_age_s": None}
     beat = _time(condition.get("lastHeartbeatTime"))

@@ -70,14 +70,15 @@ def wait(what: str, probe, deadline_s: float, say, api_retry_s: float = 0) -> ob
         time.sleep(POLL_S)
 
 
-def heartbeats(api: client.ApiClient, node: str) -> tuple:
+def heartbeats(api: client.ApiClient, node: str, found: client.V1Node | None = None) -> tuple:
     """The kubelet's last two heartbeats on ``node``, as its own clock wrote them: its Ready
     condition's ``lastHeartbeatTime`` and its Lease's ``renewTime`` (kube-node-lease, renewed every
     10 s by default, where the status is posted only on a change or every 5 min); None where absent.
+    ``found``: the Node where the caller has just read it (one request fewer).
 
         heartbeats(api, "gpu-a")   # (datetime(2026, 12, 4, 22, 0, 3), datetime(2026, 12, 4, 22, 0, 9))
     """
-    found = client.CoreV1Api(api).read_node(node)
+    found = found or client.CoreV1Api(api).read_node(node)
     ready = next((c for c in found.status.conditions or [] if c.type == "Ready"), None)
     try:
         renewed = client.CoordinationV1Api(api).read_namespaced_lease(node, "kube-node-lease").spec.renew_time
