@@ -19,6 +19,13 @@
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the kubelet node's stand-in images' program)
 #   lab/build.sh crds       -> ~/.cache/gpuop-lab/crds-prometheus-operator-V/bin (its PrometheusRule CRD, from its
 #                           module: the node agent's alert rule is tried against the lab's API server)
+#   lab/build.sh runc       -> ~/.cache/gpuop-lab/runc-RUNC_VERSION/bin (runc, static: the GPU proof's kit)
+#   lab/build.sh ctr V      containerd V's ctr, beside it (the GPU proof imports its images with it)
+#   lab/build.sh gpu-kit    the GPU proof's kit, a folder (bench/gpu/proof.sh; docs/gpu-proof.md): the
+#                           runtimes of its stages, crictl, ctr, runc, the toolkit, CRI-O, its images, the node
+#                           read -> ~/.cache/gpuop-lab/gpu-kit/kit
+#   lab/build.sh gpu-kit-archive  that folder as one file, the same bytes for the same inputs
+#                           -> ~/.cache/gpuop-lab/gpu-kit/gpuop-gpu-kit.tar.xz
 #   lab/build.sh all        everything `make test` needs (prints nothing)
 # Each build prints one line with its elapsed time; the Go tool's output goes to build.log in the
 # cache, whose tail is printed only when a build fails.
@@ -29,7 +36,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|kubelet|crictl|crio|crio-import|containerd VERSION|shim VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|crds|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|crio|crio-import|containerd VERSION|shim VERSION|ctr VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|crds|runc|gpu-kit|gpu-kit-archive|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
@@ -43,7 +50,9 @@ nvidia-ctk)
   ;;
 standin) cache=$cache_root/standin-$(sha256sum "$here/standin/standin.c" | cut -c1-12) ;;
 crds) cache=$cache_root/crds-prometheus-operator-$PROMETHEUS_OPERATOR_VERSION ;;
-containerd | shim | multicall)
+runc) cache=$cache_root/runc-$RUNC_VERSION ;;
+gpu-kit | gpu-kit-archive) cache=$cache_root/gpu-kit ;;
+containerd | shim | multicall | ctr)
   containerd_version=${2:-}
   [[ " $CONTAINERD_VERSIONS " == *" $containerd_version "* ]] || { echo "$usage" >&2; exit 2; }
   cache=$cache_root/containerd-$containerd_version
@@ -62,14 +71,15 @@ all)
   # it), kubelet (it reuses their compiled packages from Go's build cache), the kubelet node's
   # (tests/kubeletnode: the newest containerd and its shim), the simulated nodes' (tests/nodes:
   # k3s's multicall, CRI-O, then the containerds they run), then every other containerd, which
-  # only the version matrices need, last. Two builds side by side were measured no faster here:
-  # the builds are CPU-bound.
+  # only the version matrices need, then the rest of the GPU proof's kit (tests/gpu), last. Two
+  # builds side by side were measured no faster here: the builds are CPU-bound.
   newest=${CONTAINERD_VERSIONS##* }
   ctks=""
   for v in $NVIDIA_CTK_VERSIONS; do ctks+=" nvidia-ctk:$v"; done
   # shellcheck disable=SC2086 # word lists
   for c in cluster crictl crds kubelet standin $ctks "containerd:$newest" "shim:$newest" "multicall:$newest" \
-      crio crio-import containerd:1.7.35 containerd:2.0.14 containerd:2.2.9 containerd:2.3.3 containerds; do
+      crio crio-import containerd:1.7.35 containerd:2.0.14 containerd:2.2.9 containerd:2.3.3 containerds \
+      runc "ctr:$newest" shim:1.7.35 shim:2.3.3; do
     "$0" ${c/:/ } >/dev/null
   done
   exit 0
@@ -178,15 +188,23 @@ build_crio_import() {  # inside CRI-O's module: the daemon's own image and stora
   CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -tags "$CRIO_TAGS" -o "$bin/crio-import" ./cmd/gpuop-crio-import
 }
 
-build_nvidia_ctk() {  # the CLI, and the GPU Operator's installer of the same release
+build_nvidia_ctk() {  # the CLI, the GPU Operator's installer, the runtime and its CDI hook, of one release
   # cgo on: NVML's bindings are cgo (dlopen'ed at run time; nothing of it is needed to configure).
   local m=github.com/NVIDIA/nvidia-container-toolkit/cmd
   CGO_ENABLED=1 GOBIN=$bin go install -trimpath \
     -ldflags "-s -w -X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=$ctk_version" \
-    "$m/nvidia-ctk@v$ctk_version" "$m/nvidia-ctk-installer@v$ctk_version"
+    "$m/nvidia-ctk@v$ctk_version" "$m/nvidia-ctk-installer@v$ctk_version" \
+    "$m/nvidia-container-runtime@v$ctk_version" "$m/nvidia-cdi-hook@v$ctk_version"
 }
 
-build_containerd() {  # CMD: containerd or containerd-shim-runc-v2
+build_runc() {  # static (no libseccomp: the proof's containers ask no profile), runs on any distribution
+  cd "$(wrapper runc)"
+  go get "github.com/opencontainers/runc@v$RUNC_VERSION"
+  CGO_ENABLED=1 go build -trimpath -tags "netgo osusergo" \
+    -ldflags "-s -w -X main.version=$RUNC_VERSION -extldflags -static" -o "$bin/runc" github.com/opencontainers/runc
+}
+
+build_containerd() {  # CMD: containerd, containerd-shim-runc-v2 or ctr
   # Through a wrapper module for every version: `go install` refuses 1.7.15+ and 2.0.2-2.2.0,
   # whose go.mod has `exclude`. cgo on, as containerd's own release builds; no_btrfs: no btrfs
   # headers needed. The version is stamped as containerd's release builds stamp it.
@@ -231,13 +249,22 @@ kubelet) have_all kubelet || built "kubelet v$K8S_VERSION" build_kubernetes kube
 crictl) have_all crictl || built "crictl v$CRICTL_VERSION" build_crictl ;;
 crio) have_all crio pinns || built "CRI-O v$CRIO_VERSION" build_crio ;;
 crio-import) have_all crio-import || built "crio-import (CRI-O v$CRIO_VERSION's image libraries)" build_crio_import ;;
-nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer || built "nvidia-ctk and nvidia-ctk-installer v$ctk_version" build_nvidia_ctk ;;
+nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer nvidia-container-runtime nvidia-cdi-hook ||
+  built "the NVIDIA container toolkit v$ctk_version (nvidia-ctk, its installer, runtime and CDI hook)" build_nvidia_ctk ;;
+runc) have_all runc || built "runc v$RUNC_VERSION" build_runc ;;
+gpu-kit) "$here/gpukit.sh" "$cache/kit" >&2 ;;
+gpu-kit-archive)
+  "$0" gpu-kit >/dev/null
+  python3 "$here/gpukit.py" "$cache/kit" "$cache/gpuop-gpu-kit.tar.xz" >&2
+  echo "$cache/gpuop-gpu-kit.tar.xz"
+  exit 0 ;;
 standin) have_all standin || built "the stand-in program" build_standin ;;
 crds) [ -f "$bin/monitoring.coreos.com_prometheusrules.yaml" ] ||
   built "prometheus-operator v$PROMETHEUS_OPERATOR_VERSION's PrometheusRule CRD" build_crds ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd containerd ;;
 shim) have_all containerd-shim-runc-v2 || built "containerd v$containerd_version's runc shim" build_containerd containerd-shim-runc-v2 ;;
+ctr) have_all ctr || built "containerd v$containerd_version's ctr" build_containerd ctr ;;
 multicall) have_all k3s || built "a k3s-like multicall of containerd v$containerd_version" build_multicall ;;
 esac
 rm -rf "$cache/src"
-echo "$bin"
+if [ "$component" = gpu-kit ]; then echo "$cache/kit"; else echo "$bin"; fi

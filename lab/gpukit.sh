@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU proof's kit (bench/gpu/proof.sh; docs/gpu-proof.md), assembled as a folder from the
+# lab's built binaries (lab/build.sh builds what is missing): what the proof needs on a machine
+# that has only the NVIDIA driver.
+#   lab/gpukit.sh KIT
+#     KIT/containerd-V/   containerd V and its runc shim, for each of GPU_PROOF_CONTAINERDS
+#     KIT/bin/            runc (static), crictl, ctr, nvidia-ctk, nvidia-container-runtime, nvidia-cdi-hook
+#     KIT/images.tar      the stand-in pause under each containerd's sandbox image, and the probe image
+#                         (busybox and this machine's glibc, where the driver's nvidia-smi runs)
+#     KIT/node-read.sh    the node audit's read, the very command the fleet audit sends
+#     KIT/probe.json      the repair probe's RuntimeClass handler and command (drain.probe_manifest)
+#     KIT/proof.sh        bench/gpu/proof.sh; KIT/standin/nvidia-smi (the stand-in run's, lab/standin)
+#     KIT/VERSIONS        what it holds
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+kit=$1
+python=${PYTHON:-$repo/.venv/bin/python}
+build() { "$here/build.sh" "$@"; }
+# put FILE... DIR: hard links where the cache shares the file system, else copies
+put() { cp -l "$@" 2>/dev/null || cp "$@"; }
+
+rm -rf "$kit"
+mkdir -p "$kit/bin" "$kit/standin"
+ctk=${NVIDIA_CTK_VERSIONS##* } newest=${GPU_PROOF_CONTAINERDS##* } pauses=()
+for v in $GPU_PROOF_CONTAINERDS; do
+  mkdir -p "$kit/containerd-$v"
+  put "$(build containerd "$v")/containerd" "$(build shim "$v")/containerd-shim-runc-v2" "$kit/containerd-$v/"
+  pauses+=("$("$kit/containerd-$v/containerd" config default 2>/dev/null |
+    sed -n "s/^ *sandbox\(_image\)\{0,1\} = [\"']\([^\"']*\)[\"']/\2/p" | head -n 1)")
+done
+t=$(build nvidia-ctk "$ctk")
+put "$(build runc)/runc" "$(build crictl)/crictl" "$(build ctr "$newest")/ctr" \
+  "$t/nvidia-ctk" "$t/nvidia-container-runtime" "$t/nvidia-cdi-hook" "$kit/bin/"
+python3 "$here/standin/images.py" --gpu-proof "$kit/images.tar" "$(build standin)/standin" /bin/busybox \
+  gpuop.io/gpu-probe:1 /lib/x86_64-linux-gnu "${pauses[@]}"
+(cd "$repo" && "$python" -c 'from gpuop.reach.node_read import node_read; print(node_read("crictl"))') >"$kit/node-read.sh"
+"$python" "$repo/bench/gpu/judge.py" --probe >"$kit/probe.json"
+cp "$repo/bench/gpu/proof.sh" "$kit/proof.sh"
+cp "$here/standin/nvidia-smi" "$kit/standin/nvidia-smi"
+chmod 755 "$kit/proof.sh" "$kit/standin/nvidia-smi"
+{
+  echo "containerd $GPU_PROOF_CONTAINERDS"
+  echo "runc $RUNC_VERSION"
+  echo "crictl $CRICTL_VERSION"
+  echo "nvidia-container-toolkit $ctk"
+} >"$kit/VERSIONS"
+echo "lab/gpukit: the GPU proof's kit in $kit ($(du -sh "$kit" | cut -f1))" >&2

@@ -1,0 +1,88 @@
+"""The GPU proof's judge (bench/gpu/judge.py) and its images (lab/standin/images.py), without a
+daemon: what a verdict says the GPU does, the proof's observations read back, the archive."""
+
+import importlib.util
+import io
+import json
+import tarfile
+
+from gpuop.judgment.objects import of_kind
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+judge = _load("gpu_judge", "bench/gpu/judge.py")
+images = _load("images", "lab/standin/images.py")
+
+
+def entry(*gaps, version="2.4.2", after="ok"):
+    return {"runtime": "containerd", "version": version, "cri_after_restart": after,
+            "gaps": [{"kind": k, "subject": s} for k, s in gaps]}
+
+
+POD = judge._pod("gpu-pod", "nvidia", 1)
+CDI_POD = judge._pod("cdi-pod", gpus=1)
+
+
+def test_a_refused_sandbox_is_a_refusal_and_a_pod_without_gaps_gets_the_gpu_it_asks():
+    assert judge.forecast(entry(("sandbox-fails", "gpuop-proof/gpu-pod")), POD) == "refused"
+    assert judge.forecast(entry(("sandbox-fails", "gpuop-proof/other")), POD) == "gpu"  # another Pod's gap
+    assert judge.forecast(entry(), judge._pod("plain-pod")) == "none"  # it asks for none
+
+
+def test_cdi_off_drops_the_request_before_2_3_and_refuses_it_after():
+    cdi_off = ("gpu-pod-cdi-off", "gpuop-proof/cdi-pod")
+    assert judge.forecast(entry(cdi_off, version="1.7.35"), CDI_POD) == "none"
+    assert judge.forecast(entry(cdi_off, version="2.3.3"), CDI_POD) == "refused"
+
+
+def test_a_restart_comes_back_only_where_its_cri_would_answer():
+    assert judge.restart_forecast(entry()) == "back"
+    assert judge.restart_forecast(entry(after="refuses-start")) == "not-back"
+    assert judge.restart_forecast(entry(after="fails")) == "not-back"
+
+
+def test_the_proofs_observations_are_read_back():
+    seen = judge.observed("pod gpu-pod refused no runtime for \"nvidia\"\npod plain-pod none\n"
+                          "restart not-back containerd: drop-in config version 4\n")
+    assert seen == {"pods": {"gpu-pod": ("refused", 'no runtime for "nvidia"'), "plain-pod": ("none", "")},
+                    "restart": ("not-back", "containerd: drop-in config version 4")}
+
+
+def test_each_stage_stands_for_a_node_that_advertises_the_gpu_and_its_pods():
+    for stage in judge.STAGES:
+        objects = judge.stage_objects(stage)
+        [node] = of_kind(objects, "Node")
+        assert node["status"]["allocatable"] == {"nvidia.com/gpu": "1"}
+        assert [rc["handler"] for rc in of_kind(objects, "RuntimeClass")] == ["nvidia"]
+        assert of_kind(objects, "Pod")
+    [probe] = of_kind(judge.stage_objects("7-probe"), "Pod")
+    assert probe["spec"]["runtimeClassName"] == "nvidia"
+    assert probe["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+
+
+def test_the_gpu_proof_archive_holds_every_pause_and_the_probe_with_its_glibc():
+    libs = {name: name.encode() for name in images.GLIBC}
+    args = (b"\x7fELF standin", b"\x7fELF busybox", "gpuop.io/gpu-probe:1", libs,
+            ["registry.k8s.io/pause:3.8", "registry.k8s.io/pause:3.10.2"])
+    data = images.gpu_proof_archive(*args)
+    assert data == images.gpu_proof_archive(*args)  # the same bytes for the same inputs
+    tar = tarfile.open(fileobj=io.BytesIO(data))
+    blob = lambda digest: tar.extractfile(f"blobs/sha256/{digest.split(':')[1]}").read()  # noqa: E731
+    found = {}
+    for entry_ in json.loads(tar.extractfile("index.json").read())["manifests"]:
+        manifest = json.loads(blob(entry_["digest"]))
+        layer = tarfile.open(fileobj=io.BytesIO(blob(manifest["layers"][0]["digest"])))
+        found[entry_["annotations"]["io.containerd.image.name"]] = layer
+    assert set(found) == {"registry.k8s.io/pause:3.8", "registry.k8s.io/pause:3.10.2", "gpuop.io/gpu-probe:1"}
+    assert found["registry.k8s.io/pause:3.8"].extractfile("standin").read() == b"\x7fELF standin"
+    probe = found["gpuop.io/gpu-probe:1"]
+    assert probe.extractfile("lib/x86_64-linux-gnu/libc.so.6").read() == b"libc.so.6"
+    assert probe.getmember("lib64/ld-linux-x86-64.so.2").linkname == "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+    assert {m.name for m in probe.getmembers() if m.issym() and m.linkname == "busybox"} == \
+        {f"bin/{a}" for a in images.PROBE_APPLETS}
