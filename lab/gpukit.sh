@@ -4,8 +4,10 @@
 # that has only the NVIDIA driver.
 #   lab/gpukit.sh KIT
 #     KIT/containerd-V/   containerd V and its runc shim, for each of GPU_PROOF_CONTAINERDS
-#     KIT/bin/            runc (static), crictl, ctr, nvidia-ctk, nvidia-container-runtime, nvidia-cdi-hook
-#     KIT/images.tar      the stand-in pause under each containerd's sandbox image, and the probe image
+#     KIT/bin/            runc (static), crictl, ctr, nvidia-ctk, nvidia-container-runtime, nvidia-cdi-hook,
+#                         crio, pinns, crio-import (images into CRI-O's store) and conmon (KIT/lib/conmon: Debian's,
+#                         with its libraries)
+#     KIT/images.tar      the stand-in pause under each runtime's sandbox image, and the probe image
 #                         (busybox and this machine's glibc, where the driver's nvidia-smi runs)
 #     KIT/node-read.sh    the node audit's read, the very command the fleet audit sends
 #     KIT/probe.json      the repair probe's RuntimeClass handler and command (drain.probe_manifest)
@@ -31,9 +33,25 @@ for v in $GPU_PROOF_CONTAINERDS; do
   pauses+=("$("$kit/containerd-$v/containerd" config default 2>/dev/null |
     sed -n "s/^ *sandbox\(_image\)\{0,1\} = [\"']\([^\"']*\)[\"']/\2/p" | head -n 1)")
 done
-t=$(build nvidia-ctk "$ctk")
+t=$(build nvidia-ctk "$ctk") crio=$(build crio)
 put "$(build runc)/runc" "$(build crictl)/crictl" "$(build ctr "$newest")/ctr" \
-  "$t/nvidia-ctk" "$t/nvidia-container-runtime" "$t/nvidia-cdi-hook" "$kit/bin/"
+  "$t/nvidia-ctk" "$t/nvidia-container-runtime" "$t/nvidia-cdi-hook" \
+  "$crio/crio" "$crio/pinns" "$(build crio-import)/crio-import" "$kit/bin/"
+pauses+=("$("$crio/crio" --config /dev/null config 2>/dev/null | sed -n 's/^#\{0,1\} *pause_image = "\(.*\)"/\1/p' | head -n 1)")
+# CRI-O's conmon: Debian's (it is C, no Go module), with its libraries and their loader beside it,
+# run through that loader, so that it runs on any distribution.
+mkdir -p "$kit/lib/conmon"
+conmon=$(command -v conmon) || { echo "lab/gpukit: conmon is missing (lab/deps.sh installs it)" >&2; exit 1; }
+cp "$conmon" "$kit/lib/conmon/conmon"
+# shellcheck disable=SC2046 # one library a word
+cp -L $(ldd "$conmon" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /ld-linux/ {print $1}') "$kit/lib/conmon/"
+cat >"$kit/bin/conmon" <<'EOF'
+#!/bin/sh
+# Debian's conmon, with the libraries it was built against (lab/gpukit.sh)
+lib=$(dirname "$(readlink -f "$0")")/../lib/conmon
+exec "$lib/ld-linux-x86-64.so.2" --library-path "$lib" "$lib/conmon" "$@"
+EOF
+chmod 755 "$kit/bin/conmon"
 python3 "$here/standin/images.py" --gpu-proof "$kit/images.tar" "$(build standin)/standin" /bin/busybox \
   gpuop.io/gpu-probe:1 /lib/x86_64-linux-gnu "${pauses[@]}"
 (cd "$repo" && "$python" -c 'from gpuop.reach.node_read import node_read; print(node_read("crictl"))') >"$kit/node-read.sh"
@@ -46,5 +64,6 @@ chmod 755 "$kit/proof.sh" "$kit/standin/nvidia-smi"
   echo "runc $RUNC_VERSION"
   echo "crictl $CRICTL_VERSION"
   echo "nvidia-container-toolkit $ctk"
+  echo "cri-o $CRIO_VERSION (conmon $(conmon --version | sed -n 's/^conmon version //p'))"
 } >"$kit/VERSIONS"
 echo "lab/gpukit: the GPU proof's kit in $kit ($(du -sh "$kit" | cut -f1))" >&2

@@ -62,11 +62,13 @@ def stage_objects(stage: str) -> list:
             "3-cdi": [_pod("cdi-pod", gpus=1), _pod("plain-pod")],
             "4-cdi-off": [_pod("cdi-pod", gpus=1)],
             "5-version-4": [_pod("gpu-pod", HANDLER, 1)],
+            "6-crio": [_pod("gpu-pod", HANDLER, 1, "Pending")],
+            "6-crio-restarted": [_pod("gpu-pod", HANDLER, 1)],
             "7-probe": None}[stage]
     return base + (pods if pods is not None else [probe_pod()])
 
 
-STAGES = ("1-incident", "2-restarted", "3-cdi", "4-cdi-off", "5-version-4", "7-probe")
+STAGES = ("1-incident", "2-restarted", "3-cdi", "4-cdi-off", "5-version-4", "6-crio", "6-crio-restarted", "7-probe")
 REFUSED = ("sandbox-fails", "sandbox-refuses-loaded")  # its sandbox is refused
 WITHOUT = ("gpu-pod-cdi-off", "cdi-spec-missing", "dra-claim-cdi-off")  # its GPU request is not met
 

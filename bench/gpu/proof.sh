@@ -161,11 +161,12 @@ pod_config() {
   cat >"$d/$1-pod.json" <<EOF
 {"metadata": {"name": "$2", "namespace": "gpuop-proof", "uid": "$2-$RANDOM", "attempt": 0},
  "log_directory": "$d/logs/$1",
- "linux": {"cgroup_parent": "/$CGROUP", "security_context": {"namespace_options": {"network": 2}}}}
+ "linux": {"cgroup_parent": "/$CGROUP", "security_context": {"namespace_options": {"network": 2, "pid": 1}}}}
 EOF
   cat >"$d/$1-container.json" <<EOF
 {"metadata": {"name": "gpu"}, "image": {"image": "$PROBE_IMAGE"}, "command": $3,
- "envs": $4, "CDI_devices": $5, "log_path": "ctr.log", "linux": {}}
+ "envs": $4, "CDI_devices": $5, "log_path": "ctr.log",
+ "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}}
 EOF
 }
 
@@ -231,11 +232,27 @@ run_probe() {
 
 remove_pods() { cri rmp -fa >/dev/null 2>&1 || true; }
 
-# restart VERSION STAGE: the daemon stopped and started again; STAGE observes whether it came back.
+# restart STAGE START...: the daemon stopped and started again (START: start_containerd VERSION,
+# or start_crio); STAGE observes whether it came back.
 restart() {
   stop_daemon
-  if start_containerd "$1"; then observe "$2" "restart back"
-  else observe "$2" "restart not-back $why"; fi
+  if "${@:2}"; then observe "$1" "restart back"
+  else observe "$1" "restart not-back $why"; fi
+}
+
+# toolkit_then_restart RUNTIME CONFIG DROPIN STAGE RESTARTED START...: the toolkit's CLI writes
+# its drop-in for RUNTIME while the daemon runs; a GPU Pod of the nvidia handler and the node
+# read (STAGE); the daemon restarted (START...), the same Pod and read again (RESTARTED).
+toolkit_then_restart() {
+  "$KIT/bin/nvidia-ctk" runtime configure --runtime="$1" --config="$2" --drop-in-config="$3" \
+    --nvidia-runtime-path="$KIT/bin/nvidia-container-runtime" --config-source=file >>"$d/nvidia-ctk.log" 2>&1
+  observe "$4" "pod gpu-pod $(run_pod gpu-pod nvidia env)"
+  read_node "$4"
+  remove_pods
+  restart "$5" "${@:6}"
+  observe "$5" "pod gpu-pod $(run_pod gpu-pod nvidia env)"
+  read_node "$5"
+  remove_pods
 }
 
 # Stages 1, 2 and 7: the seed's incident on containerd 2.4.2. The toolkit's CLI writes its
@@ -245,16 +262,8 @@ scene_incident() {
   containerd_config 2.4.2
   start_containerd 2.4.2 || die "containerd 2.4.2 did not start: $why"
   import_images
-  "$KIT/bin/nvidia-ctk" runtime configure --runtime=containerd --config="$d/etc/config.toml" \
-    --drop-in-config="$d/etc/conf.d/99-nvidia.toml" --nvidia-runtime-path="$KIT/bin/nvidia-container-runtime" \
-    --config-source=file >>"$d/nvidia-ctk.log" 2>&1
-  observe 1-incident "pod gpu-pod $(run_pod gpu-pod nvidia env)"
-  read_node 1-incident
-  remove_pods
-  restart 2.4.2 2-restarted
-  observe 2-restarted "pod gpu-pod $(run_pod gpu-pod nvidia env)"
-  read_node 2-restarted
-  remove_pods
+  toolkit_then_restart containerd "$d/etc/config.toml" "$d/etc/conf.d/99-nvidia.toml" 1-incident 2-restarted \
+    start_containerd 2.4.2
   observe 7-probe "pod gpuop-probe $(run_probe)"
   read_node 7-probe
   remove_pods
@@ -297,7 +306,80 @@ scene_version_4() {
   read_node 5-version-4
   observe 5-version-4 "pod gpu-pod $(exec_said gpu-pod)"
   remove_pods
-  restart 2.3.3 5-version-4
+  restart 5-version-4 start_containerd 2.3.3
+}
+
+# crio_config: a CRI-O node's crio.conf, as a distribution leaves it, every path of its own
+# under $d: its store on vfs (any /tmp holds it), the kit's runc, conmon and pinns, cgroupfs, the
+# GPU's CDI spec where it reads, and the toolkit runtime's config passed on to the runtimes
+# through conmon's environment (nvidia-ctk copies it to the handler it writes).
+crio_config() {
+  mkdir -p "$d/crio.conf.d" "$d/hooks"
+  echo '{"default": [{"type": "insecureAcceptAnything"}]}' >"$d/policy.json"
+  cat >"$d/crio.conf" <<EOF
+[crio]
+root = "$d/storage"
+runroot = "$d/runroot"
+storage_driver = "vfs"
+log_dir = "$d/logs"
+version_file = "$d/version"
+version_file_persist = "$d/version-persist"
+clean_shutdown_file = "$d/clean.shutdown"
+
+[crio.api]
+listen = "$d/crio.sock"
+
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+pinns_path = "$KIT/bin/pinns"
+namespaces_dir = "$d/ns"
+container_exits_dir = "$d/exits"
+container_attach_socket_dir = "$d/attach"
+cdi_spec_dirs = ["$W/cdi"]
+hooks_dir = ["$d/hooks"]
+
+[crio.runtime.runtimes.runc]
+runtime_path = "$KIT/bin/runc"
+runtime_type = "oci"
+runtime_root = "$d/runc"
+monitor_path = "$KIT/bin/conmon"
+monitor_env = ["PATH=$KIT/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_CONFIG_FILE_PATH=$W/toolkit/config.toml"]
+
+[crio.image]
+signature_policy = "$d/policy.json"
+
+[crio.network]
+network_dir = "$d/cni"
+plugin_dirs = ["$d/cni-bin"]
+
+[crio.nri]
+enable_nri = false
+EOF
+}
+
+start_crio() {
+  sock=$d/crio.sock
+  PATH=$KIT/bin:$PATH start_daemon crio "$KIT/bin/crio" --config "$d/crio.conf" --config-dir "$d/crio.conf.d"
+}
+
+# The kit's images into CRI-O's store, before it starts (nothing can be pulled): CRI-O's own
+# pause and the probe, by their names in the archive.
+crio_images() {
+  local store="containers-storage:[vfs@$d/storage+$d/runroot]" ref
+  for ref in $("$KIT/bin/crio" --config "$d/crio.conf" config 2>/dev/null | sed -n 's/^#\{0,1\} *pause_image = "\(.*\)"/\1/p' | head -n 1) "$PROBE_IMAGE"; do
+    timeout -k 2 60 "$KIT/bin/crio-import" "oci-archive:$KIT/images.tar:${ref##*:}" "$store$ref" >>"$d/import.log" 2>&1
+  done
+}
+
+# Stage 6: CRI-O with the toolkit's drop-in written after it started: the nvidia sandbox is
+# refused; after a restart, the same Pod gets its GPU.
+scene_crio() {
+  crio_config
+  crio_images
+  start_crio || die "CRI-O did not start: $why"
+  toolkit_then_restart crio "$d/crio.conf" "$d/crio.conf.d/99-nvidia.toml" 6-crio 6-crio-restarted start_crio
 }
 
 scene() {
@@ -392,7 +474,7 @@ main() {
   toolkit_config
   { echo "mode $MODE"; cat "$KIT/VERSIONS"; [ "$MODE" = stand-in ] || nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu /'; } >"$OUT/run"
   local scene start failed=0
-  for scene in incident cdi cdi-off version-4; do
+  for scene in incident cdi cdi-off version-4 crio; do
     start=$SECONDS
     say "scene $scene ..."
     if ! timeout -k 5 "$SCENE_S" unshare -m -p -u -f --mount-proc --propagation private --kill-child \
