@@ -136,7 +136,8 @@ import_images() {
 }
 
 # run_pod NAME HANDLER ASK: a host-network Pod of runtime handler HANDLER (empty: the daemon's
-# default), one container of the probe image that runs nvidia-smi -L, then waits. ASK: how it
+# default), one container of the probe image that runs nvidia-smi -L, then waits (TERM ends it:
+# as PID 1 of its namespace it has no default action for it). ASK: how it
 # asks for the GPU: env (NVIDIA_VISIBLE_DEVICES=all, what the toolkit's runtime reads), cdi
 # (CRI's CDI field: nvidia.com/gpu=all), none. Prints its outcome: "refused WORDS" (its sandbox
 # or container refused), "gpu LINE" (nvidia-smi named a GPU), "none WORDS" (it ran without one).
@@ -146,7 +147,7 @@ run_pod() {
   env) envs='[{"key": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]' ;;
   cdi) cdi='[{"name": "nvidia.com/gpu=all"}]' ;;
   esac
-  pod_config "$name" "$name" '["/bin/sh", "-c", "nvidia-smi -L 2>&1; exec sleep 3600"]' "$envs" "$cdi"
+  pod_config "$name" "$name" '["/bin/sh", "-c", "trap \"exit 0\" TERM; nvidia-smi -L 2>&1; sleep 3600 & wait"]' "$envs" "$cdi"
   started "$name" "$handler" || { echo "refused $why"; return 0; }
   wait_until 30 "$name's first words" grep -q . "$log" || true
   sleep 0.5  # nvidia-smi's lines come at once; the first seen, the rest follow within this
