@@ -33,7 +33,7 @@ endif
 # REBOOT=true (with NODE=kubelet): after step 8, restart the node's containerd as a reboot would (reboot.txt).
 REBOOT ?= false
 
-.PHONY: setup deps binaries containerds nvidia-ctk kubelet lab-up lab-down lab-status test unit run fix audit bench
+.PHONY: setup deps binaries containerds nvidia-ctk kubelet lab-up lab-down lab-status test unit run fix audit bench gpu-kit gpu-proof
 
 # Every module of the project compiled once here (changed ones only), since Python may be told
 # not to write bytecode (PYTHONDONTWRITEBYTECODE): else every run compiles them again (~0.1 s a run).
@@ -59,6 +59,16 @@ containerds:
 
 nvidia-ctk:
 	lab/build.sh nvidia-ctk >/dev/null
+
+# The GPU proof (docs/gpu-proof.md). Its kit as one file, to carry to a machine with a GPU:
+gpu-kit:
+	@lab/build.sh gpu-kit-archive
+# On a machine with an NVIDIA GPU and its driver, as root: the proof and its table in GPU_PROOF_OUT;
+# STAND_IN=true where no GPU is (the lab's stand-in GPU; what the test suite runs).
+GPU_PROOF_OUT ?= out/gpu-proof
+STAND_IN ?= false
+gpu-proof: setup
+	bench/gpu/proof.sh "$$(lab/build.sh gpu-kit)" $(GPU_PROOF_OUT) $(if $(filter true,$(STAND_IN)),--stand-in)
 
 kubelet:
 	lab/build.sh kubelet >/dev/null

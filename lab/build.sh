@@ -253,8 +253,8 @@ nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer nvidia-container-runtime nv
   built "the NVIDIA container toolkit v$ctk_version (nvidia-ctk, its installer, runtime and CDI hook)" build_nvidia_ctk ;;
 runc) have_all runc || built "runc v$RUNC_VERSION" build_runc ;;
 gpu-kit) "$here/gpukit.sh" "$cache/kit" >&2 ;;
-gpu-kit-archive)
-  "$0" gpu-kit >/dev/null
+gpu-kit-archive)  # under the same lock: the folder assembled anew, then packed where it changed
+  "$here/gpukit.sh" "$cache/kit" >&2
   python3 "$here/gpukit.py" "$cache/kit" "$cache/gpuop-gpu-kit.tar.xz" >&2
   echo "$cache/gpuop-gpu-kit.tar.xz"
   exit 0 ;;

@@ -383,11 +383,22 @@ scene_crio() {
   toolkit_then_restart crio "$d/crio.conf" "$d/crio.conf.d/99-nvidia.toml" 6-crio 6-crio-restarted start_crio
 }
 
+# A scene's namespace: /run a tmpfs, and /etc, /var/lib and /var/log overlays whose writes land
+# in a tmpfs of the namespace's own (what a runtime writes at a default path of its own, CRI-O's
+# /etc/crio/policies, its image library's /var/lib/containers/cache, never reaches the host; a
+# tmpfs holds an overlay's writes on any /tmp), all gone with it.
 scene() {
-  mount -t tmpfs -o mode=755 tmpfs /run
-  hostname "$NODE"
+  local dir
   d=$W/$1
-  mkdir -p "$d"
+  mkdir -p "$d/host"
+  mount -t tmpfs -o mode=755 tmpfs /run
+  mount -t tmpfs -o mode=755 tmpfs "$d/host"
+  for dir in /etc /var/lib /var/log; do
+    mkdir -p "$d/host$dir/upper" "$d/host$dir/work"
+    mount -t overlay overlay -o "lowerdir=$dir,upperdir=$d/host$dir/upper,workdir=$d/host$dir/work" "$dir" ||
+      die "$dir could not be kept from the host (an overlay of it)"
+  done
+  hostname "$NODE"
   trap 'stop_daemon' EXIT
   "scene_${1//-/_}"
 }

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from tests.helpers.proc import run
+from tests.helpers.simnodes import host_files, tree
 
 pytestmark = [pytest.mark.daemons, pytest.mark.every_containerd]  # daemons of its own, no cluster: see pytest.ini
 
@@ -21,12 +22,21 @@ STAGES = ("1-incident", "2-restarted", "3-cdi", "4-cdi-off", "5-version-4", "6-c
 WORK = "/tmp/gpuop-gpu-proof"
 
 
+# Where a GPU node's runtimes and the toolkit write by default, beside simnodes' own list.
+TOOLKIT_PATHS = ("/etc/cdi", "/var/run/cdi", "/etc/nvidia-container-runtime", "/etc/containers")
+
+
+def host_now() -> dict:
+    return {**host_files(), **{p: tree(p) if os.path.isdir(p) else os.path.exists(p) for p in TOOLKIT_PATHS}}
+
+
 @pytest.fixture(scope="module")
 def proof(tmp_path_factory):
     kit = run([os.path.join(REPO, "lab/build.sh"), "gpu-kit"], timeout_s=3600, check=True).stdout.strip()
     out = str(tmp_path_factory.mktemp("gpu-proof"))
+    before = host_now()
     ran = run([PROOF, kit, out, "--stand-in"], timeout_s=600)
-    return ran, out
+    return ran, out, before
 
 
 def observed(out: str, stage: str) -> list:
@@ -35,7 +45,7 @@ def observed(out: str, stage: str) -> list:
 
 
 def test_every_stage_agrees_with_the_gpu_it_stood_in_for(proof):
-    ran, out = proof
+    ran, out, _ = proof
     assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
     assert "mode stand-in" in ran.stdout
     rows = {line.split()[0]: line for line in ran.stdout.splitlines() if line.split()[:1] and line.split()[0] in STAGES}
@@ -45,7 +55,7 @@ def test_every_stage_agrees_with_the_gpu_it_stood_in_for(proof):
 
 def test_each_stage_did_what_its_state_does(proof):
     """The mechanics, stage by stage, from what the containers themselves said."""
-    _, out = proof
+    _, out, _ = proof
     [incident] = observed(out, "1-incident")
     assert incident.startswith("pod gpu-pod refused ") and 'no runtime for \\"nvidia\\" is configured' in incident
     assert observed(out, "2-restarted") == ["restart back", "pod gpu-pod gpu GPU 0: gpuop stand-in GPU "
@@ -70,7 +80,7 @@ def test_each_stage_did_what_its_state_does(proof):
 def test_a_planted_disagreement_fails_naming_its_stage(proof):
     """Stage 1's objects and what its GPU did, judged from stage 2's node read (the handler
     loaded): the judge says the Pod gets its GPU, the GPU refused it."""
-    _, out = proof
+    _, out, _ = proof
     judged = run([os.path.join(REPO, ".venv/bin/python"), JUDGE, out, "--swap", "1-incident=2-restarted"], timeout_s=60)
     assert judged.returncode == 1
     assert "disagree in stage(s): 1-incident" in judged.stderr
@@ -79,6 +89,12 @@ def test_a_planted_disagreement_fails_naming_its_stage(proof):
 
 
 def test_nothing_of_the_run_is_left_on_the_host(proof):
+    """No file outside /tmp (CRI-O writes /etc/crio/policies and its image library a cache in
+    /var/lib/containers at their defaults: both kept in the scene's namespace), no process, no
+    cgroup, and its folder under /tmp gone."""
+    _, _, before = proof
+    after = host_now()
+    assert after == before, [k for k in after if after[k] != before.get(k)]
     assert not os.path.exists(WORK)
     left = subprocess.run(["pgrep", "-f", WORK], capture_output=True, text=True).stdout.split()
     assert left == [], left

@@ -86,3 +86,25 @@ def test_the_gpu_proof_archive_holds_every_pause_and_the_probe_with_its_glibc():
     assert probe.getmember("lib64/ld-linux-x86-64.so.2").linkname == "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
     assert {m.name for m in probe.getmembers() if m.issym() and m.linkname == "busybox"} == \
         {f"bin/{a}" for a in images.PROBE_APPLETS}
+
+
+gpukit = _load("gpukit", "lab/gpukit.py")
+
+
+def test_the_kit_archive_is_the_same_bytes_for_the_same_files_whatever_their_times(tmp_path):
+    import lzma
+    import os
+
+    kit = tmp_path / "kit"
+    (kit / "bin").mkdir(parents=True)
+    (kit / "bin" / "runc").write_bytes(b"\x7fELF runc")
+    (kit / "bin" / "runc").chmod(0o755)
+    (kit / "VERSIONS").write_text("runc 1.3.7\n")
+    first = gpukit.archive(str(kit))
+    os.utime(kit / "VERSIONS", (1, 1))  # another time: the same archive
+    assert gpukit.archive(str(kit)) == first
+    tar = tarfile.open(fileobj=io.BytesIO(lzma.decompress(first)))
+    assert [(m.name, m.mode, m.mtime, m.uid) for m in tar.getmembers()] == [
+        ("gpuop-gpu-kit/VERSIONS", 0o644, 0, 0), ("gpuop-gpu-kit/bin/runc", 0o755, 0, 0)]
+    (kit / "VERSIONS").write_text("runc 1.3.8\n")
+    assert gpukit.archive(str(kit)) != first
