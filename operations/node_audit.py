@@ -15,8 +15,7 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.node import NodeRuntime
-from gpuop.judgment.cluster import allocatable_count
-from gpuop.judgment.condition import agent_verdict
+from gpuop.judgment.condition import agents_report
 from gpuop.judgment.rules import DRIVER, cluster_gaps, judge
 from gpuop.judgment.view import api_view, node_view
 from gpuop.outputs.tables import fleet_table
@@ -201,23 +200,6 @@ def report_fleet(report: str, textfile: str, kubeconfig: str, context: str, clus
         return not gaps
 
     yield FunctionCommand(judge, (), {})
-
-
-def agents_report(nodes: list, now) -> dict:
-    """The fleet as its agents say it: each GPU Node (one that advertises ``nvidia.com/gpu`` or
-    carries the agent's condition) with its agent's verdict (``agent_verdict``), and the nodes whose
-    agent is missing or stale, which are not judged.
-
-        agents_report(nodes, datetime.now(timezone.utc))["unread"] -> ["gpu-b (agent missing)"]
-    """
-    found = {}
-    for node in nodes:
-        verdict = agent_verdict(node, now)
-        if verdict["agent"] != "missing" or allocatable_count(node):
-            found[node["metadata"]["name"]] = verdict
-    unread = [f"{name} (agent {v['agent']}" + (f", its last heartbeat {v['heartbeat_age_s']}s ago)" if v["agent"] == "stale" else ")")
-              for name, v in sorted(found.items()) if v["agent"] != "ok"]
-    return {"from": "agents", "nodes": dict(sorted(found.items())), "unread": unread}
 
 
 @operation(is_idempotent=False)

@@ -11,6 +11,7 @@ change is written at once, an unchanged condition refreshed every ``REFRESH_S``.
 import re
 from datetime import datetime
 
+from gpuop.judgment.cluster import allocatable_count
 from gpuop.judgment.view import LIVE
 
 CONDITION = "gpuop.io/GPURuntimeProblem"  # the Node condition's type (True: a problem, as NPD's)
@@ -118,3 +119,20 @@ def agent_verdict(node: dict, now: datetime, refresh_s: float = REFRESH_S) -> di
     agent = "ok" if age is not None and age <= 2 * refresh_s else "stale"
     return {"agent": agent, "status": condition["status"], "reason": condition.get("reason"),
             "gaps": said_gaps(condition) if agent == "ok" else [], "heartbeat_age_s": age}
+
+
+def agents_report(nodes: list, now) -> dict:
+    """The fleet as its agents say it: each GPU Node (one that advertises ``nvidia.com/gpu`` or
+    carries the agent's condition) with its agent's verdict (``agent_verdict``), and the nodes whose
+    agent is missing or stale, which are not judged.
+
+        agents_report(nodes, datetime.now(timezone.utc))["unread"] -> ["gpu-b (agent missing)"]
+    """
+    found = {}
+    for node in nodes:
+        verdict = agent_verdict(node, now)
+        if verdict["agent"] != "missing" or allocatable_count(node):
+            found[node["metadata"]["name"]] = verdict
+    unread = [f"{name} (agent {v['agent']}" + (f", its last heartbeat {v['heartbeat_age_s']}s ago)" if v["agent"] == "stale" else ")")
+              for name, v in sorted(found.items()) if v["agent"] != "ok"]
+    return {"from": "agents", "nodes": dict(sorted(found.items())), "unread": unread}

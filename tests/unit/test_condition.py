@@ -59,3 +59,16 @@ def test_the_fleet_reads_each_agent_from_its_condition_alone():
         "gaps": [{"kind": "sandbox-fails", "detail": "d"}, {"kind": "handler-not-loaded", "detail": "a [b] c"}]}
     assert agent_verdict(node, T0 + timedelta(seconds=601))["agent"] == "stale"
     assert agent_verdict({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, T0)["agent"] == "missing"
+
+
+def test_the_fleet_from_its_agents_holds_every_gpu_node_and_names_those_unread():
+    from gpuop.judgment.condition import agents_report
+    written, _ = next_condition(None, condition_of({"loaded_from": "cri", "gaps": []}, ""), T0)
+    node = lambda name, conditions, gpus=None: {  # noqa: E731
+        "metadata": {"name": name}, "status": {"conditions": conditions, **({"allocatable": {"nvidia.com/gpu": gpus}} if gpus else {})}}
+    ready = {"type": "Ready", "status": "True"}
+    found = agents_report([node("gpu-a", [ready, written]), node("gpu-b", [ready], "8"), node("cpu-c", [ready]),
+                           node("gpu-d", [ready, written], "8")], T0 + timedelta(seconds=700))
+    assert list(found["nodes"]) == ["gpu-a", "gpu-b", "gpu-d"]  # a Node with neither GPUs nor the condition is no GPU node
+    assert found["unread"] == ["gpu-a (agent stale, its last heartbeat 700s ago)", "gpu-b (agent missing)",
+                               "gpu-d (agent stale, its last heartbeat 700s ago)"]
