@@ -43,8 +43,9 @@ def read_node(enter: list, crictl: str, deadline_s: float) -> tuple:
 
         read_node(["nsenter", "-t", "1", "-m", "-u", "-i", "-p", "--"], "crictl", 150)
     """
+    command = node_read(crictl)  # the package's own files: a missing one is said as itself, not as the read's
     try:
-        done = subprocess.run([*enter, "sh", "-c", node_read(crictl)], capture_output=True, text=True,
+        done = subprocess.run([*enter, "sh", "-c", command], capture_output=True, text=True,
                               timeout=deadline_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return None, f"the node's read did not end within {deadline_s:.0f}s"

@@ -21,6 +21,10 @@
 #                           module: the node agent's alert rule is tried against the lab's API server)
 #   lab/build.sh runc       -> ~/.cache/gpuop-lab/runc-RUNC_VERSION/bin (runc, static: the GPU proof's kit)
 #   lab/build.sh ctr V      containerd V's ctr, beside it (the GPU proof imports its images with it)
+#   lab/build.sh agent-site  the node agent's pinned dependencies (pyproject.toml), installed for its image
+#                           -> ~/.cache/gpuop-lab/agent-site-<their hash>/site
+#   lab/build.sh agent-image the node agent's image, no pull (lab/agentimage.py): Debian's Python, nsenter, those
+#                           and the project's wheel -> ~/.cache/gpuop-lab/agent-image/gpuop-agent.tar
 #   lab/build.sh gpu-kit    the GPU proof's kit, a folder (bench/gpu/proof.sh; docs/gpu-proof.md): the
 #                           runtimes of its stages, crictl, ctr, runc, the toolkit, CRI-O, its images, the node
 #                           read -> ~/.cache/gpuop-lab/gpu-kit/kit
@@ -36,7 +40,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|kubelet|crictl|crio|crio-import|containerd VERSION|shim VERSION|ctr VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|crds|runc|gpu-kit|gpu-kit-archive|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|crio|crio-import|containerd VERSION|shim VERSION|ctr VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|crds|runc|gpu-kit|gpu-kit-archive|agent-site|agent-image|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
@@ -51,6 +55,8 @@ nvidia-ctk)
 standin) cache=$cache_root/standin-$(sha256sum "$here/standin/standin.c" | cut -c1-12) ;;
 crds) cache=$cache_root/crds-prometheus-operator-$PROMETHEUS_OPERATOR_VERSION ;;
 runc) cache=$cache_root/runc-$RUNC_VERSION ;;
+agent-site) cache=$cache_root/agent-site-$(grep '^dependencies' "$here/../pyproject.toml" | sha256sum | cut -c1-12) ;;
+agent-image) cache=$cache_root/agent-image ;;
 gpu-kit | gpu-kit-archive) cache=$cache_root/gpu-kit ;;
 containerd | shim | multicall | ctr)
   containerd_version=${2:-}
@@ -68,7 +74,8 @@ containerds)
 all)
   # In the order the tests beside the lab's ask for them (they start as soon as the cluster is
   # up; what is not built yet, a test builds itself, at the same time): crictl (lab.sh up needs
-  # it), kubelet (it reuses their compiled packages from Go's build cache), the kubelet node's
+  # it), kubelet (it reuses their compiled packages from Go's build cache), the agent image's
+  # Python packages (tests/nodes/test_agent_pod.py), the kubelet node's
   # (tests/kubeletnode: the newest containerd and its shim), the simulated nodes' (tests/nodes:
   # k3s's multicall, CRI-O, then the containerds they run), then every other containerd, which
   # only the version matrices need, then the rest of the GPU proof's kit (tests/gpu), last. Two
@@ -77,7 +84,7 @@ all)
   ctks=""
   for v in $NVIDIA_CTK_VERSIONS; do ctks+=" nvidia-ctk:$v"; done
   # shellcheck disable=SC2086 # word lists
-  for c in cluster crictl crds kubelet standin $ctks "containerd:$newest" "shim:$newest" "multicall:$newest" \
+  for c in cluster crictl crds kubelet standin agent-site $ctks "containerd:$newest" "shim:$newest" "multicall:$newest" \
       crio crio-import containerd:1.7.35 containerd:2.0.14 containerd:2.2.9 containerd:2.3.3 containerds \
       runc "ctr:$newest" shim:1.7.35 shim:2.3.3; do
     "$0" ${c/:/ } >/dev/null
@@ -197,6 +204,15 @@ build_nvidia_ctk() {  # the CLI, the GPU Operator's installer, the runtime and i
     "$m/nvidia-container-runtime@v$ctk_version" "$m/nvidia-cdi-hook@v$ctk_version"
 }
 
+build_agent_site() {  # from PyPI, as the image's pip would install them
+  local python=${PYTHON:-$here/../.venv/bin/python}
+  # shellcheck disable=SC2046 # one requirement a word
+  "$python" -m pip install --quiet --disable-pip-version-check --no-compile --target "$cache/site.new" \
+    $("$python" -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
+      "$here/../pyproject.toml")
+  rm -rf "$cache/site" && mv "$cache/site.new" "$cache/site"
+}
+
 build_runc() {  # static (no libseccomp: the proof's containers ask no profile), runs on any distribution
   cd "$(wrapper runc)"
   go get "github.com/opencontainers/runc@v$RUNC_VERSION"
@@ -253,6 +269,20 @@ nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer nvidia-container-runtime nv
   built "the NVIDIA container toolkit v$ctk_version (nvidia-ctk, its installer, runtime and CDI hook)" build_nvidia_ctk ;;
 runc) have_all runc || built "runc v$RUNC_VERSION" build_runc ;;
 gpu-kit) "$here/gpukit.sh" "$cache/kit" >&2 ;;
+agent-site)
+  [ -d "$cache/site" ] || built "the node agent's dependencies" build_agent_site
+  echo "$cache/site"
+  exit 0 ;;
+agent-image)  # the project as its wheel installs it, then the archive
+  site=$("$0" agent-site)
+  python=${PYTHON:-$here/../.venv/bin/python}
+  rm -rf "$cache/project" && "$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-compile \
+    --target "$cache/project" "$here/.." >>"$build_log" 2>&1 ||
+    { tail -n 20 "$build_log" >&2; exit 1; }
+  rm -rf "$here/../build"  # setuptools' own leftovers in the repository
+  python3 "$here/agentimage.py" "$cache/gpuop-agent.tar" docker.io/library/gpuop-agent:0.1.0 "$site" "$cache/project"
+  echo "$cache/gpuop-agent.tar"
+  exit 0 ;;
 gpu-kit-archive)  # under the same lock: the folder assembled anew, then packed where it changed
   "$here/gpukit.sh" "$cache/kit" >&2
   python3 "$here/gpukit.py" "$cache/kit" "$cache/gpuop-gpu-kit.tar.xz" >&2

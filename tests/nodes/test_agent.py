@@ -78,6 +78,20 @@ def condition(node: str) -> dict:
     return next((c for c in get(f"node/{node}")["status"].get("conditions") or [] if c["type"] == CONDITION), {})
 
 
+def true_as_over_ssh(node: str, reason: str, path: str, root: str) -> dict:
+    """``node``'s condition once True: its ``reason``, and in its message exactly the gap kinds
+    the fleet audit gives over SSH on the same node (nodes file ``path``)."""
+    seen = eventually(f"{node}'s condition True", lambda: condition(node).get("status") == "True" and condition(node),
+                      timeout=60)
+    assert seen["reason"] == reason, seen
+    report = os.path.join(root, f"audit-{node}.json")
+    run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
+    with open(report) as f:
+        over_ssh = sorted(g["kind"] for g in json.load(f)["nodes"][node]["gaps"])
+    assert over_ssh and sorted(re.findall(r"\[([a-z-]+)\] ", seen["message"])) == over_ssh, (seen, run.log[-2000:])
+    return seen
+
+
 def metrics(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
         return answer.read().decode()
@@ -95,14 +109,7 @@ def test_a_healthy_node_is_false_and_the_incident_true_with_the_ssh_audit_s_gaps
                          and condition("agent-healthy"), timeout=60)
     assert (healthy["reason"], healthy["message"]) == (
         "NoGap", "the runtime loads what is written, and a restart would load it too")
-    incident = eventually("agent-incident's condition True", lambda: condition("agent-incident").get("status") == "True"
-                          and condition("agent-incident"), timeout=60)
-    assert incident["reason"] == "RestartTakesCriDown", incident
-    report = os.path.join(root, "audit.json")
-    run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
-    with open(report) as f:
-        over_ssh = sorted(g["kind"] for g in json.load(f)["nodes"]["agent-incident"]["gaps"])
-    assert over_ssh and sorted(re.findall(r"\[([a-z-]+)\] ", incident["message"])) == over_ssh, (incident, run.log[-2000:])
+    true_as_over_ssh("agent-incident", "RestartTakesCriDown", path, root)
     assert agent_events("agent-incident") == ["RestartTakesCriDown"]
     assert agent_events("agent-healthy") == ["NoGap"]
     said = metrics(ports["agent-incident"])

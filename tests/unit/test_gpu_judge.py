@@ -108,3 +108,4 @@ def test_the_kit_archive_is_the_same_bytes_for_the_same_files_whatever_their_tim
         ("gpuop-gpu-kit/VERSIONS", 0o644, 0, 0), ("gpuop-gpu-kit/bin/runc", 0o755, 0, 0)]
     (kit / "VERSIONS").write_text("runc 1.3.8\n")
     assert gpukit.archive(str(kit)) != first
+
