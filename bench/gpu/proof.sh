@@ -471,6 +471,11 @@ main() {
   exec 9>/tmp/gpuop-gpu-proof.lock
   flock -n 9 || die "another proof runs (/tmp/gpuop-gpu-proof.lock)"
   rm -rf "$W"
+  trap 'remove_cgroups; rm -rf "$W"' EXIT  # whatever ends the run
+  if [ -n "$(ls -A "$2" 2>/dev/null)" ]; then  # a rerun replaces an earlier proof's files, and only those
+    [ -f "$2/run" ] || die "$2 holds files of something else than an earlier proof: give an empty or a new folder"
+    rm -rf "${2:?}"/*
+  fi
   mkdir -p "$W/cdi" "$W/toolkit" "$2"
   OUT=$(realpath "$2")
   if [ -d "$1" ]; then KIT=$(realpath "$1")
@@ -497,9 +502,7 @@ main() {
     echo "$scene $((SECONDS - start))" >>"$OUT/seconds"
     for f in "$W/$scene"/*.log; do [ -f "$f" ] && cp "$f" "$OUT/$scene-${f##*/}"; done
   done
-  remove_cgroups
   cp "$W/toolkit/nvidia-container-runtime.log" "$OUT/" 2>/dev/null || true
-  rm -rf "$W"
   # The judgment, where the project is beside this script (its venv); else where it is installed.
   local judge python
   judge=$(dirname "$(realpath "$0")")/judge.py python=${PYTHON:-$(dirname "$(realpath "$0")")/../../.venv/bin/python}
