@@ -7,8 +7,9 @@ the Node at each change, and metrics on a port.
 
 Each judgment reads the node with the fleet audit's own script (``gpuop/reach/node_read.sh``, one
 command, under a deadline) and the node's objects from the API server by field-selected reads
-only: its Node, the Pods bound to it, the RuntimeClasses, its ResourceSlices, the claims and the
-sandbox Events of its Pods (no cluster-wide list of Pods or Events). An API server away is
+only: its Node, the Pods bound to it, its ResourceSlices, the claims and the sandbox Events of its
+Pods (no cluster-wide list of Pods or Events); the RuntimeClasses, which every node shares, are
+listed once and then kept by a watch. An API server away is
 waited out: the agent logs it and judges again at the next interval.
 """
 
@@ -18,10 +19,11 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, start_http_server
 
@@ -60,15 +62,71 @@ def _plain(api: client.ApiClient, obj, kind: str) -> dict:
     return {**api.sanitize_for_serialization(obj), "kind": kind}
 
 
-def node_objects(api: client.ApiClient, node: str) -> list:
+class RuntimeClasses:
+    """The cluster's RuntimeClasses, the one kind every node's judgment shares: listed once, then
+    kept by a watch in a thread of its own, so that a judgment sends no cluster-wide read. Where
+    the watch loses its place (the API server away, its version expired), they are listed again.
+
+        classes = RuntimeClasses(api); classes.start(); classes.now()  # -> [{"kind": "RuntimeClass", ...}]
+    """
+
+    WATCH_S = 300  # each watch request's own end, as the API server bounds it (timeoutSeconds)
+    RETRY_S = 5  # after a failed list or watch
+
+    def __init__(self, api: client.ApiClient):
+        self.api, self.items, self.version = api, {}, None
+
+    def _list(self):
+        answer = client.NodeV1Api(self.api).list_runtime_class()
+        self.items = {rc.metadata.name: _plain(self.api, rc, "RuntimeClass") for rc in answer.items}
+        self.version = answer.metadata.resource_version
+
+    def now(self) -> list:
+        """The RuntimeClasses as last seen; listed here where they never were."""
+        if self.version is None:
+            self._list()
+        return list(self.items.values())
+
+    def _watch(self):
+        stream = watch.Watch().stream(client.NodeV1Api(self.api).list_runtime_class, resource_version=self.version,
+                                      timeout_seconds=self.WATCH_S, _request_timeout=(10, self.WATCH_S + 30))
+        for event in stream:
+            rc = event["object"]
+            if event["type"] == "ERROR":  # 410 Gone: the version expired
+                self.version = None
+                return
+            if event["type"] == "DELETED":
+                self.items.pop(rc.metadata.name, None)
+            else:
+                self.items[rc.metadata.name] = _plain(self.api, rc, "RuntimeClass")
+            self.version = rc.metadata.resource_version
+
+    def _keep(self):
+        while True:
+            try:
+                if self.version is None:
+                    self._list()
+                self._watch()
+            except Exception as e:  # noqa: BLE001 (the API server away: listed again once it answers)
+                LOG.warning("the RuntimeClasses' watch stopped: %s; listed again in %ds", in_words(e, self.WATCH_S),
+                            self.RETRY_S)
+                self.version = None
+                time.sleep(self.RETRY_S)
+
+    def start(self):
+        threading.Thread(target=self._keep, name="runtimeclasses", daemon=True).start()
+
+
+def node_objects(api: client.ApiClient, node: str, classes: RuntimeClasses) -> list:
     """The objects the judgment of ``node`` joins, plain, read by field selector or by name: its
-    Node, the Pods bound to it, every RuntimeClass, its ResourceSlices and its Pods' claims
-    (where the cluster serves DRA), and the sandbox failures said of its Pods that have none."""
+    Node, the Pods bound to it, its ResourceSlices and its Pods' claims (where the cluster serves
+    DRA), and the sandbox failures said of its Pods that have none; and the RuntimeClasses as
+    ``classes`` keeps them."""
     core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
     objects = [_plain(api, core.read_node(node), "Node")]
     pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
     objects += [_plain(api, p, "Pod") for p in pods]
-    objects += [_plain(api, rc, "RuntimeClass") for rc in client.NodeV1Api(api).list_runtime_class().items]
+    objects += classes.now()
     for pod in objects[1:1 + len(pods)]:
         if not has_sandbox(pod):
             meta = pod["metadata"]
@@ -147,14 +205,14 @@ def said(api: client.ApiClient, node: str, condition: dict, namespace: str = "de
 
 
 def judge_once(api, node: str, enter: list, crictl: str, handler: str, driver: str, read_deadline_s: float,
-               metrics: Metrics) -> dict:
+               metrics: Metrics, classes: RuntimeClasses) -> dict:
     """One judgment of ``node``, said: the condition written where it changed or is due, an Event
     where it changed. Returns the condition written or kept."""
     started = time.monotonic()
     read, unread = read_node(enter, crictl, read_deadline_s)
     if read is None:
         metrics.failures.labels("node").inc()
-    objects = node_objects(api, node)
+    objects = node_objects(api, node, classes)
     entry = judge(node_view(read), objects, node, handler, driver) if read is not None else None
     wanted = condition_of(entry, unread)
     old = condition_in(objects[0])  # the Node, read with the objects: no request of its own
@@ -199,9 +257,13 @@ def main(argv: list | None = None) -> int:
         start_http_server(a.port, registry=registry)
     api = metrics.counted(client_of(a.kubeconfig))
     enter = shlex.split(a.enter)
+    classes = RuntimeClasses(api)
+    if not a.once:
+        classes.start()
     while True:
         try:
-            written = judge_once(api, a.node, enter, a.crictl, a.gpu_handler, a.gpu_driver, a.read_deadline_s, metrics)
+            written = judge_once(api, a.node, enter, a.crictl, a.gpu_handler, a.gpu_driver, a.read_deadline_s, metrics,
+                                 classes)
             if a.once:
                 return {"False": 0, "True": 1}.get(written["status"], 2)
         except Exception as e:  # noqa: BLE001 (an API server away is waited out: the agent lives on)

@@ -209,6 +209,22 @@ def test_an_agent_restarted_keeps_the_condition_s_transition_and_says_nothing_ne
     assert agent_events("agent-healthy") == said
 
 
+def test_a_runtimeclass_deleted_and_made_again_reaches_the_judgment_through_the_watch(agents):
+    """The RuntimeClasses are listed once, then watched (no cluster-wide read each judgment): the
+    class of agent-healthy's GPU Pod deleted, its sandbox cannot start (True); made again, False."""
+    nvidia = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-nvidia"}, "handler": "nvidia"}
+    assert get("runtimeclass/fleet-nvidia")["handler"] == "nvidia"
+    eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60)
+    kubectl("delete", "runtimeclass", "fleet-nvidia")
+    try:
+        gone = eventually("agent-healthy's condition True", lambda: condition("agent-healthy").get("status") == "True"
+                          and condition("agent-healthy"), timeout=60)
+        assert "[sandbox-fails] Pod " in gone["message"] and "(RuntimeClass fleet-nvidia, handler fleet-nvidia)" in gone["message"]
+    finally:
+        kubectl("apply", "-f", "-", stdin=json.dumps(nvidia))
+    eventually("agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False", timeout=60)
+
+
 def _answers(port: int) -> bool:
     try:
         metrics(port)
