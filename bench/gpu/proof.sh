@@ -30,12 +30,12 @@ wait_until() {
   local end=$((SECONDS + $1)) what=$2
   shift 2
   until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $end ] || { say "gave up after ${end}s waiting for $what"; return 1; }
+    [ $SECONDS -lt $end ] || { say "gave up waiting for $what"; return 1; }
     sleep 0.2
   done
 }
 
-# --- inside a scene: its own namespaces, /run a tmpfs, the hostname the node's -------------
+# --- inside a scene: namespaces of its own (scene, below) ---------------------------------
 
 cri() {
   timeout -k 2 40 "$KIT/bin/crictl" --config /dev/null --runtime-endpoint "unix://$sock" \
@@ -119,6 +119,7 @@ EOF
 # nvidia_dropin VERSION: a drop-in of the handler nvidia (the kit's toolkit runtime), in the
 # config version VERSION, as the toolkit's CRI section writes it for containerd 2.x.
 nvidia_dropin() {
+  mkdir -p "$d/etc/conf.d"
   cat >"$d/etc/conf.d/99-nvidia.toml" <<EOF
 version = $1
 
@@ -130,9 +131,13 @@ version = $1
 EOF
 }
 
-import_images() {
+# containerd_up VERSION: the kit's containerd VERSION started on its main config, with the kit's
+# images (nothing is pulled) on the snapshotter its CRI uses.
+containerd_up() {
+  containerd_config "$1"
+  start_containerd "$1" || die "containerd $1 did not start: $why"
   timeout -k 2 60 "$KIT/bin/ctr" --address "$sock" --namespace k8s.io images import --local \
-    --snapshotter "${1:-native}" "$KIT/images.tar" >>"$d/import.log" 2>&1
+    --snapshotter native "$KIT/images.tar" >>"$d/import.log" 2>&1
 }
 
 # run_pod NAME HANDLER ASK: a host-network Pod of runtime handler HANDLER (empty: the daemon's
@@ -260,9 +265,7 @@ toolkit_then_restart() {
 # drop-in after the daemon started: the nvidia sandbox is refused; after a restart the same Pod
 # gets its GPU; then the repair's own probe runs through the repaired runtime.
 scene_incident() {
-  containerd_config 2.4.2
-  start_containerd 2.4.2 || die "containerd 2.4.2 did not start: $why"
-  import_images
+  containerd_up 2.4.2
   toolkit_then_restart containerd "$d/etc/config.toml" "$d/etc/conf.d/99-nvidia.toml" 1-incident 2-restarted \
     start_containerd 2.4.2
   observe 7-probe "pod gpuop-probe $(run_probe)"
@@ -273,9 +276,7 @@ scene_incident() {
 # Stage 3: containerd 2.4.2 with no GPU handler: a Pod asking by CDI gets the GPU, one asking
 # nothing does not (the GPU Operator's CDI mode).
 scene_cdi() {
-  containerd_config 2.4.2
-  start_containerd 2.4.2 || die "containerd 2.4.2 did not start: $why"
-  import_images
+  containerd_up 2.4.2
   observe 3-cdi "pod cdi-pod $(run_pod cdi-pod "" cdi)"
   observe 3-cdi "pod plain-pod $(run_pod plain-pod "" none)"
   read_node 3-cdi
@@ -284,9 +285,7 @@ scene_cdi() {
 
 # Stage 4: containerd 1.7.35, CDI off (its default): the same Pod starts, without the GPU.
 scene_cdi_off() {
-  containerd_config 1.7.35
-  start_containerd 1.7.35 || die "containerd 1.7.35 did not start: $why"
-  import_images
+  containerd_up 1.7.35
   observe 4-cdi-off "pod cdi-pod $(run_pod cdi-pod "" cdi)"
   read_node 4-cdi-off
   remove_pods
@@ -296,10 +295,8 @@ scene_cdi_off() {
 # drop-in is rewritten in config version 4: the running daemon keeps its Pod and its GPU; its
 # restart does not come back.
 scene_version_4() {
-  containerd_config 2.3.3
   nvidia_dropin 3
-  start_containerd 2.3.3 || die "containerd 2.3.3 did not start: $why"
-  import_images
+  containerd_up 2.3.3
   local first
   first=$(run_pod gpu-pod nvidia env)
   [[ $first == gpu* ]] || say "5-version-4: the GPU Pod did not get its GPU before the drop-in: $first"
