@@ -15,6 +15,7 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE = re.compile(r"^[a-z0-9]([a-z0-9._/:-]*[a-z0-9])?$")
 REACHES = ("ssh", "cluster", "agent")  # how a real node is read (knob reach): agent, from its node agent's condition alone
+NODES_FROM = ("inventory", "agents")  # which nodes a fleet run takes (knob nodes_from)
 
 
 class KnobError(ValueError):
@@ -131,6 +132,13 @@ def _controller_path(key, value):
     return value
 
 
+def _nodes_from(key, value):
+    if value not in NODES_FROM:
+        raise KnobError(key, value, "inventory (the nodes file's hosts, else the cluster's GPU nodes) or agents (of those, "
+                       "only the ones whose node agent's condition says a gap)")
+    return value
+
+
 def _reach(key, value):
     if value not in REACHES:
         raise KnobError(key, value, f"one of {', '.join(REACHES)} (how a node is read: its SSH, a short-lived Pod on it, or its "
@@ -230,6 +238,7 @@ class NodeKnobs:
     node_read_timeout_s: int
     cluster_read_timeout_s: int
     reach: str
+    nodes_from: str
     node_pod_image: str
     node_pod_namespace: str
     containerd_restart: str
@@ -256,6 +265,7 @@ NODE_PARSERS = {
     "node_read_timeout_s": _int(10),
     "cluster_read_timeout_s": _int(5),
     "reach": _reach,
+    "nodes_from": _nodes_from,
     "node_pod_image": _image_ref,
     "node_pod_namespace": _name,
     "containerd_restart": _shell_line,

@@ -7,10 +7,11 @@ from the cluster's GPU nodes where the file lists none.
 import logging
 import os
 import runpy
+from datetime import datetime, timezone
 
 from gpuop.knobs import NODE_PARSERS, KnobError
 from gpuop.reach.hosts import HostsFileError, read_text
-from gpuop.reach.nodes_file import cli_data, cluster_hosts, inventory_names, load_nodes
+from gpuop.reach.nodes_file import cli_data, cluster_hosts, flagged_by_agents, inventory_names, load_nodes
 
 GROUP_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "group_data", "all.py")
 CLUSTER_KEYS = ("kubeconfig", "kube_context", "cluster_read_timeout_s")
@@ -29,6 +30,27 @@ def _cluster(nodes, argv) -> dict:
     return {k: NODE_PARSERS[k](k, asked.get(k)) for k in CLUSTER_KEYS}
 
 
+def _flagged(found: list, nodes, argv) -> list:
+    """``nodes_from: agents``: of the hosts, only those whose node agent's condition says a gap,
+    from one read of the cluster (the run's own read after, as where the cluster lists the nodes);
+    each left out said in one line."""
+    from pyinfra import logger
+
+    from gpuop.judgment.condition import agents_report
+    from gpuop.judgment.objects import of_kind
+    from gpuop.reach.kubeapi import ClusterUnreadable, read_for_inventory
+    cluster = _cluster(nodes, argv)
+    try:
+        objects, where = read_for_inventory(*(cluster[k] for k in CLUSTER_KEYS), nodes.node_selector)
+    except ClusterUnreadable as e:
+        raise NodesUnusable(f"{e}; nodes_from=agents takes the nodes from their agents' conditions there") from None
+    kept, left = flagged_by_agents(found, agents_report(of_kind(objects, "Node"), datetime.now(timezone.utc)))
+    logger.info(f"--> the nodes their agents say a gap of ({where}): {', '.join(n for n, _ in kept) or 'none'}")
+    for line in left:
+        logger.info(f"    not taken: {line}")
+    return kept
+
+
 class NodesUnusable(ValueError):
     """The nodes file or the cluster cannot give the fleet's hosts: one sentence, saying why."""
 
@@ -45,7 +67,7 @@ def fleet_hosts(argv: list, environ) -> list:
     source = environ.get("GPUOP_NODES") or "nodes.yaml"
     try:
         # how the nodes are reached decides their names here, so --data reach is read first
-        given = {k: NODE_PARSERS[k](k, v) for k, v in cli_data(argv, ("reach",)).items()}
+        given = {k: NODE_PARSERS[k](k, v) for k, v in cli_data(argv, ("reach", "nodes_from")).items()}
         if environ.get("GPUOP_NODES") or os.path.exists(source):
             nodes = load_nodes(read_text(source, "the nodes to audit", "nodes.example.yaml", "GPUOP_NODES"),
                                source, NODE_PARSERS, given)
@@ -67,6 +89,8 @@ def fleet_hosts(argv: list, environ) -> list:
         logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
         found = [(name, {"ssh_paramiko_connect_kwargs": SSH_HANDSHAKE, **data, "gpuop_target": "node"})
                  for name, data in inventory_names(hosts, source)]
+        if NODE_PARSERS["nodes_from"]("nodes_from", {"nodes_from": "inventory", **nodes.defaults, **given}["nodes_from"]) == "agents":
+            found = _flagged(found, nodes, argv)
         return found + [("@local", {**nodes.settings(NODE_PARSERS), "gpuop_target": "fleet"})]
     except (HostsFileError, KnobError) as e:
         raise NodesUnusable(f"{source}: {e}" if isinstance(e, KnobError) else str(e)) from None

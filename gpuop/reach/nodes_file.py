@@ -145,3 +145,26 @@ def cli_data(argv: list, keys: tuple) -> dict:
             if key in keys:
                 found[key] = v
     return found
+
+
+def flagged_by_agents(hosts: list, report: dict) -> tuple:
+    """Of ``hosts`` (pyinfra's names and their data), those whose Node (``node_name``, else the
+    host's name) its node agent says has a gap (``condition.agents_report``: status True), and a
+    line for each one left out, saying why.
+
+        flagged_by_agents([("gpu-a", {"node_name": "gpu-a"}), ("gpu-b", {})], report)
+        -> ([("gpu-a", {"node_name": "gpu-a"})], ["gpu-b: its agent says False (NoGap)"])
+    """
+    kept, left = [], []
+    for name, data in hosts:
+        node = data.get("node_name") or name.removeprefix("@kubenode/")
+        verdict = report["nodes"].get(node)
+        if verdict is None:
+            left.append(f"{name}: no GPU Node named {node} carries the agent's condition (its node_name?)")
+        elif verdict["agent"] != "ok":
+            left.append(f"{name}: its agent is {verdict['agent']}, so nothing is said of it")
+        elif verdict["status"] == "True":
+            kept.append((name, data))
+        else:
+            left.append(f"{name}: its agent says {verdict['status']} ({verdict['reason']})")
+    return kept, left

@@ -159,12 +159,18 @@ def test_the_fleet_audit_from_the_agents_alone_says_the_ssh_audit_s_gaps_and_nam
 
 
 def test_the_repair_turns_it_false_its_transition_moved_once_more(agents):
+    """``pyinfra nodes.py fix.py --data nodes_from=agents``: the nodes whose agent says a gap are
+    repaired, the healthy one not touched; the incident's condition False again."""
     path, running, root = agents
     ports = running.ports
     true = eventually("agent-incident's condition True", lambda: condition("agent-incident").get("status") == "True"
                       and condition("agent-incident"), timeout=60)
-    run = deploy(None, env={"GPUOP_NODES": path}, inventory="nodes.py", script="fix.py")
+    # the nodes taken from their agents: those whose condition says a gap, the healthy one left alone
+    run = deploy(None, "nodes_from=agents", env={"GPUOP_NODES": path}, inventory="nodes.py", script="fix.py")
     assert run.code == 0, run.log[-3000:]
+    assert re.search(r"--> the nodes their agents say a gap of \(.*\): agent-incident, agent-v4\n", run.log), run.log[-3000:]
+    assert "not taken: agent-healthy: its agent says False (NoGap)" in run.log
+    assert "[agent-healthy]" not in run.log, run.log[-3000:]  # not a host of the run
     false = eventually("agent-incident's condition False", lambda: condition("agent-incident").get("status") == "False"
                        and condition("agent-incident"), timeout=3 * INTERVAL_S + 30)
     assert false["lastTransitionTime"] != true["lastTransitionTime"]

@@ -72,3 +72,19 @@ def test_the_fleet_from_its_agents_holds_every_gpu_node_and_names_those_unread()
     assert list(found["nodes"]) == ["gpu-a", "gpu-b", "gpu-d"]  # a Node with neither GPUs nor the condition is no GPU node
     assert found["unread"] == ["gpu-a (agent stale, its last heartbeat 700s ago)", "gpu-b (agent missing)",
                                "gpu-d (agent stale, its last heartbeat 700s ago)"]
+
+
+def test_a_fleet_run_takes_from_the_agents_only_the_nodes_whose_condition_is_true():
+    from gpuop.judgment.condition import agents_report
+    from gpuop.reach.nodes_file import flagged_by_agents
+    gap_found = condition_of({"loaded_from": "cri", "gaps": [gap("sandbox-fails")]}, "")
+    ready = {"type": "Ready", "status": "True"}
+    nodes = [{"metadata": {"name": name}, "status": {"conditions": [ready] + ([next_condition(None, c, T0)[0]] if c else [])}}
+             for name, c in (("gpu-a", gap_found), ("gpu-b", condition_of({"loaded_from": "cri", "gaps": []}, "")),
+                             ("gpu-c", None))]
+    hosts = [("gpu-a", {"node_name": "gpu-a"}), ("10.0.0.2", {"node_name": "gpu-b"}), ("@kubenode/gpu-c", {}),
+             ("gpu-d", {})]
+    kept, left = flagged_by_agents(hosts, agents_report(nodes, T0 + timedelta(seconds=10)))
+    assert kept == [("gpu-a", {"node_name": "gpu-a"})]
+    assert left == ["10.0.0.2: its agent says False (NoGap)", "@kubenode/gpu-c: no GPU Node named gpu-c carries the "
+                    "agent's condition (its node_name?)", "gpu-d: no GPU Node named gpu-d carries the agent's condition (its node_name?)"]

@@ -86,7 +86,7 @@ def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
     (name, data), = hosts
     assert data["_sudo"] is True and data["ssh_strict_host_key_checking"] == "yes"
     knobs = parse_node_knobs({"gpu_handler": "nvidia", "gpu_driver": "gpu.nvidia.com", "crictl_binary": "crictl", "node_read_timeout_s": 150,
-                              "cluster_read_timeout_s": 20, "reach": "ssh", "node_pod_image": "busybox:1.37",
+                              "cluster_read_timeout_s": 20, "reach": "ssh", "nodes_from": "inventory", "node_pod_image": "busybox:1.37",
                               "node_pod_namespace": "default", "containerd_restart": "systemctl restart containerd",
                               "crio_restart": "systemctl restart crio",
                               "drain": True, "drain_unmanaged": False, "drain_delete_emptydir_data": False, "drain_timeout_s": 300,
@@ -186,3 +186,6 @@ def test_a_node_read_through_the_cluster_needs_no_address_and_is_named_by_its_no
     with pytest.raises(HostsFileError, match="host a: reach='kubectl': expected one of ssh, cluster"):
         inventory_names(load_nodes("hosts:\n  a:\n    reach: kubectl\n    ssh_hostname: h\n", "nodes.yaml",
                                    NODE_PARSERS).hosts, "nodes.yaml")
+    from gpuop.knobs import KnobError
+    with pytest.raises(KnobError, match="knob nodes_from='agent': expected inventory .* or agents"):
+        NODE_PARSERS["nodes_from"]("nodes_from", "agent")
