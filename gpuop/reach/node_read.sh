@@ -43,6 +43,19 @@ kind_of() {
   esac
 }
 
+# runs_subcommand NAME: whether the command line on stdin (one argument a line) runs one of
+# runtime NAME's subcommands (`containerd config dump`, `crio config`: what the node read itself,
+# another reader, or the GPU Operator's installer runs for a moment) rather than the daemon: a
+# bare word that is a subcommand of NAME, not the value of the flag before it.
+runs_subcommand() {
+  case $1 in
+  containerd) subs=" config publish oci-hook help h " ;;
+  *) subs=" config status version wipe check completion man markdown help h " ;;
+  esac
+  awk -v subs="$subs" 'NR > 1 && $0 !~ /^-/ && index(subs, " " $0 " ") && !(prev ~ /^-/ && prev !~ /=/) {found = 1; exit}
+    {prev = $0} END {exit !found}'
+}
+
 # kubelet_endpoint PID: sets ke, the socket kubelet talks to: --container-runtime-endpoint, else
 # the last containerRuntimeEndpoint of its --config file and then its --config-dir drop-ins
 # (*.conf, in name order, as kubelet merges them), YAML or JSON (EKS: config.json; RKE2:
@@ -207,6 +220,7 @@ read_node() {
       sed -nE 's@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet|k3s|crio)( \(deleted\))?$@\3:\1@p'); do
     p=${x#*:}
     kind_of "$p" "${x%:*}" || continue
+    case $kind in containerd|crio) args "$p" | runs_subcommand "$kind" && continue ;; esac
     echo "--- gpuop $kind $p"
     e=$(readlink "/proc/$p/exe") e=${e% (deleted)}
     echo "$e"

@@ -168,9 +168,10 @@ def test_the_repair_turns_it_false_its_transition_moved_once_more(agents):
     # the nodes taken from their agents: those whose condition says a gap, the healthy one left alone
     run = deploy(None, "nodes_from=agents", env={"GPUOP_NODES": path}, inventory="nodes.py", script="fix.py")
     assert run.code == 0, run.log[-3000:]
-    assert re.search(r"--> the nodes their agents say a gap of \(.*\): agent-incident, agent-v4\n", run.log), run.log[-3000:]
-    assert "not taken: agent-healthy: its agent says False (NoGap)" in run.log
-    assert "[agent-healthy]" not in run.log, run.log[-3000:]  # not a host of the run
+    taken = re.search(r"--> the nodes their agents say a gap of \(.*\): (.*)\n", run.log)
+    assert taken and taken.group(1) == "ssh-agent-incident, ssh-agent-v4", run.log[:3000]
+    assert "not taken: ssh-agent-healthy: its agent says False (NoGap)" in run.log
+    assert "[ssh-agent-healthy]" not in run.log, run.log[-3000:]  # not a host of the run
     false = eventually("agent-incident's condition False", lambda: condition("agent-incident").get("status") == "False"
                        and condition("agent-incident"), timeout=3 * INTERVAL_S + 30)
     assert false["lastTransitionTime"] != true["lastTransitionTime"]
