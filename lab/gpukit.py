@@ -24,9 +24,8 @@ FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9, "dict_size": 256 << 20}]
 def files_of(kit: str) -> list:
     """Every file and link under ``kit``, by its path inside it, in name order."""
     found = []
-    for root, dirs, names in os.walk(kit):
-        dirs.sort()
-        found += sorted(os.path.relpath(os.path.join(root, n), kit) for n in names)
+    for root, _, names in os.walk(kit):
+        found += [os.path.relpath(os.path.join(root, n), kit) for n in names]
     return sorted(found)
 
 

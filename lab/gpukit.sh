@@ -18,6 +18,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
+# shellcheck source=proc.sh
+. "$here/proc.sh"
 kit=$1
 python=${PYTHON:-$repo/.venv/bin/python}
 build() { "$here/build.sh" "$@"; }
@@ -30,14 +32,13 @@ ctk=${NVIDIA_CTK_VERSIONS##* } newest=${GPU_PROOF_CONTAINERDS##* } pauses=()
 for v in $GPU_PROOF_CONTAINERDS; do
   mkdir -p "$kit/containerd-$v"
   put "$(build containerd "$v")/containerd" "$(build shim "$v")/containerd-shim-runc-v2" "$kit/containerd-$v/"
-  pauses+=("$("$kit/containerd-$v/containerd" config default 2>/dev/null |
-    sed -n "s/^ *sandbox\(_image\)\{0,1\} = [\"']\([^\"']*\)[\"']/\2/p" | head -n 1)")
+  pauses+=("$(sandbox_image "$kit/containerd-$v/containerd")")
 done
 t=$(build nvidia-ctk "$ctk") crio=$(build crio)
 put "$(build runc)/runc" "$(build crictl)/crictl" "$(build ctr "$newest")/ctr" \
   "$t/nvidia-ctk" "$t/nvidia-container-runtime" "$t/nvidia-cdi-hook" \
   "$crio/crio" "$crio/pinns" "$(build crio-import)/crio-import" "$kit/bin/"
-pauses+=("$("$crio/crio" --config /dev/null config 2>/dev/null | sed -n 's/^#\{0,1\} *pause_image = "\(.*\)"/\1/p' | head -n 1)")
+pauses+=("$(sandbox_image "$crio/crio")")
 # CRI-O's conmon: Debian's (it is C, no Go module), with its libraries and their loader beside it,
 # run through that loader, so that it runs on any distribution.
 mkdir -p "$kit/lib/conmon"

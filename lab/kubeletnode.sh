@@ -124,8 +124,7 @@ JSON
 # the cluster reach's read image.
 ensure_images() {
   local sandbox archive=$dir/images.tar sock=$root/run/containerd/containerd.sock want=() missing=()
-  sandbox=$("$containerd" config default 2>/dev/null |
-    sed -n "s/^ *sandbox\(_image\)\{0,1\} = [\"']\([^\"']*\)[\"']/\2/p" | head -n 1)
+  sandbox=$(sandbox_image "$containerd")
   [[ -n $sandbox ]] || die "$containerd config default names no sandbox image"
   local specs=("$sandbox=pause" "${IMAGES[@]}") s
   for s in "${specs[@]}"; do want+=("${s%%=*}"); done

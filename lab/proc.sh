@@ -1,5 +1,5 @@
-# Finding the lab's processes by what they are, and waiting with an end (sourced by lab/lab.sh,
-# lab/simnode.sh and lab/kubeletnode.sh).
+# Finding the lab's processes by what they are, waiting with an end, and a runtime's own sandbox
+# image (sourced by lab/lab.sh, lab/simnode.sh, lab/kubeletnode.sh and lab/gpukit.sh).
 
 # pids_with_arg ARG EXE: processes with the argument ARG on their command line whose binary is EXE.
 pids_with_arg() {
@@ -9,6 +9,15 @@ pids_with_arg() {
     [[ $(readlink "/proc/$p/exe" 2>/dev/null) == */"$2" ]] && echo "$p"
   done
   return 0
+}
+
+# sandbox_image BINARY: the pause image a containerd (its `config default`) or a CRI-O (its
+# `config`, with no file) starts every sandbox with, where nothing names another.
+sandbox_image() {
+  case ${1##*/} in
+  crio) "$1" --config /dev/null config 2>/dev/null | sed -n 's/^#\{0,1\} *pause_image = "\(.*\)"/\1/p' ;;
+  *) "$1" config default 2>/dev/null | sed -n "s/^ *sandbox\(_image\)\{0,1\} = [\"']\([^\"']*\)[\"']/\2/p" ;;
+  esac | head -n 1
 }
 
 # wait_until SECONDS INTERVAL WHAT COMMAND...: run COMMAND every INTERVAL seconds until it

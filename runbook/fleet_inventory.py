@@ -22,12 +22,13 @@ SSH_HANDSHAKE_S = 8
 SSH_HANDSHAKE = {"banner_timeout": SSH_HANDSHAKE_S, "auth_timeout": SSH_HANDSHAKE_S}
 
 
-def _cluster(nodes, argv) -> dict:
-    """Which cluster lists the GPU nodes, and the read's deadline: group_data's defaults, the
-    nodes file's, then ``--data`` (pyinfra hands those to the hosts only after the inventory)."""
+def _asked(nodes, argv, keys: tuple) -> dict:
+    """Knobs the inventory itself needs (which cluster lists the GPU nodes, the read's deadline,
+    where the nodes come from), parsed: group_data's defaults, the nodes file's, then ``--data``
+    (pyinfra hands those to the hosts only after the inventory)."""
     group = runpy.run_path(GROUP_DATA)
-    asked = {**{k: group[k] for k in CLUSTER_KEYS}, **nodes.defaults, **cli_data(argv, CLUSTER_KEYS)}
-    return {k: NODE_PARSERS[k](k, asked.get(k)) for k in CLUSTER_KEYS}
+    asked = {**{k: group[k] for k in keys}, **nodes.defaults, **cli_data(argv, keys)}
+    return {k: NODE_PARSERS[k](k, asked.get(k)) for k in keys}
 
 
 def _flagged(found: list, nodes, argv) -> list:
@@ -39,8 +40,8 @@ def _flagged(found: list, nodes, argv) -> list:
     from gpuop.judgment.condition import agents_report
     from gpuop.judgment.objects import of_kind
     from gpuop.reach.kubeapi import ClusterUnreadable, read_for_inventory
-    cluster = _cluster(nodes, argv)
-    try:
+    cluster = _asked(nodes, argv, CLUSTER_KEYS)
+    try:  # where the cluster listed the nodes, that same read
         objects, where = read_for_inventory(*(cluster[k] for k in CLUSTER_KEYS), nodes.node_selector)
     except ClusterUnreadable as e:
         raise NodesUnusable(f"{e}; nodes_from=agents takes the nodes from their agents' conditions there") from None
@@ -67,7 +68,7 @@ def fleet_hosts(argv: list, environ) -> list:
     source = environ.get("GPUOP_NODES") or "nodes.yaml"
     try:
         # how the nodes are reached decides their names here, so --data reach is read first
-        given = {k: NODE_PARSERS[k](k, v) for k, v in cli_data(argv, ("reach", "nodes_from")).items()}
+        given = {k: NODE_PARSERS[k](k, v) for k, v in cli_data(argv, ("reach",)).items()}
         if environ.get("GPUOP_NODES") or os.path.exists(source):
             nodes = load_nodes(read_text(source, "the nodes to audit", "nodes.example.yaml", "GPUOP_NODES"),
                                source, NODE_PARSERS, given)
@@ -78,7 +79,7 @@ def fleet_hosts(argv: list, environ) -> list:
             return [("@local", {**nodes.settings(NODE_PARSERS), "reach": "agent", "gpuop_target": "fleet"})]
         if hosts is None:  # only the cluster's listing loads the kubernetes client
             from gpuop.reach.kubeapi import ClusterUnreadable, read_for_inventory
-            cluster = _cluster(nodes, argv)
+            cluster = _asked(nodes, argv, CLUSTER_KEYS)
             try:
                 objects, where = read_for_inventory(*(cluster[k] for k in CLUSTER_KEYS), nodes.node_selector)
             except ClusterUnreadable as e:
@@ -89,7 +90,7 @@ def fleet_hosts(argv: list, environ) -> list:
         logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
         found = [(name, {"ssh_paramiko_connect_kwargs": SSH_HANDSHAKE, **data, "gpuop_target": "node"})
                  for name, data in inventory_names(hosts, source)]
-        if NODE_PARSERS["nodes_from"]("nodes_from", {"nodes_from": "inventory", **nodes.defaults, **given}["nodes_from"]) == "agents":
+        if _asked(nodes, argv, ("nodes_from",))["nodes_from"] == "agents":
             found = _flagged(found, nodes, argv)
         return found + [("@local", {**nodes.settings(NODE_PARSERS), "gpuop_target": "fleet"})]
     except (HostsFileError, KnobError) as e:

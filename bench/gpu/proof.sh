@@ -193,16 +193,15 @@ started() {
   echo "$pod $ctr" >"$d/$1.ids"
 }
 
-# pod_said LOG: "gpu LINE" where nvidia-smi named a GPU in the CRI log, else "none FIRST LINE".
-pod_said() {
-  local lines
-  lines=$(sed -E 's/^[^ ]+ [^ ]+ [^ ]+ //' "$1" 2>/dev/null || true)
-  if echo "$lines" | grep -qE "^GPU [0-9]+: "; then
-    echo "gpu $(echo "$lines" | grep -E "^GPU [0-9]+: " | head -n 1)"
-  else
-    echo "none $(echo "$lines" | head -n 1)"
-  fi
+# gpu_said TEXT: "gpu LINE" where nvidia-smi's TEXT names a GPU, else "none FIRST LINE".
+gpu_said() {
+  local named
+  named=$(printf "%s\n" "$1" | grep -E "^GPU [0-9]+: " | head -n 1) || true  # none named: grep fails
+  if [ -n "$named" ]; then echo "gpu $named"; else echo "none $(printf "%s\n" "$1" | head -n 1)"; fi
 }
+
+# pod_said LOG: what nvidia-smi said in a container's CRI log (gpu_said).
+pod_said() { gpu_said "$(sed -E 's/^[^ ]+ [^ ]+ [^ ]+ //' "$1" 2>/dev/null)"; }
 
 # exec_said NAME: nvidia-smi -L asked again in Pod NAME's running container (CRI's ExecSync).
 exec_said() {
@@ -211,8 +210,7 @@ exec_said() {
   [[ $(cri inspect -o go-template --template '{{.status.state}}' "$ctr" 2>&1) == CONTAINER_RUNNING ]] ||
     { echo "none its container no longer runs"; return 0; }
   out=$(cri exec --sync --timeout 20 "$ctr" nvidia-smi -L 2>&1 || true)
-  if echo "$out" | grep -qE "^GPU [0-9]+: "; then echo "gpu $(echo "$out" | grep -E "^GPU [0-9]+: " | head -n 1)"
-  else echo "none $(echo "$out" | head -n 1)"; fi
+  gpu_said "$out"
 }
 
 # run_probe: gpuop's repair probe (the kit's probe.json: the handler of its RuntimeClass and its
@@ -250,7 +248,7 @@ restart() {
 # its drop-in for RUNTIME while the daemon runs; a GPU Pod of the nvidia handler and the node
 # read (STAGE); the daemon restarted (START...), the same Pod and read again (RESTARTED).
 toolkit_then_restart() {
-  "$KIT/bin/nvidia-ctk" runtime configure --runtime="$1" --config="$2" --drop-in-config="$3" \
+  timeout -k 2 60 "$KIT/bin/nvidia-ctk" runtime configure --runtime="$1" --config="$2" --drop-in-config="$3" \
     --nvidia-runtime-path="$KIT/bin/nvidia-container-runtime" --config-source=file >>"$d/nvidia-ctk.log" 2>&1
   observe "$4" "pod gpu-pod $(run_pod gpu-pod nvidia env)"
   read_node "$4"
@@ -362,11 +360,11 @@ start_crio() {
   PATH=$KIT/bin:$PATH start_daemon crio "$KIT/bin/crio" --config "$d/crio.conf" --config-dir "$d/crio.conf.d"
 }
 
-# The kit's images into CRI-O's store, before it starts (nothing can be pulled): CRI-O's own
-# pause and the probe, by their names in the archive.
+# The kit's images into CRI-O's store, before it starts (nothing can be pulled): every image of
+# the archive (its index names them; each pause has a tag of its own), as ctr imports them all.
 crio_images() {
   local store="containers-storage:[vfs@$d/storage+$d/runroot]" ref
-  for ref in $("$KIT/bin/crio" --config "$d/crio.conf" config 2>/dev/null | sed -n 's/^#\{0,1\} *pause_image = "\(.*\)"/\1/p' | head -n 1) "$PROBE_IMAGE"; do
+  for ref in $(timeout -k 2 60 tar -xOf "$KIT/images.tar" index.json | grep -o '"io.containerd.image.name":"[^"]*"' | cut -d'"' -f4); do
     timeout -k 2 60 "$KIT/bin/crio-import" "oci-archive:$KIT/images.tar:${ref##*:}" "$store$ref" >>"$d/import.log" 2>&1
   done
 }
@@ -486,7 +484,7 @@ main() {
   export KIT OUT MODE W
   gpu_spec
   toolkit_config
-  { echo "mode $MODE"; cat "$KIT/VERSIONS"; [ "$MODE" = stand-in ] || nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu /'; } >"$OUT/run"
+  { echo "mode $MODE"; cat "$KIT/VERSIONS"; [ "$MODE" = stand-in ] || timeout -k 2 30 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu /'; } >"$OUT/run"
   local scene start failed=0
   for scene in incident cdi cdi-off version-4 crio; do
     start=$SECONDS
@@ -504,7 +502,7 @@ main() {
   local judge python
   judge=$(dirname "$(realpath "$0")")/judge.py python=${PYTHON:-$(dirname "$(realpath "$0")")/../../.venv/bin/python}
   if [ -f "$judge" ] && [ -x "$python" ]; then
-    "$python" "$judge" "$OUT" || failed=1
+    timeout -k 5 300 "$python" "$judge" "$OUT" || failed=1
   else
     say "the reads are in $OUT: judge them where gpuop is installed: .venv/bin/python bench/gpu/judge.py $OUT"
   fi

@@ -144,13 +144,15 @@ _LISTED = {}
 
 
 def read_for_inventory(kubeconfig: str, context: str, deadline_s: float, node_selector: str = "") -> tuple:
-    """The cluster's objects, read for the inventory to list its GPU nodes and kept as the run's
-    read (``inventory_read``); and where they were read from, in words.
+    """The cluster's objects, read for the inventory (to list its GPU nodes, to take the nodes
+    their agents flag) and kept as the run's read (``inventory_read``): read once a run, asked
+    again it is that read; and where they were read from, in words.
 
         read_for_inventory("", "prod", 20, "pool=gpu")[1] -> "kubeconfig ~/.kube/config, context prod"
     """
-    objects, how = read_cluster(kubeconfig, context, deadline_s, node_selector=node_selector)
-    _LISTED[(kubeconfig, context)] = (objects, how)
+    if (kubeconfig, context) not in _LISTED:
+        _LISTED[(kubeconfig, context)] = read_cluster(kubeconfig, context, deadline_s, node_selector=node_selector)
+    objects, how = _LISTED[(kubeconfig, context)]
     return objects, how["from"]
 
 

@@ -157,7 +157,7 @@ def flagged_by_agents(hosts: list, report: dict) -> tuple:
     """
     kept, left = [], []
     for name, data in hosts:
-        node = data.get("node_name") or name.removeprefix("@kubenode/")
+        node = data.get("node_name") or name  # inventory_names names every cluster-reached host's node
         verdict = report["nodes"].get(node)
         if verdict is None:
             left.append(f"{name}: no GPU Node named {node} carries the agent's condition (its node_name?)")

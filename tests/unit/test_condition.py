@@ -82,7 +82,7 @@ def test_a_fleet_run_takes_from_the_agents_only_the_nodes_whose_condition_is_tru
     nodes = [{"metadata": {"name": name}, "status": {"conditions": [ready] + ([next_condition(None, c, T0)[0]] if c else [])}}
              for name, c in (("gpu-a", gap_found), ("gpu-b", condition_of({"loaded_from": "cri", "gaps": []}, "")),
                              ("gpu-c", None))]
-    hosts = [("gpu-a", {"node_name": "gpu-a"}), ("10.0.0.2", {"node_name": "gpu-b"}), ("@kubenode/gpu-c", {}),
+    hosts = [("gpu-a", {"node_name": "gpu-a"}), ("10.0.0.2", {"node_name": "gpu-b"}), ("@kubenode/gpu-c", {"node_name": "gpu-c"}),
              ("gpu-d", {})]
     kept, left = flagged_by_agents(hosts, agents_report(nodes, T0 + timedelta(seconds=10)))
     assert kept == [("gpu-a", {"node_name": "gpu-a"})]

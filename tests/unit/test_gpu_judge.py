@@ -4,6 +4,8 @@ daemon: what a verdict says the GPU does, the proof's observations read back, th
 import importlib.util
 import io
 import json
+import lzma
+import os
 import tarfile
 
 from gpuop.judgment.objects import of_kind
@@ -92,9 +94,6 @@ gpukit = _load("gpukit", "lab/gpukit.py")
 
 
 def test_the_kit_archive_is_the_same_bytes_for_the_same_files_whatever_their_times(tmp_path):
-    import lzma
-    import os
-
     kit = tmp_path / "kit"
     (kit / "bin").mkdir(parents=True)
     (kit / "bin" / "runc").write_bytes(b"\x7fELF runc")
