@@ -158,6 +158,7 @@ def runtime_findings(view: dict) -> list:
         gaps.append(gap("view-unread", rt, ["loaded"],
                         f"what {rt} {version} holds was not read: {view['cri_error']} (crictl itself hung, past "
                         "its own 3 s deadline): nothing is judged against the loaded view, the rest is"))
+    gaps += unread_gaps(view)
     if view["loaded_from"] == "cri-down":
         where = f" on {d['address']}" if d else ""
         gaps.append(gap("cri-down", rt, ["loaded"],
@@ -177,6 +178,53 @@ def runtime_findings(view: dict) -> list:
                                 f"reach), which {regen['by']} writes anew at its next start from "
                                 f"{regen['source']}, and that does not define it: the next start loses it. "
                                 f"Define it in {template_to_edit(config, version, regen)}"))
+    return gaps
+
+
+# What each section of a node's read stands for, where it did not end in time (``view["unread"]``):
+# the views it leaves unread, and its words ({rt}, {version}, {pid}, {within}).
+_UNREAD = {
+    "runtime": (["written"], "the files of {rt} {version} (its config and drop-ins) were not read: their read did "
+                             "not end within {within} (a file that blocks reads: a FIFO, a hung mount): nothing is "
+                             "judged against the written view, the rest is"),
+    "restart": (["after-restart"], "what {rt} {version} loads at its next start was not read: its own merge of the "
+                                   "files did not end within {within}: nothing is judged against the after-restart "
+                                   "view, the rest is"),
+    "started": (["loaded"], "when {rt} {version} started was not read within {within}: no sandbox failure is held "
+                            "against what it holds, the rest is judged"),
+    "status": (["loaded"], "what {rt} {version} holds was not read: its own status API did not end within {within}: "
+                           "nothing is judged against the loaded view, the rest is"),
+    "cdi": (["loaded"], "the CDI specs in the spec directories of {rt} {version} were not read: their read did not "
+                        "end within {within} (a file that blocks reads: a FIFO, a hung mount): no Pod is judged on "
+                        "them, the rest is"),
+    "hooks": (["loaded"], "the OCI hooks {rt} {version} reads were not read: their read did not end within {within} "
+                          "(a file that blocks reads): no Pod is judged on them, the rest is"),
+    "nvidia": (["after-restart"], "the NVIDIA runtime binaries the next start of {rt} registers were not looked for "
+                                  "within {within}: what it loads then is not judged, the rest is"),
+    "containerd": (["loaded"], "the flags of containerd pid {pid} (its config and socket) were not read within "
+                               "{within} (a file they name blocks reads): whether it serves this node is not known"),
+    "crio": (["loaded"], "the flags of CRI-O pid {pid} (its config and socket) were not read within {within} "
+                         "(a file they name blocks reads): whether it serves this node is not known"),
+    "kubelet": (["loaded"], "the endpoint of kubelet pid {pid} was not read within {within} (a file of its config "
+                            "blocks reads): the runtime judged is the one on the default socket"),
+}
+
+
+def unread_gaps(view: dict) -> list:
+    """A ``view-unread`` gap for each section of a node's read that did not end in time, but CRI's
+    (``crictl-hung``, named with the loaded view): what it leaves unjudged.
+
+        unread_gaps({**view, "unread": {"cdi": "10s"}})
+        -> [{"kind": "view-unread", "subject": "containerd", "views": ["loaded"], "detail": "the CDI specs ..."}]
+    """
+    gaps = []
+    for section, within in view["unread"].items():
+        kind, _, pid = section.partition(" ")
+        if kind not in _UNREAD:
+            continue
+        views, words = _UNREAD[kind]
+        gaps.append(gap("view-unread", f"{kind} {pid}" if pid else view["runtime"], views,
+                        words.format(rt=view["runtime"], version=view["version"], pid=pid, within=within)))
     return gaps
 
 
@@ -269,8 +317,8 @@ def _gpu_pods_without_a_class(name: str, view: dict, objects: list, gpu_handler:
     in the directories it reads. Either missing is a gap naming the Pod."""
     gaps, cdi, version, rt = [], view["cdi"], view["version"], view["runtime"]
     default = view["default_runtime"] or "runc"
-    if default == gpu_handler or cdi is None or view.get("gpu_hooks"):  # an OCI hook hands every container its GPUs
-        return gaps
+    if default == gpu_handler or cdi is None or view.get("gpu_hooks") or "hooks" in view["unread"]:
+        return gaps  # an OCI hook hands every container its GPUs
     for pod in of_kind(objects, "Pod"):
         if pod["spec"].get("nodeName") != name or pod["spec"].get("runtimeClassName") or not active(pod):
             continue
@@ -283,7 +331,7 @@ def _gpu_pods_without_a_class(name: str, view: dict, objects: list, gpu_handler:
             gaps.append(gap("gpu-pod-cdi-off", ref(pod), ["scheduled", "loaded"],
                             f"{asks}: {rt} {version} runs it with its default runtime {default}, and "
                             f"CDI is off (enable_cdi), so it {refusal}"))
-        elif not cdi["gpu_specs"]:
+        elif not cdi["gpu_specs"] and "cdi" not in view["unread"]:
             gaps.append(gap("cdi-spec-missing", ref(pod), ["scheduled", "loaded"],
                             f"{asks}: CDI is on in {rt} {version}, but no spec of nvidia.com/gpu "
                             f"devices is in {', '.join(cdi['spec_dirs']) or 'its spec directories'}: "
@@ -428,6 +476,8 @@ def findings(view: dict, objects: list, node_name: str = "", gpu_handler: str = 
             where = " on the default socket, and no kubelet runs to say which of its containerds serves"
         else:
             where = ""
+        if view["unread"]:  # a daemon whose flags were not read may be the one
+            return gaps + unread_gaps(view)
         return gaps + [gap("no-containerd", node_name or RUNTIME, ["loaded"],
                            f"no containerd runs{where}: no Pod can start on this node")]
     gaps += runtime_findings(view)

@@ -12,7 +12,12 @@ the API alone. Every audit judges this one shape (``gpuop.judgment.rules.finding
      "cdi": {"enabled", "spec_dirs", "gpu_specs"} or None,
      "gpu_hooks": [...],                             # CRI-O: OCI hook files that hand GPUs over
      "after_restart": ["runc", "nvidia"], "cri_after_restart": "ok" | "fails" | "refuses-start" | "unknown",
-     "restart_reason": "...", "restart_from": "containerd 1.6.20's own merge of the files"}
+     "restart_reason": "...", "restart_from": "containerd 1.6.20's own merge of the files",
+     "unread": {"cdi": "10s"}}                       # a real node's read: its sections that did not end in time
+
+A section unread leaves its part as never read ("runtime": the files, "restart", "started", "cdi",
+"hooks", "nvidia", "status"; "containerd PID", "crio PID", "kubelet PID": a process's flags), and
+the rules judge the rest without it (``gpuop.judgment.rules.unread_gaps``).
 
 Where "loaded" comes from, one vocabulary for every target: ``cri`` (the daemon answered through
 CRI), ``status`` (CRI-O answered its own status API, ``crio status config``, on a node with no
@@ -36,6 +41,9 @@ RUNTIME = "containerd"  # the subject of a finding about the daemon itself
 LIVE = ("cri", "status")  # the running daemon's own answer
 KNOWN = LIVE + ("recorded",)
 JUDGED = LIVE + ("cri-down", "api", "recorded")
+
+
+_UNREAD_FILES = {"runtimes": [], "dropins": [], "unreached": [], "imports": [], "versions": {}, "errors": []}
 
 
 def written_view(config: str, files: dict) -> dict:
@@ -80,7 +88,8 @@ def unknown_view(**given) -> dict:
             "written": [], "dropins": [], "unreached": [], "config_errors": [], "imports": [], "versions": {},
             "regenerated": None,
             "loaded": [], "loaded_from": "none", "cri_error": "", "default_runtime": "", "cdi": None, "gpu_hooks": [],
-            "after_restart": [], "cri_after_restart": "unknown", "restart_reason": "", "restart_from": "", **given}
+            "after_restart": [], "cri_after_restart": "unknown", "restart_reason": "", "restart_from": "", "unread": {},
+            **given}
 
 
 def loaded_part(answer: dict | None) -> dict:
@@ -114,16 +123,18 @@ def cdi_part(answer: dict | None, version: str, gpu_specs: list) -> dict:
             "spec_dirs": answer.get("cdi_spec_dirs", []), "gpu_specs": list(gpu_specs)}
 
 
-def restart_part(restart: dict | None, version: str, asked: str = "", runtime: str = RUNTIME) -> dict:
+def restart_part(restart: dict | None, version: str, asked: str = "", runtime: str = RUNTIME, unread: str = "") -> dict:
     """The after-a-restart view's keys from the binary's own merge (``facts.containerd.restart_answer``
-    or a ``Forecast``'s fields); ``asked``: the binary, said where it was not there to ask.
+    or a ``Forecast``'s fields); ``asked``: the binary, said where it was not there to ask;
+    ``unread``: the deadline its read did not end within.
 
         restart_part({"runtimes": ["nvidia"], "cri_ok": False, "starts": True, "reason": "..."}, "1.6.20")
         -> {"after_restart": ["nvidia"], "cri_after_restart": "fails", "restart_reason": "...", ...}
     """
     if restart is None:
-        return {"after_restart": [], "cri_after_restart": "unknown",
-                "restart_reason": f"{asked} is not there to ask" if asked else "", "restart_from": ""}
+        reason = (f"its own merge of the files did not end within {unread}" if unread
+                  else f"{asked} is not there to ask" if asked else "")
+        return {"after_restart": [], "cri_after_restart": "unknown", "restart_reason": reason, "restart_from": ""}
     cri = "refuses-start" if not restart.get("starts", True) else "ok" if restart["cri_ok"] else "fails"
     return {"after_restart": list(restart["runtimes"]), "cri_after_restart": cri,
             "restart_reason": restart["reason"], "restart_from": f"{runtime} {version}'s own merge of the files"}
@@ -198,16 +209,17 @@ def node_view(read: dict) -> dict:
         node_view(read)["cri_after_restart"] -> "ok" | "fails" | "refuses-start" | "unknown"
     """
     endpoint = read["kubelet"]["endpoint"] if read.get("kubelet") else None
+    unread = {k.split(" ")[0] if k.startswith("runtime ") else k: v for k, v in (read.get("unread") or {}).items()}
     daemons = [(RUNTIME, d) for d in read["containerds"]] + [(crio.NAME, d) for d in read.get("crios", [])]
     runtime, daemon = next(((r, d) for r, d in daemons if d["serves"]), (RUNTIME, None))
     others = [{"pid": d["pid"], "config": d["config"], "address": d["address"], "runtime": r}
               for r, d in daemons if d is not daemon]
     if daemon is None:
-        return unknown_view(version="none", kubelet_endpoint=endpoint, others=others)
+        return unknown_view(version="none", kubelet_endpoint=endpoint, others=others, unread=unread)
     if runtime == crio.NAME:
-        return crio_view(daemon, endpoint, others)
+        return crio_view(daemon, endpoint, others, unread)
     loaded, restart = daemon["loaded"] or {}, daemon["restart"]
-    written = written_view(daemon["config"], daemon["files"])
+    written = written_view(daemon["config"], daemon["files"]) if "runtime" not in unread else _UNREAD_FILES
     version = restart["version"] if restart else "unknown"
     view = unknown_view(version=version, kubelet_endpoint=endpoint, others=others,
                   daemon={"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
@@ -216,35 +228,39 @@ def node_view(read: dict) -> dict:
                   written=written["runtimes"], dropins=written["dropins"], unreached=written["unreached"],
                   config_errors=written["errors"], imports=written["imports"], versions=written["versions"],
                   **loaded_part(loaded),
-                  cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])))
+                  cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])), unread=unread)
     regen = regenerated(daemon["config"], daemon["files"], version, daemon.get("nvidia_runtimes", []))
+    if regen is not None and "nvidia" in unread:  # what it registers at start depends on the binaries found
+        regen = {**regen, "known": False, "reason": f"{regen['by']} writes {daemon['config']} anew at its next "
+                                                     "start, with the NVIDIA runtimes it finds, not looked for"}
     if regen is not None:  # k3s or RKE2 writes the file anew at start: that file is what loads
         cri = "unknown" if not regen["known"] else "ok" if regen["default_runtime"] in regen["runtimes"] else "fails"
         reason = regen["reason"] + (f", whose default_runtime_name {regen['default_runtime']} has no runtime"
                                     if cri == "fails" else "")
         return {**view, "regenerated": regen, "after_restart": regen["runtimes"], "cri_after_restart": cri,
                 "restart_reason": reason, "restart_from": f"the config {regen['by']} writes anew at its next start"}
-    if restart is None and not daemon.get("binary"):
+    if restart is None and not daemon.get("binary") and "restart" not in unread:
         return {**view, "restart_reason": f"{daemon['exe']} is not named containerd and has no containerd "
                                           "beside it to ask"}
-    return {**view, **restart_part(restart, version, daemon.get("binary") or "")}
+    return {**view, **restart_part(restart, version, daemon.get("binary") or "", RUNTIME, unread.get("restart", ""))}
 
 
-def crio_view(daemon: dict, endpoint: str | None, others: list) -> dict:
+def crio_view(daemon: dict, endpoint: str | None, others: list, unread: dict | None = None) -> dict:
     """A real node's CRI-O, from ``NodeRuntime``'s read of the daemon that serves: its files
     (``gpuop.judgment.crio.written_view``), what it holds (CRI), its binary's own merge for the next start
     or SIGHUP, and the OCI hooks that hand GPUs to containers with no handler (``gpu_hooks``).
 
         crio_view(read["crios"][0], "/var/run/crio/crio.sock", [])["runtime"] -> "cri-o"
     """
+    unread = unread or {}
     loaded, restart = daemon["loaded"] or {}, daemon["restart"]
     written = crio.written_view(daemon["config"], daemon["config_dir"], daemon["files"])
     version = restart["version"] if restart else "unknown"
-    return unknown_view(runtime=crio.NAME, version=version, kubelet_endpoint=endpoint, others=others,
+    return unknown_view(unread=unread, runtime=crio.NAME, version=version, kubelet_endpoint=endpoint, others=others,
                         daemon={"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
                                 "config_dir": daemon["config_dir"], "address": daemon["address"],
                                 "binary": daemon["exe"], "started": daemon.get("started")},
                         written=written["runtimes"], dropins=written["dropins"], config_errors=written["errors"],
                         **loaded_part(loaded), cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])),
                         gpu_hooks=crio.hooked_gpus(daemon.get("hooks") or {}),
-                        **restart_part(restart, version, daemon["exe"], crio.NAME))
+                        **restart_part(restart, version, daemon["exe"], crio.NAME, unread.get("restart", "")))

@@ -17,34 +17,51 @@ READ_SH = os.path.join(os.path.dirname(__file__), "node_read.sh")  # the read, i
 
 
 def node_read(crictl: str = "crictl") -> str:
-    """The node's read as one shell command: node_read.sh's functions, after the shell it shares
-    with the lab's facts (a containerd's own merge, its CRI answer, files as one line), then
-    ``read_node``.
+    """The node's read as one shell command: ``GPUOP_READ``, the read's values and functions (the
+    shell it shares with the lab's facts: a containerd's own merge, its CRI answer, files as one
+    line; then node_read.sh's), defined, then ``read_node``, which runs each section in a shell of
+    its own from ``GPUOP_READ``.
 
-        node_read("/usr/local/bin/crictl")  # -> "CRICTL=/usr/local/bin/crictl\n...\nread_node"
+        node_read("/usr/local/bin/crictl")  # -> "GPUOP_READ='CRICTL=/usr/local/bin/crictl\n...'\n...\nread_node"
     """
     with open(READ_SH) as f:
         script = f.read()
-    return (f"CRICTL={shlex.quote(crictl)}\nNVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
-            f"{shell_functions()}{script}\nread_node")
+    functions = (f"CRICTL={shlex.quote(crictl)}\nNVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
+                 f"{shell_functions()}{script}")
+    return f"GPUOP_READ={shlex.quote(functions)}\neval \"$GPUOP_READ\"\nread_node"
 
 
 def parse(output: list) -> dict:
     """The read's output (``node_read``), section by section, as ``facts.node.NodeRuntime`` gives it.
 
         parse(["--- gpuop hostname gpu-a"])["hostname"] -> "gpu-a"
+
+    A section that did not end within its deadline (``--- gpuop unread NAME DEADLINE``) is in
+    ``unread`` ({"cdi": "10s", "containerd 812": "10s"}), its part left as never read.
     """
-    result = {"hostname": "", "containerds": [], "crios": [], "kubelet": None}
+    result = {"hostname": "", "containerds": [], "crios": [], "kubelet": None, "unread": {}}
     sections, current = [], None
     for line in output:
-        if line.startswith(_SECTION):
+        if line.startswith(_SECTION + "unread "):
+            name, _, deadline = line[len(_SECTION + "unread "):].strip().rpartition(" ")
+            result["unread"][name] = deadline
+            current = None
+        elif line.startswith(_SECTION):
             current = (line[len(_SECTION):].split(" ", 1), [])
             sections.append(current)
         elif current is not None:
             current[1].append(line)
     daemons, runtime = {}, None
     for (kind, *rest), lines in sections:
-        if kind == "hostname":
+        unread = result["unread"].get(" ".join([kind, *rest]))
+        if unread and kind == "runtime":  # the runtime, its files unread
+            runtime = daemons[rest[0]]
+            runtime["serves"] = True
+        elif unread and kind == "cri":  # crictl, under its own deadline, did not end within the section's
+            runtime["loaded"] = {**cri_answer(["124"]), "error": f"crictl did not answer within {unread}"}
+        elif unread:  # its part left as never read; a process unread is in no list, named by it alone
+            continue
+        elif kind == "hostname":
             result["hostname"] = rest[0].strip() if rest else ""
         elif kind == "kubelet":
             exe, args, endpoint = (lines + ["", "", ""])[:3]

@@ -211,6 +211,54 @@ started() {
     { sub(/^.*\) /, ""); printf "%d\n", boot + int($20 / hz) }' /proc/stat "/proc/$1/stat"
 }
 
+# section NAME SECONDS FUNCTION [ARG...]: the section "--- gpuop NAME", what FUNCTION prints, in a
+# shell of its own (GPUOP_READ: the whole read) under a deadline of its own. One that does not end
+# in time (a file read that blocks: a FIFO, a hung mount) is ended with all it started (timeout
+# signals its process group) and named "--- gpuop unread NAME SECONDS": the rest is still read.
+section() {
+  s=$1 t=$2; shift 2
+  echo "--- gpuop $s"
+  timeout -k 2 "$t" sh -c "$GPUOP_READ"'
+"$@"' sh "$@" </dev/null
+  r=$?
+  [ "$r" -ne 124 ] && [ "$r" -ne 137 ] || echo "--- gpuop unread $s ${t}s"
+}
+
+# described KIND PID: a process's section: its binary, command line (base64), then where it
+# talks: kubelet its endpoint; containerd its config, socket and restart binary; CRI-O its config,
+# drop-in folder and socket.
+described() {
+  kind_of "$2" "$1"
+  e=$(readlink "/proc/$2/exe") e=${e% (deleted)}
+  echo "$e"
+  base64 -w0 <"/proc/$2/cmdline"; echo
+  case $kind in
+  kubelet) kubelet_endpoint "$2"; echo "$ke" ;;
+  crio) crio_flags "$2"; printf "%s\n%s\n%s\n" "$cfg" "$dir" "$addr" ;;
+  *) daemon_flags "$2"; restart_binary "$e"; printf "%s\n%s\n%s\n" "$cfg" "$addr" "$b" ;;
+  esac
+}
+
+# runtime_files CFG [DIR]: the runtime's files on one line, an empty one where none: a
+# containerd's (written), or a CRI-O's config and every file of its drop-in folder DIR.
+runtime_files() {
+  if [ $# -eq 1 ]; then written "$1" | grep . || echo; return 0; fi
+  c=$1 d=$2
+  set --
+  for f in "$c" "$d"/*; do [ -f "$f" ] && set -- "$@" "$f"; done
+  { [ $# -eq 0 ] || gpuop_tar "$@"; } | grep . || echo
+}
+
+# crio_status BINARY SOCKET: CRI-O's own status API (where the node has no crictl), its status.
+crio_status() { timeout -k 2 10 "$1" status --socket "$2" config 2>/dev/null; echo "$?"; }
+
+# nvidia_found: the NVIDIA runtime binaries where k3s looks for them at its start.
+nvidia_found() { for f in $NVIDIA_BINARIES; do [ -f "$f" ] && echo "$f"; done; return 0; }
+
+# The deadlines of the sections: one that only reads files or /proc, one whose commands have
+# deadlines of their own (a binary's merge: its version, its merge, its words again; crictl).
+FILES_S=10 MERGE_S=100 CRI_S=15
+
 read_node() {
   echo "--- gpuop hostname $(cat /proc/sys/kernel/hostname)"
   ke= list=
@@ -221,21 +269,15 @@ read_node() {
     p=${x#*:}
     kind_of "$p" "${x%:*}" || continue
     case $kind in containerd|crio) args "$p" | runs_subcommand "$kind" && continue ;; esac
-    echo "--- gpuop $kind $p"
-    e=$(readlink "/proc/$p/exe") e=${e% (deleted)}
-    echo "$e"
-    base64 -w0 <"/proc/$p/cmdline"; echo
-    if [ "$kind" = kubelet ]; then kubelet_endpoint "$p"; echo "$ke"; continue; fi
-    if [ "$kind" = crio ]; then
-      crio_flags "$p"
-      printf "%s\n%s\n%s\n" "$cfg" "$dir" "$addr"
-      list="$list$p|$addr|$cfg|$e|$dir\n"
-      continue
-    fi
-    daemon_flags "$p"
-    restart_binary "$e"
-    printf "%s\n%s\n%s\n" "$cfg" "$addr" "$b"
-    list="$list$p|$addr|$cfg|$b|\n"
+    d=$(section "$kind $p" "$FILES_S" described "${x%:*}" "$p")
+    printf "%s\n" "$d"
+    case $d in *"--- gpuop unread "*) continue ;; esac  # named unread: not taken for the runtime
+    e=$(echo "$d" | sed -n 2p) l4=$(echo "$d" | sed -n 4p) l5=$(echo "$d" | sed -n 5p) l6=$(echo "$d" | sed -n 6p)
+    case $kind in
+    kubelet) ke=$l4 ;;
+    crio) list="$list$p|$l6|$l4|$e|$l5\n" ;;
+    *) list="$list$p|$l5|$l4|$l6|\n" ;;
+    esac
   done
   # CRI is asked of one daemon, the node's runtime: the one on kubelet's endpoint; with no
   # kubelet, the only one, or the one on the default socket. Asking another is not read-only:
@@ -247,35 +289,24 @@ read_node() {
     elif [ "$n" -gt 1 ]; then
       same_socket "$addr" "$DEFAULT_SOCKET" || continue
     fi
-    echo "--- gpuop runtime $p"
     if [ -n "$dir" ]; then  # CRI-O: its config and every file of its drop-in folder
-      set --
-      for f in "$cfg" "$dir"/*; do [ -f "$f" ] && set -- "$@" "$f"; done
-      { [ $# -eq 0 ] || gpuop_tar "$@"; } </dev/null | grep . || echo
-      echo "--- gpuop restart"
-      crio_restart "$exe" "$cfg" "$dir" "$p" </dev/null
+      section "runtime $p" "$FILES_S" runtime_files "$cfg" "$dir"
+      section restart "$MERGE_S" crio_restart "$exe" "$cfg" "$dir" "$p"
     else
-      ( written "$cfg" ) </dev/null | grep . || echo
-      echo "--- gpuop restart"
-      gpuop_restart "$exe" "$cfg" </dev/null
+      section "runtime $p" "$FILES_S" runtime_files "$cfg"
+      section restart "$MERGE_S" gpuop_restart "$exe" "$cfg"
     fi
-    echo "--- gpuop started"  # a kubelet's event older than this daemon is not its word
-    started "$p"
-    echo "--- gpuop cri"
-    out=$(gpuop_cri "$CRICTL" "$addr" </dev/null)
+    section started "$FILES_S" started "$p"  # a kubelet's event older than this daemon is not its word
+    out=$(section cri "$CRI_S" gpuop_cri "$CRICTL" "$addr")
     printf "%s\n" "$out"
-    echo "--- gpuop cdi"
-    cdi_specs "$out"
+    section cdi "$FILES_S" cdi_specs "$out"
     if [ -n "$dir" ]; then
       if [ "$(printf "%s\n" "$out" | tail -n 1)" = 127 ]; then  # no crictl: CRI-O's own status API
-        echo "--- gpuop status"
-        timeout -k 2 10 "$exe" status --socket "$addr" config 2>/dev/null </dev/null; echo "$?"
+        section status "$CRI_S" crio_status "$exe" "$addr"
       fi
-      echo "--- gpuop hooks"
-      crio_hooks "$out" </dev/null
+      section hooks "$FILES_S" crio_hooks "$out"
     else
-      echo "--- gpuop nvidia"  # what k3s and RKE2 would register at their next start (gpuop.judgment.regen)
-      for f in $NVIDIA_BINARIES; do [ -f "$f" ] && echo "$f"; done
+      section nvidia "$FILES_S" nvidia_found  # what k3s and RKE2 would register at their next start (gpuop.judgment.regen)
     fi
     break
   done

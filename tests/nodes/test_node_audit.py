@@ -443,12 +443,14 @@ def test_a_containerd_that_stops_answering_is_named_and_the_rest_is_reported(sim
 
 
 def test_a_node_whose_read_hangs_mid_command_is_named_within_its_deadline(simulated):
-    """A node whose SSH session hangs mid-command (its config a FIFO that no one writes, as a
-    file on a hung NFS mount reads) ends at the read's deadline (10 s here), is named in one sentence, and
-    the rest of the fleet is reported."""
+    """A node whose SSH session hangs mid-command (its crictl leaves a process of a session of its
+    own holding the read's output, past every section's deadline, as a stuck child does) ends at the
+    read's deadline (10 s here), is named in one sentence, and the rest of the fleet is reported."""
     nodes, _, root = simulated
     key, pubkey = simnodes.keypair(root)
-    hung = Node("gpu-hung", "2.4.2", after=[f"rm {layouts.CONFIG}", f"mkfifo {layouts.CONFIG}"])
+    hung = Node("gpu-hung", "2.4.2", before=[write_file("/run/crictl-stuck", "#!/bin/sh\nsetsid sleep 600 &\nexec sleep 600\n"),
+                                              "chmod +x /run/crictl-stuck"],
+                knobs={"crictl_binary": "/run/crictl-stuck"})
     try:
         simnodes.start(hung, root, pubkey)
         healthy = next(n for n in nodes if n.name == "gpu-healthy")
@@ -500,6 +502,36 @@ def test_a_node_whose_crictl_hangs_is_judged_on_the_rest_its_loaded_view_named_u
     assert unread["detail"] == ("what containerd 2.4.2 holds was not read: crictl did not answer within 10s (crictl "
                                 "itself hung, past its own 3 s deadline): nothing is judged against the loaded view, "
                                 "the rest is")
+
+
+def test_a_node_whose_cdi_spec_blocks_reads_is_judged_on_the_rest_its_cdi_named_unread(simulated):
+    """A node whose CDI spec directory holds a file that blocks reads (a FIFO in /var/run/cdi, which
+    containerd 1.7 with CDI off never opens, as a file on a hung mount reads): its cdi section ends
+    at its own deadline (10 s), named unread; the node is judged on every other section, and the
+    read goes on to the next (nvidia)."""
+    nodes, _, root = simulated
+    key, pubkey = simnodes.keypair(root)
+    stuck = Node("gpu-cdi-stuck", "1.7.35", before=["mkdir -p /run/cdi", "mkfifo /run/cdi/stuck.yaml"])
+    try:
+        simnodes.start(stuck, root, pubkey)
+        os.makedirs(os.path.join(root, "cdi-stuck"))
+        path = nodesfiles.nodes_file([stuck], key, os.path.join(root, "cdi-stuck", "nodes.yaml"), {})
+        report = os.path.join(root, "cdi-stuck", "fleet.json")
+        run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py",
+                     timeout_s=120)
+    finally:
+        simnodes.stop(stuck)
+    with open(report) as f:
+        got = json.load(f)
+    assert got["unread"] == [], run.log[-3000:]
+    entry = got["nodes"]["gpu-cdi-stuck"]
+    assert (entry["loaded_from"], entry["cri_after_restart"]) == ("cri", "ok"), entry
+    assert entry["written"] == entry["loaded"] == entry["after_restart"] == ["runc"], entry
+    assert sorted(g["kind"] for g in entry["gaps"]) == ["no-node-object", "view-unread"], entry["gaps"]
+    (unread,) = [g for g in entry["gaps"] if g["kind"] == "view-unread"]
+    assert (unread["subject"], unread["views"]) == ("containerd", ["loaded"])
+    assert unread["detail"].startswith("the CDI specs in the spec directories of containerd 1.7.35 were not read: "
+                                       "their read did not end within 10s"), unread
 
 
 def test_a_cluster_that_cannot_be_read_is_named(simulated):
