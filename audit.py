@@ -11,7 +11,7 @@ CI or a maintenance window. Safe on any host, any time: it changes nothing.
 from pyinfra import host
 
 from runbook import planning
-from runbook import target
+from runbook import lab_host, target
 
 planning.install()  # pyinfra's planning, made cheaper (runbook/planning.py)
 if target.in_fleet(host):  # a real GPU node (nodes.py): only this audit loads the kubernetes client
@@ -22,6 +22,6 @@ else:  # a lab host
     from runbook.lab_audit import audit_lab
     from runbook.preflight import reachable
 
-    lab, at = target.checked(host)
+    lab, at = lab_host.checked(host)
     reachable(lab)  # read-only: no run lock, but the cluster must answer
     audit_lab(lab, at)

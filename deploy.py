@@ -9,11 +9,11 @@ from pyinfra import host
 
 from runbook import planning
 from runbook import incident
-from runbook import target
+from runbook import lab_host
 from runbook.preflight import preflight
 
 planning.install()  # pyinfra's planning, made cheaper (runbook/planning.py)
-lab, at = target.checked(host)  # every knob parsed and checked: a bad one stops the run here
+lab, at = lab_host.checked(host)  # every knob parsed and checked: a bad one stops the run here
 preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
 if lab.replay:
     incident.reset_lab(lab, at)  # 0. back to before step 1, to replay the whole incident

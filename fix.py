@@ -13,7 +13,7 @@ a repaired lab changes nothing. ``deploy.py`` brings the incident back.
 from pyinfra import host
 
 from runbook import planning
-from runbook import repair, target
+from runbook import lab_host, repair, target
 from runbook.incident import merge_report
 from runbook.lab_audit import audit_lab
 from runbook.preflight import preflight
@@ -24,7 +24,7 @@ if target.in_fleet(host):  # a real GPU node (nodes.py)
 
     repair_node(target.node_checked(host), reporter=host.data.get("gpuop_target") == "fleet")
 else:  # a lab host
-    lab, at = target.checked(host)  # every knob parsed and checked: a bad one stops the run here
+    lab, at = lab_host.checked(host)  # every knob parsed and checked: a bad one stops the run here
     preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
     repair.preflight(lab)  # the lab's own containerd to restart; a toolkit request every node can take
     repair.runtime(lab, at)  # 1. a drop-in that survives the merge; restart once, if the forecast is ok

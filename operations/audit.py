@@ -9,8 +9,8 @@ from gpuop.judgment.lab_audit import audit
 from gpuop.outputs.tables import host_table
 
 from .files import text
-from .kube import found
 from .poll import failure
+from .reads import found
 from .reports import Unobservable, containerd_views
 
 

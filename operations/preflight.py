@@ -9,7 +9,7 @@ from gpuop.judgment.cluster import nodes_too_small
 from gpuop.judgment.leases import stalled_components
 
 from . import reads
-from .kube import found
+from .reads import found
 from .poll import failure
 
 

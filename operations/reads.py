@@ -272,3 +272,45 @@ def moved(waiting_host):
     reads = _all_reads(waiting_host).get(waiting_host.name)
     if reads is not None:
         reads.cluster = reads.containerd = None
+
+
+def _plural(kind: str) -> str:
+    return kind + ("es" if kind.endswith("s") else "s")
+
+
+def _wanted(resources):
+    """``(plural kind, name or None)`` for each resource as ``kubectl get`` takes it."""
+    for resource in (resources,) if isinstance(resources, str) else resources:
+        if "/" in resource:
+            kind, name = resource.split("/", 1)
+            yield _plural(kind), name
+        else:
+            yield from ((kind, None) for kind in resource.split(","))
+
+
+def found(resources, namespace=None, context="", in_wait=False, all_namespaces=False) -> list:
+    """
+    Live objects: ``resources`` as ``kubectl get`` takes them (``"nodes"``, ``"pod/cuda-probe"``,
+    ``"daemonsets,pods"``, or several), in ``namespace`` (None for cluster-scoped kinds) or in all
+    of them. Answered from the run's cluster read when it holds their kinds; read now otherwise,
+    and always in a wait (``in_wait``: polled live; a cluster that does not answer raises
+    ``ClusterUnanswered``).
+
+    .. code:: python
+
+        found(("namespace/gpu-lab", "serviceaccount/default"), namespace="gpu-lab")
+    """
+    wanted = list(_wanted(resources))
+    if in_wait or not all(in_scope(kind, context) for kind, _ in wanted):
+        return host.get_fact(KubeObjects, resources=resources, namespace=namespace, context=context,
+                             all_namespaces=all_namespaces, unanswered_raises=in_wait)
+    return [o for o in objects()
+            if (all_namespaces or o["metadata"].get("namespace") in (None, namespace))
+            and any(_plural(o["kind"].lower()) == kind and name in (None, o["metadata"]["name"])
+                    for kind, name in wanted)]
+
+
+def live_object(resource, namespace=None, context="", in_wait=False):
+    """The live object (``"kind/name"``), or None (see ``found``)."""
+    objects = found(resource, namespace, context, in_wait)
+    return objects[0] if objects else None

@@ -17,7 +17,8 @@ from gpuop.outputs.reports import render, stamp_holds
 
 from . import reads
 from .files import text
-from .kube import applied, daemonset_and_pods, deleted, found, live_object, node_gpus
+from .kube import applied, daemonset_and_pods, deleted, node_gpus
+from .reads import found, live_object
 from .reports import moment_holds, recorded
 
 

@@ -22,13 +22,14 @@ from gpuop.layout import Layout
 from operations import containerd as lab_containerd
 from operations import kube, reads, reports, rewind
 from operations.files import text
-from operations.kube import daemonset_and_pods, found, live_object
+from operations.kube import daemonset_and_pods
+from operations.reads import found, live_object
 from operations.summary import at_end
 
-from . import manifests, target
+from . import lab_host, manifests
 from .manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, KUBELET_NODE_REPORTS, REPORTS,
                         RUNTIME_CLASS, TIME_SLICING, TOOLKIT, manifest)
-from .target import lab_daemon
+from .lab_host import lab_daemon
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project: files/, templates/
 
@@ -55,7 +56,7 @@ def reset_lab(lab, at: Layout):
 
 @deploy("Step 1: containerd main config")
 def containerd_config(lab, at: Layout):
-    text(name="config.toml", path=at.config_toml, content=tomli_w.dumps(target.lab_config(lab, at)))
+    text(name="config.toml", path=at.config_toml, content=tomli_w.dumps(lab_host.lab_config(lab, at)))
 
 
 @deploy("Step 2: the toolkit's nvidia drop-in, and nobody restarts containerd")
@@ -66,7 +67,7 @@ def nvidia_dropin(lab, at: Layout):
             name="The lab containerd runs, started before the drop-in existed",
             daemon=daemon, dropin_glob=at.dropin_glob, aside=at.dropins_aside,
             timeout_s=lab.wait_timeout_s)
-    systemd = containerd.systemd_cgroup(target.lab_config(lab, at))  # the toolkit follows runc's driver
+    systemd = containerd.systemd_cgroup(lab_host.lab_config(lab, at))  # the toolkit follows runc's driver
     text(name="conf.d/99-nvidia.toml", path=at.nvidia_dropin,
          content=tomli_w.dumps(containerd.nvidia_dropin(systemd=systemd)))
 
@@ -221,7 +222,7 @@ def reboot(lab, at: Layout):
 
     def after():
         when, forecast = kube.moment_of(moment), reads.containerd()["restart"]  # a restart changes no file
-        node = kube.live_object(f"node/{lab.kubelet_node}", context=ctx, in_wait=True)
+        node = live_object(f"node/{lab.kubelet_node}", context=ctx, in_wait=True)
         if when is None or node is None or forecast is None:
             raise reports.Unobservable(f"no restart recorded in {moment}, no node {lab.kubelet_node}, or no forecast")
         return reboot_lines(forecast["cri_ok"], node, when)

@@ -9,7 +9,7 @@ from gpuop.layout import Layout
 from operations import audit as audits
 
 from .manifests import OPERATOR_NAMESPACE, TIME_SLICING
-from .target import lab_daemon
+from .lab_host import lab_daemon
 
 
 @deploy("Audit: written against loaded against scheduled")

@@ -10,9 +10,9 @@ from operations import kube
 from operations import preflight as checks
 from operations.files import text
 
-from . import manifests, target
+from . import lab_host, manifests
 from .incident import gpu_objects
-from .target import lab_daemon
+from .lab_host import lab_daemon
 
 NODE_RUNTIMES = ("runc", "nvidia")  # what a healthy GPU node's containerd holds
 
@@ -29,7 +29,7 @@ def preflight(lab):
 @deploy("Repair 1: a drop-in containerd keeps whole, loaded by one restart")
 def runtime(lab, at: Layout):
     daemon = lab_daemon(lab, at)
-    main = target.lab_config(lab, at)
+    main = lab_host.lab_config(lab, at)
     text(name="config.toml", path=at.config_toml, content=tomli_w.dumps(main))
     lab_containerd.surviving_dropin(name="conf.d/99-nvidia.toml, as this containerd's merge keeps it",
                                     path=at.nvidia_dropin, daemon=daemon, main_doc=main,
