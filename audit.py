@@ -10,17 +10,17 @@ CI or a maintenance window. Safe on any host, any time: it changes nothing.
 
 from pyinfra import host
 
-from runbook import planning
-from runbook import lab_host, target
+from runbook.replay import lab_host
+from runbook.run import planning, target
 
-planning.install()  # pyinfra's planning, made cheaper (runbook/planning.py)
+planning.install()  # pyinfra's planning, made cheaper (runbook/run/planning.py)
 if target.in_fleet(host):  # a real GPU node (nodes.py): only this audit loads the kubernetes client
-    from runbook.node_audit import audit_node
+    from runbook.audit.node_steps import audit_node
 
     audit_node(target.node_checked(host), reporter=host.data.get("gpuop_target") == "fleet")
 else:  # a lab host
-    from runbook.lab_audit import audit_lab
-    from runbook.preflight import reachable
+    from runbook.audit.lab_steps import audit_lab
+    from runbook.run.preflight import reachable
 
     lab, at = lab_host.checked(host)
     reachable(lab)  # read-only: no run lock, but the cluster must answer

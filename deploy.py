@@ -7,12 +7,11 @@ its report reads what is live. Rerun freely; a converged lab changes nothing.
 
 from pyinfra import host
 
-from runbook import planning
-from runbook import incident
-from runbook import lab_host
-from runbook.preflight import preflight
+from runbook.replay import incident, lab_host
+from runbook.run import planning
+from runbook.run.preflight import preflight
 
-planning.install()  # pyinfra's planning, made cheaper (runbook/planning.py)
+planning.install()  # pyinfra's planning, made cheaper (runbook/run/planning.py)
 lab, at = lab_host.checked(host)  # every knob parsed and checked: a bad one stops the run here
 preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
 if lab.replay:

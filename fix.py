@@ -12,15 +12,16 @@ a repaired lab changes nothing. ``deploy.py`` brings the incident back.
 
 from pyinfra import host
 
-from runbook import planning
-from runbook import lab_host, repair, target
-from runbook.incident import merge_report
-from runbook.lab_audit import audit_lab
-from runbook.preflight import preflight
+from runbook.audit.lab_steps import audit_lab
+from runbook.repair import lab_steps as repair
+from runbook.replay import lab_host
+from runbook.replay.incident import merge_report
+from runbook.run import planning, target
+from runbook.run.preflight import preflight
 
-planning.install()  # pyinfra's planning, made cheaper (runbook/planning.py)
+planning.install()  # pyinfra's planning, made cheaper (runbook/run/planning.py)
 if target.in_fleet(host):  # a real GPU node (nodes.py)
-    from runbook.node_repair import repair_node
+    from runbook.repair.node_steps import repair_node
 
     repair_node(target.node_checked(host), reporter=host.data.get("gpuop_target") == "fleet")
 else:  # a lab host

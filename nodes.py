@@ -11,7 +11,7 @@ file's ``defaults`` and its own ``overrides`` entry; the cluster is the one ``ku
 deadline ``cluster_read_timeout_s``), and that
 read is the run's one read of it. A node with ``reach: cluster`` (or all, ``--data
 reach=cluster``) is read through the cluster instead of SSH: it is ``@kubenode/NODE``
-(connectors/kubenode.py), and needs no address. A file or a cluster that cannot be used is one
+(runbook/reach/kubenode.py), and needs no address. A file or a cluster that cannot be used is one
 sentence, never a traceback.
 """
 
@@ -20,7 +20,7 @@ import sys
 
 from pyinfra.api.exceptions import InventoryError
 
-from runbook.fleet_inventory import NodesUnusable, fleet_hosts
+from runbook.reach.fleet_inventory import NodesUnusable, fleet_hosts
 
 try:
     gpu_nodes = fleet_hosts(sys.argv, os.environ)

@@ -1,10 +1,18 @@
-"""The runbooks' steps, each a named pyinfra deploy, called in order by the entry points at the
-top level: ``deploy.py`` (the incident), ``fix.py`` (the repair) and ``audit.py`` (the audits).
+"""The product's pyinfra half, by room: what pyinfra asks for (deploy files' steps as ``@deploy``s,
+operations, facts, a connector), each in the room of what it serves. The entry points at the top
+level (``deploy.py``, ``fix.py``, ``audit.py``, ``nodes.py``) call the steps; every room imports only
+the rooms below it and ``gpuop`` (docs/layout.md).
 
-- ``target``: a lab host or a real node as a target: its knobs, its layout, what its run reads;
-- ``manifests``: the incident's objects by name, rendered from ``templates/``;
-- ``preflight``: what every lab run checks before it changes anything;
-- ``incident``: the eight steps of the incident, the replay's reset and the reboot;
-- ``repair``: the repair's steps;
-- ``lab_audit`` and ``node_audit``: the audit of a lab host, and of a real GPU node.
+- ``replay``: the lab's replay of the incident (deploy.py): its eight steps, the lab host as a
+  target, its containerd, its cluster objects, its reports and their rewind;
+- ``audit``: the audits, of a lab host and of real GPU nodes;
+- ``repair``: the repairs, of a lab host and of real GPU nodes (the rollout);
+- ``run``: what every run shares: its state, its batched reads, its waits, its lock, its
+  preflight, its last words, a node's knobs, pyinfra's planning made cheaper;
+- ``reach``: pyinfra's questions to a target (facts), the ``@kubenode`` connector, and the
+  nodes a run reaches (``fleet_inventory``).
 """
+
+import os
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project: group_data/, templates/, files/

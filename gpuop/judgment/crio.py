@@ -108,7 +108,7 @@ def restart_forecast(merged: dict, binaries: dict) -> Forecast:
 def restart_answer(lines: list) -> dict:
     """What the read printed for the restart view: ``crio version``'s Version line, the binary's
     own merge (or its refusal after ``MERGE_FAILED``), then ``PATHS`` and the runtime binaries.
-    As ``facts.containerd.restart_answer``: the version and ``Forecast``'s fields; None where the
+    As ``runbook.reach.containerd.restart_answer``: the version and ``Forecast``'s fields; None where the
     merge printed is not TOML.
 
         restart_answer(["Version: 1.36.3", "[crio]", ..., "--- runtime paths", "crun|/usr/bin/crun|yes"])
@@ -133,7 +133,7 @@ def restart_answer(lines: list) -> dict:
 
 def status_answer(lines: list) -> dict:
     """What ``crio status config`` printed (the running daemon's config, through its own API on
-    its socket), then its exit status, as a CRI answer (``facts.containerd.cri_answer``'s shape,
+    its socket), then its exit status, as a CRI answer (``runbook.reach.containerd.cri_answer``'s shape,
     ``via`` "status"); None where it did not answer.
 
         status_answer(["[crio.runtime]", 'default_runtime = "runc"', ..., "0"])

@@ -7,7 +7,7 @@ So on those nodes "after a restart" is the regenerated file, not the file on dis
 toolkit wrote into ``config.toml`` (or into a drop-in that only its ``imports`` reach: the built-in
 template has none) is gone after the restart.
 
-Plain data in (the daemon's files as ``facts.node.NodeRuntime`` reads them, the NVIDIA runtime
+Plain data in (the daemon's files as ``runbook.reach.node.NodeRuntime`` reads them, the NVIDIA runtime
 binaries found on the node), plain data out.
 """
 

@@ -1,5 +1,5 @@
 """One view of a node's runtime, whatever the target: a lab host (its lab containerd, read by the
-lab's facts) or a real node (read by ``facts.node.NodeRuntime`` in one command), or a node judged from
+lab's facts) or a real node (read by ``runbook.reach.node.NodeRuntime`` in one command), or a node judged from
 the API alone. Every audit judges this one shape (``gpuop.judgment.rules.findings``).
 
     {"runtime": "containerd" or "cri-o", "version": "1.6.20",
@@ -93,7 +93,7 @@ def unknown_view(**given) -> dict:
 
 
 def loaded_part(answer: dict | None) -> dict:
-    """The loaded view's keys from a CRI answer (``facts.containerd.cri_answer``'s shape).
+    """The loaded view's keys from a CRI answer (``runbook.reach.containerd.cri_answer``'s shape).
 
         loaded_part({"cri": "ok", "runtimes": ["runc"], "default_runtime": "runc", "crictl": True, ...})
         -> {"loaded": ["runc"], "loaded_from": "cri", "cri_error": "", "default_runtime": "runc"}
@@ -124,7 +124,7 @@ def cdi_part(answer: dict | None, version: str, gpu_specs: list) -> dict:
 
 
 def restart_part(restart: dict | None, version: str, asked: str = "", runtime: str = RUNTIME, unread: str = "") -> dict:
-    """The after-a-restart view's keys from the binary's own merge (``facts.containerd.restart_answer``
+    """The after-a-restart view's keys from the binary's own merge (``runbook.reach.containerd.restart_answer``
     or a ``Forecast``'s fields); ``asked``: the binary, said where it was not there to ask;
     ``unread``: the deadline its read did not end within.
 

@@ -1,5 +1,5 @@
 """The operator's kubeconfig on this machine, as a client of the kubernetes library: the fleet
-audit's cluster read and its reads through a node's Pod (``connectors.kubenode``). Only they
+audit's cluster read and its reads through a node's Pod (``runbook.reach.kubenode``). Only they
 import this module: the lab's runs never load the kubernetes client (a second to import)."""
 
 import os

@@ -1,6 +1,6 @@
 """A real node's one read: the shell it runs (``node_read.sh``, beside this file, and the shell it
 shares with the lab's facts, ``gpuop.reach.shell``) and its output read back (``parse``). The fleet
-audit's fact (``facts.node.NodeRuntime``) and the node agent send the same command.
+audit's fact (``runbook.reach.node.NodeRuntime``) and the node agent send the same command.
 """
 
 import base64
@@ -32,7 +32,7 @@ def node_read(crictl: str = "crictl") -> str:
 
 
 def parse(output: list) -> dict:
-    """The read's output (``node_read``), section by section, as ``facts.node.NodeRuntime`` gives it.
+    """The read's output (``node_read``), section by section, as ``runbook.reach.node.NodeRuntime`` gives it.
 
         parse(["--- gpuop hostname gpu-a"])["hostname"] -> "gpu-a"
 

@@ -1,4 +1,4 @@
-# The node audit's one read of a real node (facts/node.py, NodeRuntime, sends this file whole as
+# The node audit's one read of a real node (runbook/reach/node.py, NodeRuntime, sends this file whole as
 # one command, then `read_node`): what runs (every containerd and CRI-O, kubelet, k3s), which
 # runtime serves kubelet, and for that one its files, its own merge of them, and its CRI answer,
 # in sections "--- gpuop KIND ...". Read-only: it writes no file and leaves no socket.

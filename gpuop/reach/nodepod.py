@@ -1,7 +1,7 @@
 """A node read through the cluster: the short-lived Pod that runs one command on a node, as
 ``kubectl debug node/NAME --profile=sysadmin`` does, and what its log and status say.
 
-Plain data in and out; ``connectors.kubenode`` creates, watches and deletes the Pod. The Pod runs
+Plain data in and out; ``runbook.reach.kubenode`` creates, watches and deletes the Pod. The Pod runs
 the command in the node's own namespaces (``nsenter -t 1``: host PID, so PID 1 is the node's
 init) by the node's own ``/bin/sh`` (a path: busybox's nsenter would run its own applets for a
 bare ``sh``, and the node's tools are the ones to ask), privileged, bound to the node by name (no scheduler) and tolerating every taint. Its

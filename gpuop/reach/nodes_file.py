@@ -108,7 +108,7 @@ def cluster_hosts(objects: list, nodes: NodesFile, knobs, where: str) -> list:
 
 def inventory_names(hosts: list, source: str) -> list:
     """The hosts as pyinfra's inventory names them: a node read over SSH by its own name, one
-    read through the cluster (``reach: cluster``) as ``@kubenode/NODE`` (connectors.kubenode),
+    read through the cluster (``reach: cluster``) as ``@kubenode/NODE`` (runbook.reach.kubenode),
     NODE its ``node_name``, else the host's name. Two hosts on one node that way are refused.
 
         inventory_names([("gpu-a", {"reach": "cluster", "node_name": "ip-10-0-0-7"})], "nodes.yaml")

@@ -1,7 +1,7 @@
 """The shell gpuop sends to a node or a lab host, in a file of its own (``shell.sh``:
 ``gpuop_cri``, ``gpuop_restart``, ``gpuop_tar``), and what it prints, read back: a containerd
 asked through CRI (``cri_answer``), a binary's own merge of its files at its next start
-(``restart_answer``), files as one line (``untarred``). The lab's facts (``facts/``) and the node's
+(``restart_answer``), files as one line (``untarred``). The lab's facts (``runbook/reach``) and the node's
 read (``node_read``) send ``shell_functions()`` before their own commands.
 """
 

@@ -123,7 +123,7 @@ def diff(path: str, before: str | None, after: str) -> list:
 
 def plan_node(name: str, read: dict, view: dict, gaps: list, objects: list, gpu_handler: str,
               toolkit: dict | None = None) -> dict:
-    """What repairing node ``name`` takes, from its read (``facts.node.NodeRuntime``), view and
+    """What repairing node ``name`` takes, from its read (``runbook.reach.node.NodeRuntime``), view and
     gaps (``gpuop.judgment.rules.judge``: the plan decides nothing the judgment did not find).
 
         plan_node("gpu-a", read, view, judge(view, objects, "gpu-a")["gaps"], objects, "nvidia")
@@ -133,7 +133,7 @@ def plan_node(name: str, read: dict, view: dict, gaps: list, objects: list, gpu_
     ``action``: ``none`` (healthy, or no GPU handler meant here), ``repair``, or ``blocked`` (what
     gpuop cannot repair here, said in ``why``). ``files``: each file that changes (``path``,
     ``before``, ``after``, ``diff``, ``by``), the root config first where an import must be added.
-    ``toolkit``: the node's nvidia-ctk and the drop-in it would write (``facts.node.ToolkitDropin``):
+    ``toolkit``: the node's nvidia-ctk and the drop-in it would write (``runbook.reach.node.ToolkitDropin``):
     on containerd 2.x its drop-in is the one written, where it is in a version the root's takes.
     """
     pods = [p for p in of_kind(objects, "Pod") if p["spec"].get("nodeName") == name]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import tomli_w
 
-from facts.containerd import ContainerdRestart
+from runbook.reach.containerd import ContainerdRestart
 from gpuop.judgment import containerd
 from tests.helpers.proc import run
 

@@ -3,7 +3,7 @@
 
 from pyinfra import host
 
-from operations.files import text
+from runbook.run.files import text
 
 size = int(host.data.get("size"))
 line = "0123456789abcdef" * 4 + "\n"

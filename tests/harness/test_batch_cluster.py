@@ -1,9 +1,9 @@
 """A batched read whose cluster part gets no answer: that part is its own exception, carrying
-kubectl's own words, and the parts beside it still answer (facts/batch.py, with a real kubectl)."""
+kubectl's own words, and the parts beside it still answer (runbook/reach/batch.py, with a real kubectl)."""
 
-from facts.batch import Batch
-from facts.files import Files
-from facts.kube import ClusterUnanswered, KubeObjects
+from runbook.reach.batch import Batch
+from runbook.reach.files import Files
+from runbook.reach.kube import ClusterUnanswered, KubeObjects
 from tests.helpers.proc import run
 
 

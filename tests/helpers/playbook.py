@@ -67,7 +67,7 @@ _COMMAND = "Running command on "  # the local and SSH connectors' debug line
 
 def target_commands(log: str) -> list:
     """The commands a --debug run executed on its targets, in order, as ``(host, what)``: what
-    is the fact a read was for (``"facts.batch.Batch (parts=..."``), or ``"change"``."""
+    is the fact a read was for (``"runbook.reach.batch.Batch (parts=..."``), or ``"change"``."""
     found, fact = [], None
     for line in log.splitlines():
         if "Getting fact: " in line:
@@ -85,7 +85,7 @@ def reads_repeated(log: str) -> list:
     wait's poll, the API server's dry run) counts as a change: it is made when the world moves."""
     repeated, since = [], set()
     for _, what in target_commands(log):
-        if what.startswith("facts.batch.Batch"):
+        if what.startswith("runbook.reach.batch.Batch"):
             parts = re.findall(r"<class '([\w.]+)'>", what)
             repeated += [p for p in parts if p in since]
             since |= set(parts)

@@ -113,7 +113,7 @@ def test_the_cluster_reach_reports_what_ssh_reports_field_for_field(reach):
     assert through["nodes"]["reach-incident"]["runtime_handlers"] is None
     # one command per node, each in one read Pod; none left, and nothing else changed on the nodes
     assert sorted((host, fact.split(" ")[0]) for host, fact in target_commands(run.log)) == sorted(
-        (f"@kubenode/{n.name}", "facts.node.NodeRuntime") for n in nodes), run.log[-3000:]
+        (f"@kubenode/{n.name}", "runbook.reach.node.NodeRuntime") for n in nodes), run.log[-3000:]
     assert read_pods() == []
     for n in nodes:
         eventually(f"node {n.name} as before the read (its read Pod's containers and files gone)",

@@ -159,10 +159,10 @@ def test_second_run_changes_nothing(incident):
     # Read once, decide everywhere: the lock taken and one batched read of files, cluster and
     # containerd in one round trip, then the lock's release.
     commands = [what for _, what in target_commands(run.log)]
-    assert [what.split(" (")[0] for what in commands] == ["facts.batch.Batch", "change"], commands
+    assert [what.split(" (")[0] for what in commands] == ["runbook.reach.batch.Batch", "change"], commands
     read = re.findall(r"<class '([\w.]+)'>", commands[0])
-    assert read == ["pyinfra.facts.server.Command", "facts.files.Files", "facts.kube.KubeObjects",
-                    "facts.containerd.LabContainerd", "facts.containerd.ContainerdRestart"], read
+    assert read == ["pyinfra.facts.server.Command", "runbook.reach.files.Files", "runbook.reach.kube.KubeObjects",
+                    "runbook.reach.containerd.LabContainerd", "runbook.reach.containerd.ContainerdRestart"], read
     assert "mkdir /tmp/gpuop-" in commands[0] and "first_alone=True" in commands[0], commands[0]
 
 
@@ -193,10 +193,10 @@ def test_a_fresh_run_reads_nothing_twice_between_two_changes(tmp_path):
     assert run.code == 0, run.log
     assert f"taking over {LAB_LOCK} from a run that is gone" in run.log
     assert reads_repeated(run.log) == []
-    batches = [what for _, what in target_commands(run.log) if what.startswith("facts.batch.Batch")]
+    batches = [what for _, what in target_commands(run.log) if what.startswith("runbook.reach.batch.Batch")]
     # Files are read at the start and once more after the drop-ins were set aside and put back;
     # every file the run writes after that is known without reading it back.
-    assert sum("facts.files.Files" in b for b in batches) == 2, batches
+    assert sum("runbook.reach.files.Files" in b for b in batches) == 2, batches
     audit = deploy(root, debug=True, script="audit.py")
     assert audit.code != 0  # the incident has gaps
     assert len(target_commands(audit.log)) <= 6

@@ -5,8 +5,8 @@ import pytest
 
 from pyinfra.api import FactBase
 
-from facts.batch import Batch, PartFailed
-from facts.files import Files
+from runbook.reach.batch import Batch, PartFailed
+from runbook.reach.files import Files
 
 from tests.helpers.proc import run as run_process
 
@@ -74,7 +74,7 @@ def test_the_first_part_alone_ends_before_the_others_start(tmp_path):
 
 
 def test_the_server_s_refusal_is_its_own_line_not_kubectl_s_warning():
-    from facts.kube import ServerAnswer
+    from runbook.reach.kube import ServerAnswer
 
     answer = ServerAnswer().process([
         "refused Warning: resource runtimeclasses/nvidia is missing the kubectl.kubernetes.io/last-applied-configuration annotation",
@@ -91,7 +91,7 @@ def test_the_server_s_refusal_is_its_own_line_not_kubectl_s_warning():
 def test_kubectl_runs_with_its_collector_off_up_to_a_memory_limit_within_its_deadline(tmp_path):
     """The helper's command line, run by a shell as on a target: kubectl (here a script that
     says what it got) sees GOGC=off and GOMEMLIMIT through timeout, and its own arguments."""
-    from facts.kube import kubectl
+    from runbook.reach.kube import kubectl
 
     fake = tmp_path / "kubectl"
     fake.write_text('#!/bin/sh\necho "GOGC=$GOGC GOMEMLIMIT=$GOMEMLIMIT args=$*"\n')

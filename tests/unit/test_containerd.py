@@ -6,7 +6,7 @@ import pytest
 
 import tomli_w
 
-from facts.containerd import ContainerdRestart
+from runbook.reach.containerd import ContainerdRestart
 from tests.containerd.matrix import outcome
 from gpuop.judgment import containerd
 from gpuop.judgment.tomlpath import find_tables, key_path, quote_key

@@ -5,8 +5,8 @@ the cluster's own rules (``cluster_gaps``) judge a fleet as the lab's audit judg
 import ast
 import pathlib
 
-import operations.node_audit
-import operations.node_repair
+import runbook.audit.node_audit
+import runbook.repair.rollout
 from gpuop.judgment import lab_audit as audit
 from gpuop.judgment import rules
 from tests.helpers.plans import plan_of
@@ -35,16 +35,16 @@ def test_the_lab_audit_the_node_audit_the_plan_and_the_audit_after_give_one_verd
     plan = plan_of("gpu-a", r, view, objects, "nvidia")
     assert plan["why"].endswith("the running daemon's status names it, its sandboxes refuse it (ml/job)")
     # the same state with no gap given: the plan finds no refusal of its own
-    blind = operations.node_repair.plan_node("gpu-a", r, view, [], objects, "nvidia")
+    blind = runbook.repair.rollout.plan_node("gpu-a", r, view, [], objects, "nvidia")
     assert blind["action"] == "none"
 
 
 def test_every_caller_goes_through_the_one_door():
-    assert operations.node_audit.judge is rules.judge and operations.node_repair.judge is rules.judge
+    assert runbook.audit.node_audit.judge is rules.judge and runbook.repair.rollout.judge is rules.judge
     assert audit.judge is rules.judge
     # ``findings`` and ``node_entry`` are called by ``judge`` alone
     callers = set()
-    for path in [*ROOT.glob("gpuop/**/*.py"), *ROOT.glob("operations/*.py"), *ROOT.glob("runbook/*.py"), *ROOT.glob("*.py")]:
+    for path in [*ROOT.glob("gpuop/**/*.py"), *ROOT.glob("runbook/**/*.py"), *ROOT.glob("*.py")]:
         for call in ast.walk(ast.parse(path.read_text())):
             if isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", "")) in ("findings", "node_entry"):
                 callers.add(path.relative_to(ROOT).as_posix())
@@ -94,23 +94,46 @@ def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab():
 # Each room of gpuop/ and what it may import of the project: no arrow back up.
 ROOMS = {"judgment": {"judgment"}, "outputs": {"judgment", "outputs"}, "reach": {"judgment", "reach", "knobs", "layout"},
          "repair": {"judgment", "reach", "repair", "layout"}}
+# runbook/, pyinfra's half, by room from the bottom up: each imports gpuop and the rooms before it.
+RUNBOOK_ROOMS = ("reach", "run", "replay", "audit", "repair")
+
+
+def _imported(path: pathlib.Path) -> list:
+    """Every module ``path`` imports, by its dotted name."""
+    names = []
+    for statement in ast.walk(ast.parse(path.read_text())):
+        if isinstance(statement, ast.ImportFrom):
+            names.append(statement.module or "")
+        elif isinstance(statement, ast.Import):
+            names += [a.name for a in statement.names]
+    return names
 
 
 def test_the_rooms_import_only_the_rooms_below_them():
     for room, allowed in ROOMS.items():
         for path in sorted((ROOT / "gpuop" / room).glob("*.py")):
-            for statement in ast.walk(ast.parse(path.read_text())):
-                names = ([statement.module or ""] if isinstance(statement, ast.ImportFrom) else
-                         [a.name for a in statement.names] if isinstance(statement, ast.Import) else [])
-                for name in names:
-                    parts = name.split(".")
-                    if parts[0] in ("facts", "operations", "runbook", "connectors", "lab", "pyinfra"):
-                        raise AssertionError(f"{path.relative_to(ROOT)} imports {name}: a room below pyinfra's")
-                    if parts[0] == "gpuop" and len(parts) > 1:
-                        assert parts[1] in allowed, f"{path.relative_to(ROOT)} imports {name}, above its room {room}"
-                    if room == "judgment":
-                        assert parts[0] not in ("kubernetes", "prometheus_client", "urllib3"), \
-                            f"{path.relative_to(ROOT)} imports {name}: the judgment does no I/O"
+            for name in _imported(path):
+                parts = name.split(".")
+                if parts[0] in ("runbook", "lab", "pyinfra"):
+                    raise AssertionError(f"{path.relative_to(ROOT)} imports {name}: a room below pyinfra's")
+                if parts[0] == "gpuop" and len(parts) > 1:
+                    assert parts[1] in allowed, f"{path.relative_to(ROOT)} imports {name}, above its room {room}"
+                if room == "judgment":
+                    assert parts[0] not in ("kubernetes", "prometheus_client", "urllib3"), \
+                        f"{path.relative_to(ROOT)} imports {name}: the judgment does no I/O"
+
+
+def test_the_runbook_rooms_import_only_the_rooms_below_them():
+    assert sorted(p.name for p in (ROOT / "runbook").iterdir() if p.is_dir() and p.name != "__pycache__") == \
+        sorted(RUNBOOK_ROOMS), "a room of runbook/ not in the order"
+    for rank, room in enumerate(RUNBOOK_ROOMS):
+        for path in sorted((ROOT / "runbook" / room).glob("*.py")):
+            for name in _imported(path):
+                parts = name.split(".")
+                assert parts[0] != "lab", f"{path.relative_to(ROOT)} imports {name}: the lab's machinery"
+                if parts[0] == "runbook" and len(parts) > 1:
+                    assert parts[1] in RUNBOOK_ROOMS[:rank + 1], \
+                        f"{path.relative_to(ROOT)} imports {name}, above its room {room}"
 
 
 def test_a_crictl_that_hangs_leaves_the_loaded_view_unread_named_and_the_rest_judged():

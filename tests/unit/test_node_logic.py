@@ -7,7 +7,7 @@ import tarfile
 import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
-from facts.node import NodeRuntime
+from runbook.reach.node import NodeRuntime
 from gpuop.judgment.containerd import seed_config, nvidia_dropin
 from gpuop.judgment.rules import cluster_gaps
 from gpuop.judgment.rules import findings, node_entry, sandbox_error
@@ -222,7 +222,7 @@ def test_node_runtime_parses_its_sections():
 
 
 def test_crictl_words_without_its_log_decoration():
-    from facts.containerd import cri_answer
+    from runbook.reach.containerd import cri_answer
     line = ('time="2026-12-01T11:11:59Z" level=fatal msg="validate service connection: validate CRI v1 runtime '
             'API for endpoint \\"unix:///run/containerd/containerd.sock\\": rpc error: code = Unimplemented desc '
             '= unknown service runtime.v1.RuntimeService"')
@@ -269,7 +269,7 @@ def test_a_gpu_pod_without_a_class_needs_the_default_runtime_or_cdi_with_a_spec(
 
 
 def test_the_cdi_view_is_read_from_crictl_and_the_spec_dirs():
-    from facts.containerd import cri_answer
+    from runbook.reach.containerd import cri_answer
 
     answer = cri_answer(['{"config": {"enableCDI": true, "cdiSpecDirs": ["/etc/cdi", "/var/run/cdi"],',
                          ' "containerd": {"runtimes": {"runc": {}}, "defaultRuntimeName": "runc"}}}', "0"])
@@ -280,7 +280,7 @@ def test_the_cdi_view_is_read_from_crictl_and_the_spec_dirs():
 def test_cdi_unsaid_is_on_from_2_0_and_off_before():
     """containerd 2.4's CRI status has no enableCDI (CDI is always on there): a GPU Pod with no
     RuntimeClass on it is judged by its specs, not refused as "CDI off"; 1.7 unsaid is off."""
-    from facts.containerd import cri_answer
+    from runbook.reach.containerd import cri_answer
 
     unsaid = cri_answer(['{"config": {"cdiSpecDirs": ["/etc/cdi", "/var/run/cdi"],',
                          ' "containerd": {"runtimes": {"runc": {}}, "defaultRuntimeName": "runc"}}}', "0"])

@@ -13,7 +13,7 @@ from pyinfra.api import arguments, facts
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations import server
 
-from runbook import planning
+from runbook.run import planning
 
 DEPLOY = "deploy_under_test.py"
 # A deploy file as pyinfra runs one: compiled and exec'd, calling down through functions of

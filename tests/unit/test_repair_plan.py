@@ -5,8 +5,8 @@ import tomllib
 
 import tomli_w
 
-from facts.containerd import cri_answer
-from facts.node import ToolkitDropin
+from runbook.reach.containerd import cri_answer
+from runbook.reach.node import ToolkitDropin
 from gpuop.judgment import crio
 from gpuop.judgment.containerd import nvidia_dropin, runtime_names, seed_config
 from gpuop.judgment.view import node_view

@@ -1,1 +1,0 @@
-"""pyinfra connectors of the project: @kubenode, a node read through its cluster."""

@@ -1,1 +1,0 @@
-"""Custom pyinfra facts: questions asked on the target about what is live."""
