@@ -36,3 +36,24 @@ gpuop_restart() {
     fi
   }
 }
+
+# gpuop_toolkit_dropin RUNTIME CONFIG DROPIN DEADLINE DIR...: the node's own nvidia-ctk (on PATH,
+# else in a DIR: where the GPU Operator installs it, off PATH), its version, then the drop-in it
+# would write for RUNTIME's CONFIG at DROPIN (`runtime configure --dry-run`, which writes nothing).
+# CRI-O's it prints alone (its log on stderr, left out): marked here as nvidia-ctk marks its own.
+# Nothing where the node has no nvidia-ctk.
+gpuop_toolkit_dropin() {
+  rt=$1 cfg=$2 dropin=$3 t=$4
+  shift 4
+  ctk=$(command -v nvidia-ctk) || for c in "$@"; do [ -x "$c/nvidia-ctk" ] && ctk=$c/nvidia-ctk && break; done
+  [ -n "$ctk" ] || return 0
+  echo "$ctk"
+  timeout -k 2 10 "$ctk" --version 2>&1 | head -n 1
+  set -- runtime configure --runtime="$rt" --config="$cfg" --drop-in-config="$dropin" --config-source=file --dry-run
+  if [ "$rt" = crio ]; then
+    echo "Drop-in config:"
+    timeout -k 2 "$t" "$ctk" "$@" 2>/dev/null
+  else
+    timeout -k 2 "$t" "$ctk" "$@" 2>&1
+  fi
+}

@@ -11,7 +11,6 @@ from runbook.replay.lab_host import lab_daemon
 from runbook.replay.manifests import OPERATOR_NAMESPACE, TIME_SLICING
 
 
-
 @deploy("Audit: written against loaded against scheduled")
 def audit_lab(lab, at: Layout):
     audits.audit_report(name="Findings", path=at.report("audit.json"), config=at.config_toml,

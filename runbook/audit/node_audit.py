@@ -14,15 +14,14 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
-from runbook.reach.node import NodeRuntime
-from runbook.run.state import run_of
 from gpuop.judgment.condition import agents_report
 from gpuop.judgment.rules import DRIVER, cluster_gaps, judge
 from gpuop.judgment.view import api_view, node_view
 from gpuop.outputs.tables import fleet_table
 from gpuop.outputs.textfile import registry_of, write_reports
 from gpuop.reach.kubeapi import ClusterUnreadable, api_client, in_words, inventory_read, read_cluster
-
+from runbook.reach.node import NodeRuntime
+from runbook.run.state import run_of
 
 
 class NodeAudit:

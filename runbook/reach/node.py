@@ -10,6 +10,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from gpuop.reach.node_read import node_read, parse
+from gpuop.reach.shell import shell_functions
 
 
 class NodeRuntime(FactBase):
@@ -87,13 +88,8 @@ class ToolkitDropin(FactBase):
         return None
 
     def command(self, config, dropin, runtime="containerd", timeout_s=30):
-        dirs = " ".join(f"{shlex.quote(d)}/nvidia-ctk" for d in TOOLKIT_DIRS)
-        configure = (f'timeout -k 2 {int(timeout_s)} "$ctk" runtime configure --runtime={shlex.quote(runtime)} '
-                     f"--config={shlex.quote(config)} --drop-in-config={shlex.quote(dropin)} --config-source=file --dry-run")
-        # for CRI-O it prints the drop-in alone on its output (its log on stderr, left out), unmarked
-        configure = f"echo '{_DROPIN_MARK}'; {configure} 2>/dev/null" if runtime == "crio" else f"{configure} 2>&1"
-        return (f"ctk=$(command -v nvidia-ctk || for c in {dirs}; do [ -x \"$c\" ] && echo \"$c\" && break; done) || true; "
-                '[ -n "$ctk" ] || exit 0; echo "$ctk"; timeout -k 2 10 "$ctk" --version 2>&1 | head -n 1; ' + configure)
+        args = " ".join(shlex.quote(a) for a in (runtime, config, dropin, str(int(timeout_s)), *TOOLKIT_DIRS))
+        return f"{shell_functions()}gpuop_toolkit_dropin {args}"
 
     def process(self, output):
         if not output:

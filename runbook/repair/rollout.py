@@ -22,10 +22,6 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import DeployError
 
-from runbook.audit.node_audit import cluster_objects
-from runbook.reach.node import node_read, NodeRuntime, ToolkitDropin
-from runbook.run.files import inline_write
-from runbook.run.state import run_of
 from gpuop.judgment import crio
 from gpuop.judgment.containerd import release
 from gpuop.judgment.rules import cluster_gaps, judge
@@ -34,8 +30,13 @@ from gpuop.layout import node_backup_of
 from gpuop.outputs.tables import fleet_table
 from gpuop.outputs.textfile import repair_registry, write_reports
 from gpuop.reach.kubeapi import api_client, in_words, read_cluster
+from gpuop.reach.node_read import node_read
 from gpuop.repair import drain as nodes
 from gpuop.repair.plan import free_devices, free_gpus, plan_lines, plan_node
+from runbook.audit.node_audit import cluster_objects
+from runbook.reach.node import NodeRuntime, ToolkitDropin
+from runbook.run.files import inline_write
+from runbook.run.state import run_of
 
 
 REQUEST_DEADLINE_S = 20  # each request of the rollout to the API server (a cordon, an eviction, a read)

@@ -10,17 +10,14 @@ import tomli_w
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
+from gpuop.judgment.containerd import repaired_dropin, runtime_names
+from gpuop.layout import STOP_GRACE_S, backup_of
 from runbook.reach.batch import Batch
 from runbook.reach.containerd import ContainerdRestart, LabContainerd
 from runbook.reach.files import Files, shell_glob
 from runbook.run import reads
 from runbook.run.files import inline_write as _inline_write, text
 from runbook.run.poll import failure, poll, until
-from gpuop.judgment.containerd import repaired_dropin, runtime_names
-from gpuop.layout import STOP_GRACE_S, backup_of
-
-
-
 
 
 @dataclass(frozen=True)

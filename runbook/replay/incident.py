@@ -19,17 +19,16 @@ from gpuop.judgment.objects import of_kind
 from gpuop.judgment.scheduling import pod_scheduled
 from gpuop.judgment.slots import replicas_of, sharing_config, slot_lines
 from gpuop.layout import Layout
+from runbook import PROJECT
 from runbook.replay import containerd as lab_containerd, kube, lab_host, manifests, reports, rewind
 from runbook.replay.kube import daemonset_and_pods
 from runbook.replay.lab_host import lab_daemon
+from runbook.replay.manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, KUBELET_NODE_REPORTS, REPORTS,
+                                      RUNTIME_CLASS, TIME_SLICING, TOOLKIT, manifest)
 from runbook.run import reads
 from runbook.run.files import text
 from runbook.run.reads import found, live_object
-from runbook import PROJECT
 from runbook.run.summary import at_end
-from runbook.replay.manifests import (GPU_NAMESPACE, GPU_POD, MANIFESTS, OPERATOR_NAMESPACE, KUBELET_NODE_REPORTS, REPORTS,
-                        RUNTIME_CLASS, TIME_SLICING, TOOLKIT, manifest)
-
 
 
 def gpu_objects(lab, at: Layout):

@@ -7,17 +7,16 @@ import yaml
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
-from runbook.reach.kube import kubectl, KUBECTL_DEADLINE_S, ServerAnswer
-from runbook.run import reads
-from runbook.run.files import text
-from runbook.run.poll import awaited, failure, until
-from runbook.run.reads import found, live_object
 from gpuop.judgment.cluster import (GPU, advertised, describe_rollout, node_ready, ready_condition, reported_since,
                            rollout_complete, rollout_settled, sandbox_failure)
 from gpuop.judgment.objects import differences, of_kind
 from gpuop.judgment.scheduling import pod_scheduled
 from gpuop.judgment.view import api_handlers
-
+from runbook.reach.kube import kubectl, KUBECTL_DEADLINE_S, ServerAnswer
+from runbook.run import reads
+from runbook.run.files import text
+from runbook.run.poll import awaited, failure, until
+from runbook.run.reads import found, live_object
 
 
 def ref(obj: dict) -> str:

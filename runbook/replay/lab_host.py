@@ -16,7 +16,6 @@ from runbook.replay.manifests import KUBELET_NODE_REPORTS, MANIFESTS, REPORTS
 from runbook.run import reads
 
 
-
 def lab_daemon(lab, at: Layout):
     """The lab node's own containerd daemon, or None where the knobs say the lab runs none.
 

@@ -4,13 +4,12 @@ from datetime import datetime, timezone
 
 from pyinfra.api import operation
 
+from gpuop.judgment.cluster import nodes_too_small
+from gpuop.judgment.leases import stalled_components
 from runbook.reach.kube import ClusterUnanswered
 from runbook.run import reads
 from runbook.run.poll import failure
 from runbook.run.reads import found
-from gpuop.judgment.cluster import nodes_too_small
-from gpuop.judgment.leases import stalled_components
-
 
 
 @operation()

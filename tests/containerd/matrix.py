@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import tomli_w
 
-from runbook.reach.containerd import ContainerdRestart
 from gpuop.judgment import containerd
+from runbook.reach.containerd import ContainerdRestart
 from tests.helpers.proc import run
 
 def _listed(name: str) -> list:

@@ -7,13 +7,13 @@ import tarfile
 import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
-from runbook.reach.node import NodeRuntime
 from gpuop.judgment.containerd import seed_config, nvidia_dropin
 from gpuop.judgment.rules import cluster_gaps
 from gpuop.judgment.rules import findings, node_entry, sandbox_error
 from gpuop.judgment.view import api_view, node_view, written_view
 from gpuop.outputs.tables import fleet_table
 from gpuop.outputs.textfile import textfile
+from runbook.reach.node import NodeRuntime
 
 CONFIG = "/etc/containerd/config.toml"
 SOCKET = "/run/containerd/containerd.sock"

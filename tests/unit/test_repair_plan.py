@@ -5,12 +5,12 @@ import tomllib
 
 import tomli_w
 
-from runbook.reach.containerd import cri_answer
-from runbook.reach.node import ToolkitDropin
 from gpuop.judgment import crio
 from gpuop.judgment.containerd import nvidia_dropin, runtime_names, seed_config
 from gpuop.judgment.view import node_view
 from gpuop.repair.plan import drainable, dropin_target, handler_dropin, plan_lines, with_import
+from runbook.reach.containerd import cri_answer
+from runbook.reach.node import ToolkitDropin
 from tests.helpers.plans import plan_of
 from tests.unit.test_crio_logic import THERE, data, merge_lines
 from tests.unit.test_node_logic import CONFIG, MAIN, RC, daemon, node, pod, read
