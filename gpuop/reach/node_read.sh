@@ -268,11 +268,14 @@ read_node() {
       sed -nE 's@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet|k3s|crio)( \(deleted\))?$@\3:\1@p'); do
     p=${x#*:}
     kind_of "$p" "${x%:*}" || continue
-    case $kind in containerd|crio) args "$p" | runs_subcommand "$kind" && continue ;; esac
+    # a process gone since it was listed (another reader's `containerd config dump` that ended) is none
+    c=$(args "$p" 2>/dev/null) && [ -n "$c" ] || continue
+    case $kind in containerd|crio) printf "%s\n" "$c" | runs_subcommand "$kind" && continue ;; esac
     d=$(section "$kind $p" "$FILES_S" described "${x%:*}" "$p")
-    printf "%s\n" "$d"
-    case $d in *"--- gpuop unread "*) continue ;; esac  # named unread: not taken for the runtime
+    case $d in *"--- gpuop unread "*) printf "%s\n" "$d"; continue ;; esac  # named unread: not the runtime
     e=$(echo "$d" | sed -n 2p) l4=$(echo "$d" | sed -n 4p) l5=$(echo "$d" | sed -n 5p) l6=$(echo "$d" | sed -n 6p)
+    [ -n "$e" ] && [ -n "$(echo "$d" | sed -n 3p)" ] || continue  # gone while it was read
+    printf "%s\n" "$d"
     case $kind in
     kubelet) ke=$l4 ;;
     crio) list="$list$p|$l6|$l4|$e|$l5\n" ;;
