@@ -1,10 +1,13 @@
-# The node audit's one read of a real node (runbook/reach/node.py, NodeRuntime, sends this file whole as
-# one command, then `read_node`): what runs (every containerd and CRI-O, kubelet, k3s), which
-# runtime serves kubelet, and for that one its files, its own merge of them, and its CRI answer,
-# in sections "--- gpuop KIND ...". Read-only: it writes no file and leaves no socket.
+# The node audit's one read of a real node (runbook/reach/node.py, NodeRuntime, and the node agent
+# send this file whole as one command, then `read_node`): what runs (every containerd and CRI-O,
+# kubelet, k3s), which runtime serves kubelet, and for that one its files, its own merge of them,
+# and its CRI answer, in sections "--- gpuop KIND ...", each under a deadline of its own (`section`):
+# one that does not end is named "--- gpuop unread KIND ...", the rest still read. Read-only: it
+# writes no file and leaves no socket.
 #
-# Set before this text by the controller: CRICTL (crictl on the node), NVIDIA_BINARIES (where k3s
-# looks for NVIDIA runtimes at start) and the shell it shares with the lab's facts:
+# Set before this text by the controller, all of it also in GPUOP_READ (what a section's own shell
+# defines first): CRICTL (crictl on the node), NVIDIA_BINARIES (where k3s looks for NVIDIA runtimes
+# at start) and the shell it shares with the lab's facts:
 #   gpuop_tar FILE...         the files, tarred, gzipped and base64'd on one line
 #   gpuop_restart BINARY CFG  the binary's version and its own merge of CFG (its next start's)
 #   gpuop_cri CRICTL ADDRESS  `crictl info` on the socket, then crictl's exit status
