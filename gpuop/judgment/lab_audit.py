@@ -6,9 +6,9 @@ the fleet audit's, naming the views it joins; everything else the audit reads
 """
 
 from gpuop.judgment.cluster import allocatable_count, rollout_status
-from gpuop.judgment.gaps import gap
 from gpuop.judgment.objects import of_kind, ref
-from gpuop.judgment.rules import classed_pods, gpus_held, judge, kubelet_agrees, overcommitted, sandbox_refusal, stalled_rollout
+from gpuop.judgment.rules import (classed_pods, gpus_held, judge, kubelet_agrees, overcommitted, sandbox_refusal,
+                                  stalled_rollout, time_slicing_gaps, unloaded_class)
 from gpuop.judgment.scheduling import pod_scheduled, reasons, unschedulable
 from gpuop.judgment.slots import replicas_of
 from gpuop.judgment.view import api_handlers
@@ -45,13 +45,9 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
     classes = []
     for rc in of_kind(objects, "RuntimeClass"):
         users = [ref(p) for p in pods if p["spec"].get("runtimeClassName") == rc["metadata"]["name"]]
-        ok = rc["handler"] in loaded
-        classes.append({"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": ok, "pods": users})
-        if not ok:
-            gaps.append(gap("runtimeclass-handler-not-loaded", rc["metadata"]["name"], ["scheduled", "loaded"],
-                            f"RuntimeClass {rc['metadata']['name']}: handler {rc['handler']} not "
-                            f"loaded; its Pods fail as soon as they are recreated: "
-                            f"{', '.join(users) or 'none now'}"))
+        classes.append({"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": rc["handler"] in loaded,
+                        "pods": users})
+        gaps += [g for g in [unloaded_class(rc, loaded, pods)] if g]
 
     ts_ref = time_slicing["configmap"]
     cm = next((c for c in of_kind(objects, "ConfigMap") if ref(c) == ts_ref), None)
@@ -67,15 +63,9 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
             expected = time_slicing["physical_gpus"] * replicas
             entry["time_sliced"] = {"physical": time_slicing["physical_gpus"], "replicas": replicas,
                                     "expected": expected}
-            warnings.append(gap("time-sliced-memory-shared", name, ["scheduled"],
-                                f"node {name}: {replicas} time-sliced slots per GPU share the GPU's "
-                                f"whole {time_slicing['vram_per_gpu_gib']} GiB; a slot is guaranteed "
-                                "0 GiB, with no memory or fault isolation (time-slicing's design, "
-                                "not a fault to repair)"))
-            if advertised != expected:
-                gaps.append(gap("time-slicing-mismatch", name, ["written", "scheduled"],
-                                f"node {name} advertises {advertised} GPUs, but {ts_ref} gives "
-                                f"{time_slicing['physical_gpus']} x {replicas} = {expected}"))
+            mismatch, shared = time_slicing_gaps(node, replicas, time_slicing)
+            gaps += mismatch
+            warnings += shared
         nodes.append(entry)
 
     pending = {}

@@ -516,6 +516,46 @@ def overcommitted(node: dict, pods: list) -> dict | None:
     return gap("gpus-overcommitted", name, ["scheduled"], f"node {name}: Pods hold {asked} GPUs, it advertises {advertised}")
 
 
+def unloaded_class(rc: dict, loaded: list, pods: list) -> dict | None:
+    """The gap of a RuntimeClass whose handler the one runtime of a lab host does not load, naming
+    the Pods of that class; None where it loads it. (On a fleet, ``cluster_gaps`` asks whether any
+    judged runtime loads it.)
+
+        unloaded_class({"metadata": {"name": "nvidia"}, "handler": "nvidia"}, ["runc"], pods)
+        -> {"kind": "runtimeclass-handler-not-loaded", "subject": "nvidia", ...}
+    """
+    if rc["handler"] in loaded:
+        return None
+    name = rc["metadata"]["name"]
+    users = [ref(p) for p in pods if p["spec"].get("runtimeClassName") == name]
+    return gap("runtimeclass-handler-not-loaded", name, ["scheduled", "loaded"],
+               f"RuntimeClass {name}: handler {rc['handler']} not loaded; its Pods fail as soon as they are "
+               f"recreated: {', '.join(users) or 'none now'}")
+
+
+def time_slicing_gaps(node: dict, replicas: int, time_slicing: dict) -> tuple:
+    """The time-sliced node's gap and warning: it advertising other than its physical GPUs times the
+    replicas of its time-slicing ConfigMap (``time-slicing-mismatch``; none where it agrees), and its
+    slots sharing each GPU's whole memory (``time-sliced-memory-shared``: by design, a warning).
+
+    + time_slicing: {"physical_gpus", "vram_per_gpu_gib", "configmap": "ns/name"}
+
+        time_slicing_gaps(node, 4, {"physical_gpus": 2, "vram_per_gpu_gib": 80, "configmap": "gpu/ts"})
+        -> ([{"kind": "time-slicing-mismatch", ...}], [{"kind": "time-sliced-memory-shared", ...}])
+    """
+    name, advertised = node["metadata"]["name"], allocatable_count(node)
+    expected = time_slicing["physical_gpus"] * replicas
+    warning = gap("time-sliced-memory-shared", name, ["scheduled"],
+                  f"node {name}: {replicas} time-sliced slots per GPU share the GPU's whole "
+                  f"{time_slicing['vram_per_gpu_gib']} GiB; a slot is guaranteed 0 GiB, with no memory or fault "
+                  "isolation (time-slicing's design, not a fault to repair)")
+    mismatch = [] if advertised == expected else [
+        gap("time-slicing-mismatch", name, ["written", "scheduled"],
+            f"node {name} advertises {advertised} GPUs, but {time_slicing['configmap']} gives "
+            f"{time_slicing['physical_gpus']} x {replicas} = {expected}")]
+    return mismatch, [warning]
+
+
 def stalled_rollout(ds: dict, pods: list) -> dict | None:
     """The gap of a DaemonSet whose rollout went as far as it can and is not complete (an updated
     Pod no node takes); None where it is complete or still moving.
