@@ -67,14 +67,14 @@ class RuntimeClasses:
     kept by a watch in a thread of its own, so that a judgment sends no cluster-wide read. Where
     the watch loses its place (the API server away, its version expired), they are listed again.
 
-        classes = RuntimeClasses(api); classes.start(); classes.now()  # -> [{"kind": "RuntimeClass", ...}]
+        classes = RuntimeClasses(api); classes.now(); classes.start()  # now() -> [{"kind": "RuntimeClass", ...}]
     """
 
     WATCH_S = 300  # each watch request's own end, as the API server bounds it (timeoutSeconds)
     RETRY_S = 5  # after a failed list or watch
 
     def __init__(self, api: client.ApiClient):
-        self.api, self.items, self.version = api, {}, None
+        self.api, self.items, self.version, self.watching = api, {}, None, None
 
     def _list(self):
         answer = client.NodeV1Api(self.api).list_runtime_class()
@@ -114,7 +114,11 @@ class RuntimeClasses:
                 time.sleep(self.RETRY_S)
 
     def start(self):
-        threading.Thread(target=self._keep, name="runtimeclasses", daemon=True).start()
+        """The watch's thread, once: started after the first judgment's list, it watches from there
+        (started before, it would list them a second time beside that judgment)."""
+        if self.watching is None:
+            self.watching = threading.Thread(target=self._keep, name="runtimeclasses", daemon=True)
+            self.watching.start()
 
 
 def node_objects(api: client.ApiClient, node: str, classes: RuntimeClasses) -> list:
@@ -258,14 +262,13 @@ def main(argv: list | None = None) -> int:
     api = metrics.counted(client_of(a.kubeconfig))
     enter = shlex.split(a.enter)
     classes = RuntimeClasses(api)
-    if not a.once:
-        classes.start()
     while True:
         try:
             written = judge_once(api, a.node, enter, a.crictl, a.gpu_handler, a.gpu_driver, a.read_deadline_s, metrics,
                                  classes)
             if a.once:
                 return {"False": 0, "True": 1}.get(written["status"], 2)
+            classes.start()
         except Exception as e:  # noqa: BLE001 (an API server away is waited out: the agent lives on)
             metrics.failures.labels("cluster").inc()
             LOG.warning("node %s: not judged this time: %s", a.node, in_words(e, REQUEST_DEADLINE_S))

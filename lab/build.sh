@@ -207,7 +207,7 @@ build_nvidia_ctk() {  # the CLI, the GPU Operator's installer, the runtime and i
 build_agent_site() {  # from PyPI, as the image's pip would install them
   local python=${PYTHON:-$here/../.venv/bin/python}
   # shellcheck disable=SC2046 # one requirement a word
-  "$python" -m pip install --quiet --disable-pip-version-check --no-compile --target "$cache/site.new" \
+  timeout -k 10 900 "$python" -m pip install --quiet --disable-pip-version-check --no-compile --target "$cache/site.new" \
     $("$python" -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
       "$here/../pyproject.toml")
   rm -rf "$cache/site" && mv "$cache/site.new" "$cache/site"
@@ -276,7 +276,7 @@ agent-site)
 agent-image)  # the project as its wheel installs it, then the archive
   site=$("$0" agent-site)
   python=${PYTHON:-$here/../.venv/bin/python}
-  rm -rf "$cache/project" && "$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-compile \
+  rm -rf "$cache/project" && timeout -k 10 900 "$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-compile \
     --target "$cache/project" "$here/.." >>"$build_log" 2>&1 ||
     { tail -n 20 "$build_log" >&2; exit 1; }
   rm -rf "$here/../build"  # setuptools' own leftovers in the repository

@@ -15,8 +15,8 @@ pids_with_arg() {
 # `config`, with no file) starts every sandbox with, where nothing names another.
 sandbox_image() {
   case ${1##*/} in
-  crio) "$1" --config /dev/null config 2>/dev/null | sed -n 's/^#\{0,1\} *pause_image = "\(.*\)"/\1/p' ;;
-  *) "$1" config default 2>/dev/null | sed -n "s/^ *sandbox\(_image\)\{0,1\} = [\"']\([^\"']*\)[\"']/\2/p" ;;
+  crio) timeout -k 2 30 "$1" --config /dev/null config 2>/dev/null | sed -n 's/^#\{0,1\} *pause_image = "\(.*\)"/\1/p' ;;
+  *) timeout -k 2 30 "$1" config default 2>/dev/null | sed -n "s/^ *sandbox\(_image\)\{0,1\} = [\"']\([^\"']*\)[\"']/\2/p" ;;
   esac | head -n 1
 }
 

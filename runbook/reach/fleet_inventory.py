@@ -4,6 +4,7 @@ from the cluster's GPU nodes where the file lists none.
     gpu_nodes = fleet_hosts(sys.argv, os.environ)   # nodes.py
 """
 
+import functools
 import logging
 import os
 import runpy
@@ -23,13 +24,29 @@ SSH_HANDSHAKE_S = 8
 SSH_HANDSHAKE = {"banner_timeout": SSH_HANDSHAKE_S, "auth_timeout": SSH_HANDSHAKE_S}
 
 
+@functools.cache
+def _group_data() -> dict:
+    return runpy.run_path(GROUP_DATA)
+
+
 def _asked(nodes, argv, keys: tuple) -> dict:
     """Knobs the inventory itself needs (which cluster lists the GPU nodes, the read's deadline,
     where the nodes come from), parsed: group_data's defaults, the nodes file's, then ``--data``
     (pyinfra hands those to the hosts only after the inventory)."""
-    group = runpy.run_path(GROUP_DATA)
-    asked = {**{k: group[k] for k in keys}, **nodes.defaults, **cli_data(argv, keys)}
+    asked = {**{k: _group_data()[k] for k in keys}, **nodes.defaults, **cli_data(argv, keys)}
     return {k: NODE_PARSERS[k](k, asked.get(k)) for k in keys}
+
+
+def _cluster_read(nodes, argv, why: str) -> tuple:
+    """The run's one read of the cluster (``read_for_inventory``: once a run, however often asked)
+    and where it was read from; one that fails is one sentence, ending in ``why`` it was read.
+    Only here does the inventory load the kubernetes client."""
+    from gpuop.reach.kubeapi import ClusterUnreadable, read_for_inventory
+    cluster = _asked(nodes, argv, CLUSTER_KEYS)
+    try:
+        return read_for_inventory(*(cluster[k] for k in CLUSTER_KEYS), nodes.node_selector)
+    except ClusterUnreadable as e:
+        raise NodesUnusable(f"{e}; {why}") from None
 
 
 def _flagged(found: list, nodes, argv) -> list:
@@ -40,12 +57,8 @@ def _flagged(found: list, nodes, argv) -> list:
 
     from gpuop.judgment.condition import agents_report
     from gpuop.judgment.objects import of_kind
-    from gpuop.reach.kubeapi import ClusterUnreadable, read_for_inventory
-    cluster = _asked(nodes, argv, CLUSTER_KEYS)
-    try:  # where the cluster listed the nodes, that same read
-        objects, where = read_for_inventory(*(cluster[k] for k in CLUSTER_KEYS), nodes.node_selector)
-    except ClusterUnreadable as e:
-        raise NodesUnusable(f"{e}; nodes_from=agents takes the nodes from their agents' conditions there") from None
+    # where the cluster listed the nodes, that same read
+    objects, where = _cluster_read(nodes, argv, "nodes_from=agents takes the nodes from their agents' conditions there")
     kept, left = flagged_by_agents(found, agents_report(of_kind(objects, "Node"), datetime.now(timezone.utc)))
     logger.info(f"--> the nodes their agents say a gap of ({where}): {', '.join(n for n, _ in kept) or 'none'}")
     for line in left:
@@ -78,14 +91,9 @@ def fleet_hosts(argv: list, environ) -> list:
         hosts = nodes.hosts
         if given.get("reach") == "agent":  # the Nodes' conditions alone: no node is a host
             return [("@local", {**nodes.settings(NODE_PARSERS), "reach": "agent", "gpuop_target": "fleet"})]
-        if hosts is None:  # only the cluster's listing loads the kubernetes client
-            from gpuop.reach.kubeapi import ClusterUnreadable, read_for_inventory
-            cluster = _asked(nodes, argv, CLUSTER_KEYS)
-            try:
-                objects, where = read_for_inventory(*(cluster[k] for k in CLUSTER_KEYS), nodes.node_selector)
-            except ClusterUnreadable as e:
-                raise NodesUnusable(f"{e}; with no hosts in a nodes file, the GPU nodes are listed from the cluster "
-                                    "(or list them: see nodes.example.yaml, GPUOP_NODES)") from None
+        if hosts is None:
+            objects, where = _cluster_read(nodes, argv, "with no hosts in a nodes file, the GPU nodes are listed from "
+                                                        "the cluster (or list them: see nodes.example.yaml, GPUOP_NODES)")
             hosts = cluster_hosts(objects, nodes, NODE_PARSERS, where)
         # paramiko's transport thread logs its own traceback for what pyinfra then says in one line
         logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)

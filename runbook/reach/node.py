@@ -50,6 +50,8 @@ class NodeRuntime(FactBase):
     its config and drop-ins, ``restart`` its binary's own merge (``crio config``, ``gpuop.judgment.crio``)
     and ``hooks`` the OCI hook files naming NVIDIA's hook in the directories it reads.
 
+    A section of the read that did not end within its deadline is in ``unread`` (``gpuop.reach.node_read.parse``).
+
     A daemon that does not serve has ``serves`` False, and empty ``files``, ``loaded`` and
     ``restart``: asking its CRI would not be read-only (a containerd writes its introspection
     uuid at its first CRI Status).
@@ -57,13 +59,14 @@ class NodeRuntime(FactBase):
 
     @staticmethod
     def default():
-        return {"hostname": "", "containerds": [], "crios": [], "kubelet": None}
+        return {"hostname": "", "containerds": [], "crios": [], "kubelet": None, "unread": {}}
 
     def command(self, crictl="crictl"):
         return node_read(crictl)
 
     def process(self, output):
         return parse(output)
+
 
 TOOLKIT_DIRS = ("/usr/local/nvidia/toolkit",)  # where the GPU Operator installs nvidia-ctk, off PATH
 _DROPIN_MARK, _ROOT_MARK = "Drop-in config:", "Top-level config:"

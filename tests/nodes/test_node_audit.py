@@ -474,26 +474,33 @@ def test_a_node_whose_read_hangs_mid_command_is_named_within_its_deadline(simula
     assert "Traceback" not in run.log
 
 
+def audited_alone(simulated, node: Node) -> tuple:
+    """``node`` started beside the fleet, audited alone (a nodes file of its own), then stopped:
+    the run and its report."""
+    _, _, root = simulated
+    key, pubkey = simnodes.keypair(root)
+    folder = os.path.join(root, f"audit-{node.name}")  # beside the node's own folder, root/NAME
+    try:
+        simnodes.start(node, root, pubkey)
+        os.makedirs(folder)
+        path = nodesfiles.nodes_file([node], key, os.path.join(folder, "nodes.yaml"), {})
+        report = os.path.join(folder, "fleet.json")
+        run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py",
+                     timeout_s=120)
+    finally:
+        simnodes.stop(node)
+    with open(report) as f:
+        return run, json.load(f)
+
+
 def test_a_node_whose_crictl_hangs_is_judged_on_the_rest_its_loaded_view_named_unread(simulated):
     """A node whose crictl never answers (a crictl that sleeps, in its /run): its read goes on past
     it (crictl's deadline, 10 s), and the node is judged on its files and its restart's forecast,
     the loaded view named as not read, not taken for a runtime whose CRI is down."""
-    nodes, _, root = simulated
-    key, pubkey = simnodes.keypair(root)
     hung = Node("gpu-crictl-hung", "2.4.2", before=[write_file("/run/crictl-hung", "#!/bin/sh\nexec sleep 600\n"),
                                                       "chmod +x /run/crictl-hung"],
                 knobs={"crictl_binary": "/run/crictl-hung"})
-    try:
-        simnodes.start(hung, root, pubkey)
-        os.makedirs(os.path.join(root, "crictl-hung"))
-        path = nodesfiles.nodes_file([hung], key, os.path.join(root, "crictl-hung", "nodes.yaml"), {})
-        report = os.path.join(root, "crictl-hung", "fleet.json")
-        run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py",
-                     timeout_s=120)
-    finally:
-        simnodes.stop(hung)
-    with open(report) as f:
-        got = json.load(f)
+    run, got = audited_alone(simulated, hung)
     assert got["unread"] == [], run.log[-3000:]
     entry = got["nodes"]["gpu-crictl-hung"]
     assert (entry["loaded_from"], entry["loaded"], entry["cri_after_restart"]) == ("crictl-hung", [], "ok")
@@ -509,20 +516,8 @@ def test_a_node_whose_cdi_spec_blocks_reads_is_judged_on_the_rest_its_cdi_named_
     containerd 1.7 with CDI off never opens, as a file on a hung mount reads): its cdi section ends
     at its own deadline (10 s), named unread; the node is judged on every other section, and the
     read goes on to the next (nvidia)."""
-    nodes, _, root = simulated
-    key, pubkey = simnodes.keypair(root)
     stuck = Node("gpu-cdi-stuck", "1.7.35", before=["mkdir -p /run/cdi", "mkfifo /run/cdi/stuck.yaml"])
-    try:
-        simnodes.start(stuck, root, pubkey)
-        os.makedirs(os.path.join(root, "cdi-stuck"))
-        path = nodesfiles.nodes_file([stuck], key, os.path.join(root, "cdi-stuck", "nodes.yaml"), {})
-        report = os.path.join(root, "cdi-stuck", "fleet.json")
-        run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py",
-                     timeout_s=120)
-    finally:
-        simnodes.stop(stuck)
-    with open(report) as f:
-        got = json.load(f)
+    run, got = audited_alone(simulated, stuck)
     assert got["unread"] == [], run.log[-3000:]
     entry = got["nodes"]["gpu-cdi-stuck"]
     assert (entry["loaded_from"], entry["cri_after_restart"]) == ("cri", "ok"), entry
