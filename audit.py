@@ -11,9 +11,9 @@ CI or a maintenance window. Safe on any host, any time: it changes nothing.
 from pyinfra import host
 
 from runbook.replay import lab_host
-from runbook.run import planning, target
+from runbook.run import overhead, target
 
-planning.install()  # pyinfra's planning, made cheaper (runbook/run/planning.py)
+overhead.install()  # pyinfra's planning and exit, made cheaper (runbook/run/overhead.py)
 if target.in_fleet(host):  # a real GPU node (nodes.py): only this audit loads the kubernetes client
     from runbook.audit.node_steps import audit_node
 

@@ -8,10 +8,10 @@ its report reads what is live. Rerun freely; a converged lab changes nothing.
 from pyinfra import host
 
 from runbook.replay import incident, lab_host
-from runbook.run import planning
+from runbook.run import overhead
 from runbook.run.preflight import preflight
 
-planning.install()  # pyinfra's planning, made cheaper (runbook/run/planning.py)
+overhead.install()  # pyinfra's planning and exit, made cheaper (runbook/run/overhead.py)
 lab, at = lab_host.checked(host)  # every knob parsed and checked: a bad one stops the run here
 preflight(lab)  # one run per lab at a time; kubectl reaches the cluster and its nodes
 if lab.replay:

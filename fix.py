@@ -16,10 +16,10 @@ from runbook.audit.lab_steps import audit_lab
 from runbook.repair import lab_steps as repair
 from runbook.replay import lab_host
 from runbook.replay.incident import merge_report
-from runbook.run import planning, target
+from runbook.run import overhead, target
 from runbook.run.preflight import preflight
 
-planning.install()  # pyinfra's planning, made cheaper (runbook/run/planning.py)
+overhead.install()  # pyinfra's planning and exit, made cheaper (runbook/run/overhead.py)
 if target.in_fleet(host):  # a real GPU node (nodes.py)
     from runbook.repair.node_steps import repair_node
 

@@ -8,7 +8,7 @@ the rooms below it and ``gpuop`` (docs/layout.md).
 - ``audit``: the audits, of a lab host and of real GPU nodes;
 - ``repair``: the repairs, of a lab host and of real GPU nodes (the rollout);
 - ``run``: what every run shares: its state, its batched reads, its waits, its lock, its
-  preflight, its last words, a node's knobs, pyinfra's planning made cheaper;
+  preflight, its last words, a node's knobs, pyinfra's overhead made cheaper;
 - ``reach``: pyinfra's questions to a target (facts), the ``@kubenode`` connector, and the
   nodes a run reaches (``fleet_inventory``).
 """

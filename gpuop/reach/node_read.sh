@@ -188,10 +188,10 @@ crio_hooks() {
 crio_restart() {
   [ -x "$1" ] || return 0
   on_path=$(tr "\0" "\n" <"/proc/$4/environ" 2>/dev/null | sed -n "s/^PATH=//p")
-  timeout -k 2 10 "$1" version 2>/dev/null | sed -n "s/^Version:[[:space:]]*/Version: /p" | head -n 1
-  m=$(timeout -k 2 30 "$1" --config "$2" --config-dir "$3" config 2>/dev/null) || {
+  gpuop_ask 10 "$1" version 2>/dev/null | sed -n "s/^Version:[[:space:]]*/Version: /p" | head -n 1
+  m=$(gpuop_ask 30 "$1" --config "$2" --config-dir "$3" config 2>/dev/null) || {
     echo "--- merge failed"
-    timeout -k 2 30 "$1" --config "$2" --config-dir "$3" config 2>&1 >/dev/null | tail -n 3
+    gpuop_ask 30 "$1" --config "$2" --config-dir "$3" config 2>&1 >/dev/null | tail -n 3
   }
   printf "%s\n" "$m"
   echo "--- runtime paths"
@@ -253,7 +253,7 @@ runtime_files() {
 }
 
 # crio_status BINARY SOCKET: CRI-O's own status API (where the node has no crictl), its status.
-crio_status() { timeout -k 2 10 "$1" status --socket "$2" config 2>/dev/null; echo "$?"; }
+crio_status() { gpuop_ask 10 "$1" status --socket "$2" config 2>/dev/null; echo "$?"; }
 
 # nvidia_found: the NVIDIA runtime binaries where k3s looks for them at its start.
 nvidia_found() { for f in $NVIDIA_BINARIES; do [ -f "$f" ] && echo "$f"; done; return 0; }

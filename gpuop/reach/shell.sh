@@ -2,6 +2,11 @@
 # reads what it prints. It reads GPUOP_CRICTL_S, GPUOP_DUMP_S and GPUOP_DUMP_MIGRATING, set
 # before it (shell.py's shell_functions).
 
+# gpuop_ask SECONDS BINARY ARGS...: a runtime's binary (Go: containerd, crictl, CRI-O, nvidia-ctk)
+# asked one question: ended after SECONDS (killed 2 s later), on one thread of Go's scheduler. One
+# question needs no more, and on a 2-core lab host more threads slowed the read's kubectl beside it.
+gpuop_ask() { GOMAXPROCS=1 timeout -k 2 "$@"; }
+
 # gpuop_tar FILE...: the files named, as one base64 tar on one line; nothing where there are none.
 gpuop_tar() {
   [ $# -eq 0 ] || { tar -czhPf - --no-recursion --ignore-failed-read -- "$@" | base64 -w0; echo; }
@@ -10,7 +15,7 @@ gpuop_tar() {
 # gpuop_cri CRICTL SOCKET: what the containerd on SOCKET holds (`crictl info`), then crictl's exit
 # status. crictl's own deadline is 3 s; GPUOP_CRICTL_S ends one that still hangs.
 gpuop_cri() {
-  timeout -k 2 "$GPUOP_CRICTL_S" "$1" --config /dev/null --runtime-endpoint "unix://$2" --timeout 3s info 2>&1
+  gpuop_ask "$GPUOP_CRICTL_S" "$1" --config /dev/null --runtime-endpoint "unix://$2" --timeout 3s info 2>&1
   echo "$?"
 }
 
@@ -20,19 +25,19 @@ gpuop_cri() {
 # is not there.
 gpuop_restart() {
   [ -x "$1" ] || return 0
-  v=$(timeout -k 2 "$GPUOP_DUMP_S" "$1" --version)
+  v=$(gpuop_ask "$GPUOP_DUMP_S" "$1" --version)
   echo "$v"
   r=$(echo "$v" | awk '{ print $3 }') r=${r#v} r=${r%%[~+-]*}
   sub=dump
   for m in $GPUOP_DUMP_MIGRATING; do [ "$r" != "$m" ] || sub=migrate; done
-  timeout -k 2 "$GPUOP_DUMP_S" "$1" --config "$2" config "$sub" 2>/dev/null || {
+  gpuop_ask "$GPUOP_DUMP_S" "$1" --config "$2" config "$sub" 2>/dev/null || {
     rc=$?
     echo "--- dump failed"
     # one that hung is not asked twice; one that failed is asked again for its own words
     if [ "$rc" -ge 124 ]; then
       echo "config $sub did not answer within ${GPUOP_DUMP_S}s"
     else
-      timeout -k 2 "$GPUOP_DUMP_S" "$1" --config "$2" config "$sub" 2>&1 | tail -n 3
+      gpuop_ask "$GPUOP_DUMP_S" "$1" --config "$2" config "$sub" 2>&1 | tail -n 3
     fi
   }
 }
@@ -48,12 +53,12 @@ gpuop_toolkit_dropin() {
   ctk=$(command -v nvidia-ctk) || for c in "$@"; do [ -x "$c/nvidia-ctk" ] && ctk=$c/nvidia-ctk && break; done
   [ -n "$ctk" ] || return 0
   echo "$ctk"
-  timeout -k 2 10 "$ctk" --version 2>&1 | head -n 1
+  gpuop_ask 10 "$ctk" --version 2>&1 | head -n 1
   set -- runtime configure --runtime="$rt" --config="$cfg" --drop-in-config="$dropin" --config-source=file --dry-run
   if [ "$rt" = crio ]; then
     echo "Drop-in config:"
-    timeout -k 2 "$t" "$ctk" "$@" 2>/dev/null
+    gpuop_ask "$t" "$ctk" "$@" 2>/dev/null
   else
-    timeout -k 2 "$t" "$ctk" "$@" 2>&1
+    gpuop_ask "$t" "$ctk" "$@" 2>&1
   fi
 }

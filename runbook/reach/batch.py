@@ -34,12 +34,13 @@ class Batch(FactBase):
     def command(self, parts, first_alone=False):
         # pyinfra calls command() and process() on one instance: the parts' facts wait here.
         self.facts = [cls() for cls, _ in parts]
-        # The parts run at once (each into its own file), then their outputs are printed in order.
-        runs = [f'( ( {fact.command(**kwargs)} ) >"$d/{i}"; echo "$?" >"$d/{i}.rc" )'
+        # The parts run at once, each into its own file, which ends with its exit status; then
+        # one `cat` prints them in order (a process per part there cost 10 ms on the lab host).
+        runs = [f'( ( {fact.command(**kwargs)} ) >"$d/{i}"; echo "{_PART_END} $?" >>"$d/{i}" )'
                 for i, (fact, (_, kwargs)) in enumerate(zip(self.facts, parts))]
         started = " ".join(f"{run}{';' if first_alone and i == 0 else ' &'}" for i, run in enumerate(runs))
-        return (f'd=$(mktemp -d) && {{ {started} wait; for i in {" ".join(map(str, range(len(parts))))}; '
-                f'do cat "$d/$i"; echo "{_PART_END} $(cat "$d/$i.rc")"; done; rm -rf "$d"; }}')
+        outputs = " ".join(f'"$d/{i}"' for i in range(len(parts)))
+        return f'd=$(mktemp -d) && {{ {started} wait; cat {outputs}; rm -rf "$d"; }}'
 
     def process(self, output):
         results, lines = [], []

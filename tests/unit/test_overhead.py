@@ -1,6 +1,8 @@
-"""gpuop's operation order is pyinfra's own, to the line, without reading source files."""
+"""gpuop's operation order is pyinfra's own, to the line, without reading source files; its
+global arguments are pyinfra's answer, asked once; its process ends without the last collections."""
 
 import logging
+import subprocess
 import sys
 import types
 
@@ -13,7 +15,7 @@ from pyinfra.api import arguments, facts
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations import server
 
-from runbook.run import planning
+from runbook.run import overhead
 
 DEPLOY = "deploy_under_test.py"
 # A deploy file as pyinfra runs one: compiled and exec'd, calling down through functions of
@@ -30,7 +32,7 @@ if True:
 
 def asked_from_pyinfra(state, seen):
     # Both are asked from the same line, so each sees the same stack.
-    seen.append((get_operation_order_from_stack(state), planning.operation_order(state)))
+    seen.append((get_operation_order_from_stack(state), overhead.operation_order(state)))
 
 
 def step_one(state, seen):
@@ -65,11 +67,11 @@ def pyinfra_s_own(monkeypatch):
     """pyinfra's own functions back after the test, and install() not yet called."""
     module = sys.modules["pyinfra.api.operation"]
     monkeypatch.setattr(module, "get_operation_order_from_stack", get_operation_order_from_stack)
-    monkeypatch.setattr(arguments, "all_global_arguments", planning._own_global_arguments)
-    monkeypatch.setattr(facts, "all_global_arguments", planning._own_global_arguments)
-    planning.install.cache_clear()
+    monkeypatch.setattr(arguments, "all_global_arguments", overhead._own_global_arguments)
+    monkeypatch.setattr(facts, "all_global_arguments", overhead._own_global_arguments)
+    overhead.install.cache_clear()
     yield module
-    planning.install.cache_clear()
+    overhead.install.cache_clear()
 
 
 def test_pyinfra_orders_a_real_operation_with_it(monkeypatch, pyinfra_s_own):
@@ -81,10 +83,10 @@ def test_pyinfra_orders_a_real_operation_with_it(monkeypatch, pyinfra_s_own):
         asked.append(ordering_s(state))
         return asked[-1]
 
-    ordering_s = planning.operation_order
-    monkeypatch.setattr(planning, "operation_order", spy)
+    ordering_s = overhead.operation_order
+    monkeypatch.setattr(overhead, "operation_order", spy)
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    assert planning.install() is True
+    assert overhead.install() is True
     inventory = Inventory((["@local"], {}))
     state = State(inventory, Config())
     state.current_deploy_filename = __file__
@@ -99,21 +101,21 @@ def test_pyinfra_orders_a_real_operation_with_it(monkeypatch, pyinfra_s_own):
 def test_install_refuses_another_pyinfra_and_keeps_its_own(monkeypatch, caplog, pyinfra_s_own):
     monkeypatch.setattr(pyinfra, "__version__", "3.11.0")
     with caplog.at_level(logging.WARNING, logger="pyinfra"):
-        assert planning.install() is False
+        assert overhead.install() is False
     assert pyinfra_s_own.get_operation_order_from_stack is get_operation_order_from_stack
-    assert arguments.all_global_arguments is planning._own_global_arguments
+    assert arguments.all_global_arguments is overhead._own_global_arguments
     assert ("gpuop: pyinfra is 3.11.0, and the faster planning was proven on 3.10.0 only: "
             "pyinfra's own is kept") in caplog.text
 
 
 def test_the_global_arguments_are_pyinfra_s_own_answer_asked_once(monkeypatch, pyinfra_s_own):
-    own = planning._own_global_arguments()
+    own = overhead._own_global_arguments()
     assert ("_sudo", bool) in own and ("_timeout", int) in own
     calls = []
-    monkeypatch.setattr(planning, "_own_global_arguments", lambda: calls.append(1) or own)
-    planning.global_arguments.cache_clear()
-    assert planning.install() is True
-    assert arguments.all_global_arguments is facts.all_global_arguments is planning.global_arguments
+    monkeypatch.setattr(overhead, "_own_global_arguments", lambda: calls.append(1) or own)
+    overhead.global_arguments.cache_clear()
+    assert overhead.install() is True
+    assert arguments.all_global_arguments is facts.all_global_arguments is overhead.global_arguments
     assert [arguments.all_global_arguments() for _ in range(5)] == [own] * 5 and calls == [1]
     # pyinfra's callers get the same: an operation's global arguments popped from its kwargs
     inventory = Inventory((["@local"], {}))
@@ -121,10 +123,34 @@ def test_the_global_arguments_are_pyinfra_s_own_answer_asked_once(monkeypatch, p
     popped, found = arguments.pop_global_arguments(State(inventory, Config()), inventory.get_host("@local"), kwargs)
     assert popped["_sudo"] is True and popped["_timeout"] == 7 and set(found) == {"_sudo", "_timeout"}
     assert kwargs == {"commands": ["true"]} and calls == [1]
-    planning.global_arguments.cache_clear()
+    overhead.global_arguments.cache_clear()
 
 
 def test_the_pinned_pyinfra_is_the_one_it_was_proven_on():
     pinned = next(line.split("==")[1].strip() for line in open("requirements.txt")
                   if line.startswith("pyinfra=="))
-    assert planning.PROVEN_ON == pinned == pyinfra.__version__
+    assert overhead.PROVEN_ON == pinned == pyinfra.__version__
+
+
+
+
+def test_the_process_ends_frozen_after_every_later_exit_hook(tmp_path):
+    """install() adds one exit hook however often it is called, and it freezes every object: a
+    hook registered before it (as logging's is) runs after the freeze, and still runs; one
+    registered after it runs first, on a collector still at work. What the run printed and never
+    flushed (pyinfra's --json, 1 MB here) still reaches its reader whole: Python flushes the
+    standard streams itself."""
+    script = tmp_path / "ends.py"
+    script.write_text(
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('earlier hook: frozen', gc.get_freeze_count() > 0))\n"
+        "from runbook.run import overhead\n"
+        "before = atexit._ncallbacks()\n"
+        "overhead.install(); overhead.install.cache_clear(); overhead.install()\n"
+        "print('hooks added', atexit._ncallbacks() - before)\n"
+        "atexit.register(lambda: print('later hook: frozen', gc.get_freeze_count() > 0))\n"
+        "sys.stdout.write('x' * 1_000_000 + '\\n')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["hooks added 1", "x" * 1_000_000, "later hook: frozen False",
+                                        "earlier hook: frozen True"]
