@@ -20,7 +20,8 @@ printf '%s\n' "# the floor, ending as gpuop's runs end" "from runbook.run import
   "overhead.freeze_at_exit()" >"$frozen"
 
 # timed FILE ARGS...: the run's "wall_s peak_kib" on stdout, its JSON in $out.
-timed() { /usr/bin/time -f '%e %M' -o "$stats" "$pyinfra" inventory.py "$@" -y --json >"$out" 2>/dev/null; cat "$stats"; }
+# A run that hangs (a lab gone wrong) ends the benchmark at 300 s, not never.
+timed() { /usr/bin/time -f '%e %M' -o "$stats" timeout -k 5 300 "$pyinfra" inventory.py "$@" -y --json >"$out" 2>/dev/null; cat "$stats"; }
 changed() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"]["totals"]["success"])' "$out"; }
 
 timed deploy.py --data "gpuop_root=$root" >/dev/null

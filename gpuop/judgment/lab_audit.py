@@ -47,7 +47,9 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
         users = [ref(p) for p in pods if p["spec"].get("runtimeClassName") == rc["metadata"]["name"]]
         classes.append({"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": rc["handler"] in loaded,
                         "pods": users})
-        gaps += [g for g in [unloaded_class(rc, loaded, pods)] if g]
+        unloaded = unloaded_class(rc, loaded, pods)
+        if unloaded:
+            gaps.append(unloaded)
 
     ts_ref = time_slicing["configmap"]
     cm = next((c for c in of_kind(objects, "ConfigMap") if ref(c) == ts_ref), None)

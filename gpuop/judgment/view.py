@@ -43,7 +43,9 @@ KNOWN = LIVE + ("recorded",)
 JUDGED = LIVE + ("cri-down", "api", "recorded")
 
 
-_UNREAD_FILES = {"runtimes": [], "dropins": [], "unreached": [], "imports": [], "versions": {}, "errors": []}
+def _unread_files() -> dict:
+    """``written_view``'s keys for files that were not read: nothing written known, no error."""
+    return {"runtimes": [], "dropins": [], "unreached": [], "imports": [], "versions": {}, "errors": []}
 
 
 def written_view(config: str, files: dict) -> dict:
@@ -219,7 +221,7 @@ def node_view(read: dict) -> dict:
     if runtime == crio.NAME:
         return crio_view(daemon, endpoint, others, unread)
     loaded, restart = daemon["loaded"] or {}, daemon["restart"]
-    written = written_view(daemon["config"], daemon["files"]) if "runtime" not in unread else _UNREAD_FILES
+    written = written_view(daemon["config"], daemon["files"]) if "runtime" not in unread else _unread_files()
     version = restart["version"] if restart else "unknown"
     view = unknown_view(version=version, kubelet_endpoint=endpoint, others=others,
                   daemon={"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],

@@ -312,5 +312,5 @@ def found(resources, namespace=None, context="", in_wait=False, all_namespaces=F
 
 def live_object(resource, namespace=None, context="", in_wait=False):
     """The live object (``"kind/name"``), or None (see ``found``)."""
-    objects = found(resource, namespace, context, in_wait)
-    return objects[0] if objects else None
+    matched = found(resource, namespace, context, in_wait)
+    return matched[0] if matched else None
