@@ -33,7 +33,7 @@ endif
 # REBOOT=true (with NODE=kubelet): after step 8, restart the node's containerd as a reboot would (reboot.txt).
 REBOOT ?= false
 
-.PHONY: setup deps binaries containerds nvidia-ctk kubelet lab-up lab-down lab-status test unit run fix audit bench gpu-kit gpu-proof
+.PHONY: setup deps lint binaries containerds nvidia-ctk kubelet lab-up lab-down lab-status test unit run fix audit bench gpu-kit gpu-proof
 
 # Every module of the project compiled once here (changed ones only), since Python may be told
 # not to write bytecode (PYTHONDONTWRITEBYTECODE): else every run compiles them again (~0.1 s a run).
@@ -83,6 +83,12 @@ lab-down:
 lab-status:
 	lab/lab.sh status $(LAB)
 
+# The style (pyproject.toml's [tool.ruff]): formatted as ruff formats it, and nothing its linter
+# flags. `make test` runs it before the suite; `ruff format .` and `ruff check --fix .` mend most.
+lint: setup
+	$(VENV)/bin/ruff format --check -q .
+	$(VENV)/bin/ruff check -q .
+
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
@@ -103,7 +109,7 @@ unit: setup
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=30
 BESIDE := GPUOP_LAB=$(LAB)-beside KUBECONFIG=$(HOME)/.kwok/$(LAB)-beside.kubeconfig
 
-test: setup deps
+test: setup deps lint
 	@builds_log=$$(mktemp); free_log=$$(mktemp); trap 'rm -f "$$builds_log" "$$free_log"' EXIT; \
 	nice -n 19 lab/build.sh all >"$$builds_log" 2>&1 & builds=$$!; \
 	$(NODE_ENV) lab/lab.sh up $(LAB) || { kill $$builds; exit 1; }; \
