@@ -46,8 +46,13 @@ def scraped(port: int) -> dict:
 
     def value(pattern):
         return sum(float(m) for m in re.findall(rf"^{pattern} (\S+)$", text, re.M))
-    return {"cpu": value("process_cpu_seconds_total"), "rss": value("process_resident_memory_bytes"),
-            "judgments": value("gpuop_agent_judgments_total"), "requests": value(r"gpuop_agent_api_requests_total\{[^}]*\}")}
+
+    return {
+        "cpu": value("process_cpu_seconds_total"),
+        "rss": value("process_resident_memory_bytes"),
+        "judgments": value("gpuop_agent_judgments_total"),
+        "requests": value(r"gpuop_agent_api_requests_total\{[^}]*\}"),
+    }
 
 
 def _answers(port: int) -> bool:
@@ -63,12 +68,18 @@ def measured(port: int, judgments: int) -> dict:
     deadline = time.monotonic() + judgments * INTERVAL_S * 5  # a judgment that stalls ends the bench, named
     while (now := scraped(port))["judgments"] - first["judgments"] < judgments:
         if time.monotonic() > deadline:
-            sys.exit(f"bench/agent: {judgments} judgments not made within {judgments * INTERVAL_S * 5}s; "
-                     f"made {now['judgments'] - first['judgments']:.0f}")
+            sys.exit(
+                f"bench/agent: {judgments} judgments not made within {judgments * INTERVAL_S * 5}s; "
+                f"made {now['judgments'] - first['judgments']:.0f}"
+            )
         time.sleep(INTERVAL_S / 2)
     made = now["judgments"] - first["judgments"]
-    return {"cpu_ms": 1000 * (now["cpu"] - first["cpu"]) / made, "requests": (now["requests"] - first["requests"]) / made,
-            "rss_mib": now["rss"] / 2**20, "judgments": made}
+    return {
+        "cpu_ms": 1000 * (now["cpu"] - first["cpu"]) / made,
+        "requests": (now["requests"] - first["requests"]) / made,
+        "rss_mib": now["rss"] / 2**20,
+        "judgments": made,
+    }
 
 
 def main():
@@ -78,9 +89,23 @@ def main():
     with registered([node], root), contextlib.ExitStack() as stack:
         port = free_port()
         log = stack.enter_context(open(os.path.join(root, "agent.log"), "w"))
-        agent = subprocess.Popen([sys.executable, "-m", "gpuop.agent", "--node", node.name, "--interval-s", str(INTERVAL_S),
-                                  "--port", str(port), "--enter", f"nsenter -t {simnodes.ns_pid(node)} -m -u -p --"],
-                                 stdout=log, stderr=subprocess.STDOUT)
+        agent = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpuop.agent",
+                "--node",
+                node.name,
+                "--interval-s",
+                str(INTERVAL_S),
+                "--port",
+                str(port),
+                "--enter",
+                f"nsenter -t {simnodes.ns_pid(node)} -m -u -p --",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         stack.callback(agent.wait, 30)
         stack.callback(agent.terminate)
         eventually("the agent's metrics to answer", lambda: _answers(port), timeout=60)
@@ -93,11 +118,15 @@ def main():
     print("| state | judgments | CPU per judgment | API requests per judgment | resident memory |")
     print("|---|---|---|---|---|")
     for name, m in (("steady (no gap)", steady), ("the incident (True)", changing)):
-        print(f"| {name} | {m['judgments']:.0f} | {m['cpu_ms']:.0f} ms | {m['requests']:.1f} | {m['rss_mib']:.0f} MiB |")
+        print(
+            f"| {name} | {m['judgments']:.0f} | {m['cpu_ms']:.0f} ms | {m['requests']:.1f} | {m['rss_mib']:.0f} MiB |"
+        )
     per_s = 10_000 * max(steady["requests"], changing["requests"]) / 60
-    print(f"on paper, 10,000 nodes at the default interval (60 s): {per_s:.0f} requests/s to the API server, "
-          f"beside the kubelets' own {10_000 / 10:.0f} Lease renewals/s; {10_000 * steady['cpu_ms'] / 1000 / 60:.1f} "
-          "CPU seconds per second spread over the nodes (one agent each)")
+    print(
+        f"on paper, 10,000 nodes at the default interval (60 s): {per_s:.0f} requests/s to the API server, "
+        f"beside the kubelets' own {10_000 / 10:.0f} Lease renewals/s; {10_000 * steady['cpu_ms'] / 1000 / 60:.1f} "
+        "CPU seconds per second spread over the nodes (one agent each)"
+    )
 
 
 if __name__ == "__main__":

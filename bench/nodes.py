@@ -41,11 +41,19 @@ LAYOUTS = (
     ("systemd 1.6.20", lambda name: simnodes.Node(name, "1.6.20")),
     ("systemd 2.4.2 + nvidia-ctk", lambda name: simnodes.Node(name, "2.4.2", before=[layouts.nvidia_ctk_configure()])),
     ("k3s", lambda name: simnodes.Node(name, "1.7.35", after=layouts.k3s("2.4.2"))),
-    ("RKE2", lambda name: simnodes.Node(name, "1.7.35", after=layouts.rke2_containerd("2.4.2"),
-                                     kubelet=f"unix://{layouts.K3S_SOCKET}", kubelet_layout="rke2")),
+    (
+        "RKE2",
+        lambda name: simnodes.Node(
+            name,
+            "1.7.35",
+            after=layouts.rke2_containerd("2.4.2"),
+            kubelet=f"unix://{layouts.K3S_SOCKET}",
+            kubelet_layout="rke2",
+        ),
+    ),
 )
 LISTED = ("nodes", "pods", "runtimeclasses", "daemonsets", "resourceclaims", "resourceslices")
-_LIST = re.compile(r'^apiserver_request_total\{(.*)\} (\S+)$')
+_LIST = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$")
 
 
 def list_requests() -> float:
@@ -59,9 +67,11 @@ def list_requests() -> float:
 
 
 # Runs a command and says, last on stderr, the peak resident set (KiB) of it and its children.
-_PEAK = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
-         "print(f'peak-rss {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', file=sys.stderr); "
-         "sys.exit(r.returncode)")
+_PEAK = (
+    "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+    "print(f'peak-rss {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', file=sys.stderr); "
+    "sys.exit(r.returncode)"
+)
 
 
 def timed(args, env) -> tuple:
@@ -102,26 +112,37 @@ def main(rounds: int, sizes: tuple):
                 served = list_requests() - lists
                 commands = len(target_commands(counted.stderr))
                 reads = counted.stderr.count("cluster read once for the fleet")
-                rows.append((served / len(LISTED), reads, commands / size, cpu, wall, floor_cpu, floor_wall,
-                             peak, floor_peak))
+                rows.append(
+                    (served / len(LISTED), reads, commands / size, cpu, wall, floor_cpu, floor_wall, peak, floor_peak)
+                )
             figures[size] = [statistics.median(col) for col in zip(*rows)]
-            mix = ", ".join(f"{sum(1 for i in range(size) if i % len(LAYOUTS) == k)} {name}"
-                            for k, (name, _) in enumerate(LAYOUTS) if k < size)
-            print(f"{size:>2} node(s) ({mix}): cluster reads {figures[size][0]:.0f} (API server: "
-                  f"{figures[size][0] * len(LISTED):.0f} LIST requests), audit's own count {figures[size][1]:.0f}; "
-                  f"commands per node {figures[size][2]:.0f}; controller CPU {figures[size][3]:.2f}s "
-                  f"(floor {figures[size][5]:.2f}s), wall {figures[size][4]:.2f}s (floor {figures[size][6]:.2f}s), "
-                  f"peak memory {figures[size][7]:.0f} MiB (floor {figures[size][8]:.0f} MiB); per node: CPU "
-                  f"{figures[size][3] / size * 1000:.0f} ms (floor {figures[size][5] / size * 1000:.0f} ms), "
-                  f"memory {figures[size][7] / size:.1f} MiB", flush=True)
+            mix = ", ".join(
+                f"{sum(1 for i in range(size) if i % len(LAYOUTS) == k)} {name}"
+                for k, (name, _) in enumerate(LAYOUTS)
+                if k < size
+            )
+            print(
+                f"{size:>2} node(s) ({mix}): cluster reads {figures[size][0]:.0f} (API server: "
+                f"{figures[size][0] * len(LISTED):.0f} LIST requests), audit's own count {figures[size][1]:.0f}; "
+                f"commands per node {figures[size][2]:.0f}; controller CPU {figures[size][3]:.2f}s "
+                f"(floor {figures[size][5]:.2f}s), wall {figures[size][4]:.2f}s (floor {figures[size][6]:.2f}s), "
+                f"peak memory {figures[size][7]:.0f} MiB (floor {figures[size][8]:.0f} MiB); per node: CPU "
+                f"{figures[size][3] / size * 1000:.0f} ms (floor {figures[size][5] / size * 1000:.0f} ms), "
+                f"memory {figures[size][7] / size:.1f} MiB",
+                flush=True,
+            )
         if len(sizes) > 1:
             fit = {col: statistics.linear_regression(sizes, [figures[n][col] for n in sizes]) for col in (3, 5, 7)}
             added, floor_added, memory = fit[3].slope * 1000, fit[5].slope * 1000, fit[7].slope
-            print(f"per added node (least squares over {', '.join(map(str, sizes))} nodes): controller CPU audit "
-                  f"{added:.0f} ms, floor {floor_added:.0f} ms; peak memory {memory:.2f} MiB")
+            print(
+                f"per added node (least squares over {', '.join(map(str, sizes))} nodes): controller CPU audit "
+                f"{added:.0f} ms, floor {floor_added:.0f} ms; peak memory {memory:.2f} MiB"
+            )
             for n in (1000, 10000):
-                print(f"on paper, {n:,} nodes: controller CPU {(fit[3].intercept + fit[3].slope * n):.0f}s of one core, "
-                      f"peak memory {(fit[7].intercept + fit[7].slope * n):.0f} MiB")
+                print(
+                    f"on paper, {n:,} nodes: controller CPU {(fit[3].intercept + fit[3].slope * n):.0f}s of one core, "
+                    f"peak memory {(fit[7].intercept + fit[7].slope * n):.0f} MiB"
+                )
     finally:
         for n in nodes:
             if n.dir:

@@ -38,7 +38,9 @@ _READ = re.compile(r"--> read Pod \S+ on node (\S+): (\d+) API requests so far")
 
 def ready(name) -> bool:
     node = get(f"node/{name}")
-    return bool(node) and any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
+    return bool(node) and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or []
+    )
 
 
 def requests(log: str, report: str) -> int:
@@ -53,8 +55,10 @@ def requests(log: str, report: str) -> int:
 
 def main(rounds: int):
     root = tempfile.mkdtemp(prefix="gpuop-bench-reach-")
-    nodes = [simnodes.Node(f"reach-{i}", VERSIONS[i % 2], kubelet="unix:///run/containerd/containerd.sock", registered=True)
-             for i in range(max(SIZES))]
+    nodes = [
+        simnodes.Node(f"reach-{i}", VERSIONS[i % 2], kubelet="unix:///run/containerd/containerd.sock", registered=True)
+        for i in range(max(SIZES))
+    ]
     with simnodes.running(nodes, root) as key:
         for n in nodes:
             eventually(f"node {n.name} Ready", lambda: ready(n.name), timeout=180)
@@ -62,9 +66,17 @@ def main(rounds: int):
             chosen = nodes[:size]
             fleetobjects.create_cluster_objects(chosen)  # only these advertise GPUs: the cluster lists them
             for n in nodes[size:]:
-                kubectl("patch", "node", n.name, "--subresource=status", "--type=json", "-p",
-                              '[{"op":"remove","path":"/status/capacity/nvidia.com~1gpu"},'
-                              '{"op":"remove","path":"/status/allocatable/nvidia.com~1gpu"}]', check=False)
+                kubectl(
+                    "patch",
+                    "node",
+                    n.name,
+                    "--subresource=status",
+                    "--type=json",
+                    "-p",
+                    '[{"op":"remove","path":"/status/capacity/nvidia.com~1gpu"},'
+                    '{"op":"remove","path":"/status/allocatable/nvidia.com~1gpu"}]',
+                    check=False,
+                )
             path = nodesfiles.defaults_file(chosen, key, os.path.join(root, f"nodes-{size}.yaml"))
             env = {**os.environ, "GPUOP_NODES": path}
             report = os.path.join(root, "report.json")
@@ -79,9 +91,14 @@ def main(rounds: int):
                         assert len(json.load(f)["nodes"]) == size, counted.stderr[-3000:]
                     rows.append((wall, cpu, requests(counted.stderr, report)))
                 figures[reach] = [statistics.median(col) for col in zip(*rows)]
-            print(f"{size} node(s): " + "; ".join(
-                f"{reach}: wall {w:.2f}s, controller CPU {c:.2f}s, API requests {r:.0f} ({r / size:.1f} per node)"
-                for reach, (w, c, r) in figures.items()), flush=True)
+            print(
+                f"{size} node(s): "
+                + "; ".join(
+                    f"{reach}: wall {w:.2f}s, controller CPU {c:.2f}s, API requests {r:.0f} ({r / size:.1f} per node)"
+                    for reach, (w, c, r) in figures.items()
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -49,9 +49,19 @@ def timed(*args, env) -> float:
 
 
 def one_size(size: int, at_once: int, root: str) -> dict:
-    nodes = [simnodes.Node(f"bench-fix-{i}", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))],
-                           kubelet="unix:///run/containerd/containerd.sock", registered=True, supervised=True,
-                           nvidia_runtime=True, knobs=RESTART) for i in range(size)]
+    nodes = [
+        simnodes.Node(
+            f"bench-fix-{i}",
+            "1.6.20",
+            after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))],
+            kubelet="unix:///run/containerd/containerd.sock",
+            registered=True,
+            supervised=True,
+            nvidia_runtime=True,
+            knobs=RESTART,
+        )
+        for i in range(size)
+    ]
     with simnodes.running(nodes, root) as key:
         for n in nodes:
             eventually(f"node {n.name} Ready", lambda: ready(n.name), timeout=180)
@@ -63,31 +73,55 @@ def one_size(size: int, at_once: int, root: str) -> dict:
             f.write("# the floor: pyinfra connects, prepares and disconnects, with no operation\n")
         floor = timed("nodes.py", empty, "-y", env=env)
         lock = ["--data", f"repair_lock_s={os.environ['REPAIR_LOCK_S']}"] if os.environ.get("REPAIR_LOCK_S") else []
-        whole = timed("nodes.py", "fix.py", "-y", "--data", f"report={report}",
-                      "--data", f"repair_max_unavailable={at_once}", *lock, env=env)
+        whole = timed(
+            "nodes.py",
+            "fix.py",
+            "-y",
+            "--data",
+            f"report={report}",
+            "--data",
+            f"repair_max_unavailable={at_once}",
+            *lock,
+            env=env,
+        )
         with open(report) as f:
             doc = json.load(f)
         rerun = timed("nodes.py", "fix.py", "-y", env=env)
         kubectl("delete", "namespace", "gpuop-fleet", "--ignore-not-found", "--wait=false")
     phases = {p: statistics.median(n["phases_s"][p] for n in doc["nodes"].values()) for p in PHASES}
-    return {"size": size, "at_once": at_once, "whole": whole, "floor": floor, "rerun": rerun, "phases": phases,
-            "per_node": sum(phases.values()), "renewals_per_min": doc["lock_renewals"] / (whole / 60)}
+    return {
+        "size": size,
+        "at_once": at_once,
+        "whole": whole,
+        "floor": floor,
+        "rerun": rerun,
+        "phases": phases,
+        "per_node": sum(phases.values()),
+        "renewals_per_min": doc["lock_renewals"] / (whole / 60),
+    }
 
 
 def main():
     asked = [tuple(int(x) for x in (a.split("x") + ["1"])[:2]) for a in sys.argv[1:]] or [(1, 1), (3, 1), (3, 3)]
-    results = [one_size(size, at_once, tempfile.mkdtemp(prefix=f"gpuop-bench-fix-{size}x{at_once}-", dir="/tmp"))
-               for size, at_once in asked]
+    results = [
+        one_size(size, at_once, tempfile.mkdtemp(prefix=f"gpuop-bench-fix-{size}x{at_once}-", dir="/tmp"))
+        for size, at_once in asked
+    ]
     print(f"fleet repair, {time.strftime('%Y-%m-%d')}: seconds (median over the nodes for the phases)")
     print("| nodes | at once | whole run | floor | rerun | " + " | ".join(PHASES) + " | one node | lock renewals/min |")
     print("|---" * (7 + len(PHASES)) + "|")
     for r in results:
-        print(f"| {r['size']} | {r['at_once']} | {r['whole']:.1f} | {r['floor']:.1f} | {r['rerun']:.1f} | "
-              + " | ".join(f"{r['phases'][p]:.2f}" for p in PHASES) + f" | {r['per_node']:.1f} | {r['renewals_per_min']:.1f} |")
+        print(
+            f"| {r['size']} | {r['at_once']} | {r['whole']:.1f} | {r['floor']:.1f} | {r['rerun']:.1f} | "
+            + " | ".join(f"{r['phases'][p]:.2f}" for p in PHASES)
+            + f" | {r['per_node']:.1f} | {r['renewals_per_min']:.1f} |"
+        )
     one = next(r for r in results if r["at_once"] == 1)["per_node"]
-    print(f"on paper, 1,000 nodes ({one:.1f} s a node, this fleet's drain and restart; a real node's drain waits "
-          "for its Pods' grace and its budgets): " + ", ".join(
-              f"{n} at once {-(-1000 // n) * one / 3600:.2f} h" for n in (1, 10, 100)))
+    print(
+        f"on paper, 1,000 nodes ({one:.1f} s a node, this fleet's drain and restart; a real node's drain waits "
+        "for its Pods' grace and its budgets): "
+        + ", ".join(f"{n} at once {-(-1000 // n) * one / 3600:.2f} h" for n in (1, 10, 100))
+    )
 
 
 if __name__ == "__main__":

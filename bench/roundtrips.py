@@ -118,17 +118,34 @@ def main(rounds):
             return "@local", {}, (f"gpuop_root={root}",), {"lab-a": root}
         path = os.path.join(base, f"hosts-{user}-{len(names)}.yaml")
         roots = {n: os.path.join(base, f"root-{user}-{n}") for n in names}
-        doc = {"defaults": {"ssh_user": user, "ssh_key": key, "ssh_known_hosts_file": known,
-                            **({"_sudo": False} if user == HEAVY else {})},
-               "hosts": {n: {"ssh_hostname": "127.0.0.1", "ssh_port": servers[n].port,
-                             "gpuop_root": roots[n], "kube_context": f"kwok-{LABS[n]}"} for n in names}}
+        doc = {
+            "defaults": {
+                "ssh_user": user,
+                "ssh_key": key,
+                "ssh_known_hosts_file": known,
+                **({"_sudo": False} if user == HEAVY else {}),
+            },
+            "hosts": {
+                n: {
+                    "ssh_hostname": "127.0.0.1",
+                    "ssh_port": servers[n].port,
+                    "gpuop_root": roots[n],
+                    "kube_context": f"kwok-{LABS[n]}",
+                }
+                for n in names
+            },
+        }
         with open(path, "w") as f:
             yaml.safe_dump(doc, f)
         return "inventory.py", {"GPUOP_HOSTS": path}, (), roots
 
-    configs = [("@local", None, ["lab-a"]),
-               ("SSH /bin/sh user", PLAIN, ["lab-a"]), ("SSH /bin/sh user", PLAIN, list(LABS)),
-               ("SSH root, heavy .bashrc", HEAVY, ["lab-a"]), ("SSH root, heavy .bashrc", HEAVY, list(LABS))]
+    configs = [
+        ("@local", None, ["lab-a"]),
+        ("SSH /bin/sh user", PLAIN, ["lab-a"]),
+        ("SSH /bin/sh user", PLAIN, list(LABS)),
+        ("SSH root, heavy .bashrc", HEAVY, ["lab-a"]),
+        ("SSH root, heavy .bashrc", HEAVY, list(LABS)),
+    ]
     seen = {}  # (config index, what) -> [(seconds, commands per host)]
     cpu = {}  # (config index, what) -> [(controller CPU s, machine CPU s)]
     floors, idle = [], []
@@ -182,22 +199,34 @@ def main(rounds):
     print(f"{'target':<26}{'hosts':>6}{'fresh run':>18}{'converged rerun':>20}{'audit':>18}")
     for i, (label, _, names) in enumerate(configs):
         cells = [cell(i, w) for w in ("fresh", "rerun", "audit")]
-        print(f"{label:<26}{len(names):>6}" + "".join(
-            f"{f'{s:.2f}s, {c:.0f} cmds':>{w}}" for (s, c), w in zip(cells, (18, 20, 18))))
+        print(
+            f"{label:<26}{len(names):>6}"
+            + "".join(f"{f'{s:.2f}s, {c:.0f} cmds':>{w}}" for (s, c), w in zip(cells, (18, 20, 18)))
+        )
     local, heavy1 = cell(0, "rerun")[0], cell(3, "rerun")[0]
-    print(f"rerun: heavy-shell SSH / @local {heavy1 / local:.2f}x (target <= 1.5); "
-          f"@local / floor {local / floor_s:.2f}x (target <= 1.6)")
+    print(
+        f"rerun: heavy-shell SSH / @local {heavy1 / local:.2f}x (target <= 1.5); "
+        f"@local / floor {local / floor_s:.2f}x (target <= 1.6)"
+    )
     for what in ("rerun", "audit"):
         for one, three in ((1, 2), (3, 4)):
-            print(f"{what}, {configs[one][0]}: 3 hosts / 1 host "
-                  f"{cell(three, what)[0] / cell(one, what)[0]:.2f}x (target <= 1.25)")
-    print(f"\nCPU seconds, medians; {os.cpu_count()} cores, busy {statistics.median(idle):.2f} of them "
-          "with no run (the lab clusters, anything else)")
+            print(
+                f"{what}, {configs[one][0]}: 3 hosts / 1 host "
+                f"{cell(three, what)[0] / cell(one, what)[0]:.2f}x (target <= 1.25)"
+            )
+    print(
+        f"\nCPU seconds, medians; {os.cpu_count()} cores, busy {statistics.median(idle):.2f} of them "
+        "with no run (the lab clusters, anything else)"
+    )
     print(f"{'target':<26}{'hosts':>6}{'rerun: pyinfra / all':>24}{'audit: pyinfra / all':>24}")
     for i, (label, _, names) in enumerate(configs):
-        print(f"{label:<26}{len(names):>6}" + "".join(
-            f"{f'{statistics.median(o for o, _ in cpu[(i, w)]):.2f} / {statistics.median(m for _, m in cpu[(i, w)]):.2f}':>24}"
-            for w in ("rerun", "audit")))
+        print(
+            f"{label:<26}{len(names):>6}"
+            + "".join(
+                f"{f'{statistics.median(o for o, _ in cpu[(i, w)]):.2f} / {statistics.median(m for _, m in cpu[(i, w)]):.2f}':>24}"
+                for w in ("rerun", "audit")
+            )
+        )
 
 
 if __name__ == "__main__":

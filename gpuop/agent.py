@@ -47,8 +47,9 @@ def read_node(enter: list, crictl: str, deadline_s: float) -> tuple:
     """
     command = node_read(crictl)  # the package's own files: a missing one is said as itself, not as the read's
     try:
-        done = subprocess.run([*enter, "sh", "-c", command], capture_output=True, text=True,
-                              timeout=deadline_s, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [*enter, "sh", "-c", command], capture_output=True, text=True, timeout=deadline_s, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         return None, f"the node's read did not end within {deadline_s:.0f}s"
     except OSError as e:
@@ -88,8 +89,12 @@ class RuntimeClasses:
         return list(self.items.values())
 
     def _watch(self):
-        stream = watch.Watch().stream(client.NodeV1Api(self.api).list_runtime_class, resource_version=self.version,
-                                      timeout_seconds=self.WATCH_S, _request_timeout=(10, self.WATCH_S + 30))
+        stream = watch.Watch().stream(
+            client.NodeV1Api(self.api).list_runtime_class,
+            resource_version=self.version,
+            timeout_seconds=self.WATCH_S,
+            _request_timeout=(10, self.WATCH_S + 30),
+        )
         for event in stream:
             rc = event["object"]
             if event["type"] == "ERROR":  # 410 Gone: the version expired
@@ -108,8 +113,11 @@ class RuntimeClasses:
                     self._list()
                 self._watch()
             except Exception as e:  # noqa: BLE001 (the API server away: listed again once it answers)
-                LOG.warning("the RuntimeClasses' watch stopped: %s; listed again in %ds", in_words(e, self.WATCH_S),
-                            self.RETRY_S)
+                LOG.warning(
+                    "the RuntimeClasses' watch stopped: %s; listed again in %ds",
+                    in_words(e, self.WATCH_S),
+                    self.RETRY_S,
+                )
                 self.version = None
                 time.sleep(self.RETRY_S)
 
@@ -131,21 +139,28 @@ def node_objects(api: client.ApiClient, node: str, classes: RuntimeClasses) -> l
     pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
     objects += [_plain(api, p, "Pod") for p in pods]
     objects += classes.now()
-    for pod in objects[1:1 + len(pods)]:
+    for pod in objects[1 : 1 + len(pods)]:
         if not has_sandbox(pod):
             meta = pod["metadata"]
-            said = core.list_namespaced_event(meta["namespace"], field_selector=(
-                f"involvedObject.name={meta['name']},involvedObject.kind=Pod,reason={SANDBOX_FAILED}")).items
+            said = core.list_namespaced_event(
+                meta["namespace"],
+                field_selector=(f"involvedObject.name={meta['name']},involvedObject.kind=Pod,reason={SANDBOX_FAILED}"),
+            ).items
             objects += [_plain(api, e, "Event") for e in said]
     try:
-        objects += [_plain(api, s, "ResourceSlice")
-                    for s in resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items]
+        objects += [
+            _plain(api, s, "ResourceSlice")
+            for s in resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+        ]
         for pod in pods:
             for claim in (pod.status.resource_claim_statuses or []) + (pod.spec.resource_claims or []):
                 name = getattr(claim, "resource_claim_name", None)
                 if name:
-                    objects.append(_plain(api, resource.read_namespaced_resource_claim(name, pod.metadata.namespace),
-                                          "ResourceClaim"))
+                    objects.append(
+                        _plain(
+                            api, resource.read_namespaced_resource_claim(name, pod.metadata.namespace), "ResourceClaim"
+                        )
+                    )
     except ApiException as e:
         if e.status != 404:  # 404: no DRA served here
             raise
@@ -157,15 +172,25 @@ class Metrics:
     judgment's time and duration, the reads that failed."""
 
     def __init__(self, registry: CollectorRegistry):
-        self.gap = Gauge("gpuop_agent_gap", "A gap of this kind on the node (1) or none (0)", ["kind"], registry=registry)
-        self.handler = Gauge("gpuop_agent_handler", "A runtime handler in a view of the node's runtime (1)",
-                             ["handler", "view"], registry=registry)
-        self.condition = Gauge("gpuop_agent_condition", "The node's condition (1 for its status)", ["status"],
-                               registry=registry)
-        self.last = Gauge("gpuop_agent_last_judgment_timestamp_seconds", "When the node was last judged", registry=registry)
+        self.gap = Gauge(
+            "gpuop_agent_gap", "A gap of this kind on the node (1) or none (0)", ["kind"], registry=registry
+        )
+        self.handler = Gauge(
+            "gpuop_agent_handler",
+            "A runtime handler in a view of the node's runtime (1)",
+            ["handler", "view"],
+            registry=registry,
+        )
+        self.condition = Gauge(
+            "gpuop_agent_condition", "The node's condition (1 for its status)", ["status"], registry=registry
+        )
+        self.last = Gauge(
+            "gpuop_agent_last_judgment_timestamp_seconds", "When the node was last judged", registry=registry
+        )
         self.took = Gauge("gpuop_agent_judgment_duration_seconds", "How long the last judgment took", registry=registry)
-        self.failures = Counter("gpuop_agent_read_failures", "Judgments whose node or objects were not read",
-                                ["what"], registry=registry)
+        self.failures = Counter(
+            "gpuop_agent_read_failures", "Judgments whose node or objects were not read", ["what"], registry=registry
+        )
         self.judgments = Counter("gpuop_agent_judgments", "Judgments made", registry=registry)
         self.requests = Counter("gpuop_agent_api_requests", "Requests to the API server", ["verb"], registry=registry)
         ProcessCollector(registry=registry)  # its CPU seconds and resident memory, as every exporter's
@@ -177,6 +202,7 @@ class Metrics:
         def counting(method, *args, **kwargs):
             self.requests.labels(method).inc()
             return request(method, *args, **kwargs)
+
         api.rest_client.request = counting
         return api
 
@@ -200,16 +226,31 @@ class Metrics:
 def said(api: client.ApiClient, node: str, condition: dict, namespace: str = "default"):
     """An Event on the Node for a change of its condition, as node-problem-detector writes them."""
     now = datetime.now(timezone.utc)
-    body = {"metadata": {"generateName": f"{node}.gpuop-", "namespace": namespace},
-            "involvedObject": {"kind": "Node", "name": node, "uid": node, "apiVersion": "v1"},
-            "reason": condition["reason"], "message": condition["message"],
-            "type": "Normal" if condition["status"] == "False" else "Warning",
-            "source": {"component": COMPONENT, "host": node}, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+    body = {
+        "metadata": {"generateName": f"{node}.gpuop-", "namespace": namespace},
+        "involvedObject": {"kind": "Node", "name": node, "uid": node, "apiVersion": "v1"},
+        "reason": condition["reason"],
+        "message": condition["message"],
+        "type": "Normal" if condition["status"] == "False" else "Warning",
+        "source": {"component": COMPONENT, "host": node},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
     client.CoreV1Api(api).create_namespaced_event(namespace, body)
 
 
-def judge_once(api, node: str, enter: list, crictl: str, handler: str, driver: str, read_deadline_s: float,
-               metrics: Metrics, classes: RuntimeClasses) -> dict:
+def judge_once(
+    api,
+    node: str,
+    enter: list,
+    crictl: str,
+    handler: str,
+    driver: str,
+    read_deadline_s: float,
+    metrics: Metrics,
+    classes: RuntimeClasses,
+) -> dict:
     """One judgment of ``node``, said: the condition written where it changed or is due, an Event
     where it changed. Returns the condition written or kept."""
     started = time.monotonic()
@@ -264,8 +305,9 @@ def main(argv: list | None = None) -> int:
     classes = RuntimeClasses(api)
     while True:
         try:
-            written = judge_once(api, a.node, enter, a.crictl, a.gpu_handler, a.gpu_driver, a.read_deadline_s, metrics,
-                                 classes)
+            written = judge_once(
+                api, a.node, enter, a.crictl, a.gpu_handler, a.gpu_driver, a.read_deadline_s, metrics, classes
+            )
             if a.once:
                 return {"False": 0, "True": 1}.get(written["status"], 2)
             classes.start()

@@ -14,7 +14,11 @@ from gpuop.layout import Layout
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE = re.compile(r"^[a-z0-9]([a-z0-9._/:-]*[a-z0-9])?$")
-REACHES = ("ssh", "cluster", "agent")  # how a real node is read (knob reach): agent, from its node agent's condition alone
+REACHES = (
+    "ssh",
+    "cluster",
+    "agent",
+)  # how a real node is read (knob reach): agent, from its node agent's condition alone
 NODES_FROM = ("inventory", "agents")  # which nodes a fleet run takes (knob nodes_from)
 
 
@@ -34,6 +38,7 @@ def _int(minimum):
         if number < minimum:
             raise KnobError(key, value, f"an integer >= {minimum}")
         return number
+
     return parse
 
 
@@ -134,21 +139,31 @@ def _controller_path(key, value):
 
 def _nodes_from(key, value):
     if value not in NODES_FROM:
-        raise KnobError(key, value, "inventory (the nodes file's hosts, else the cluster's GPU nodes) or agents (of those, "
-                       "only the ones whose node agent's condition says a gap)")
+        raise KnobError(
+            key,
+            value,
+            "inventory (the nodes file's hosts, else the cluster's GPU nodes) or agents (of those, "
+            "only the ones whose node agent's condition says a gap)",
+        )
     return value
 
 
 def _reach(key, value):
     if value not in REACHES:
-        raise KnobError(key, value, f"one of {', '.join(REACHES)} (how a node is read: its SSH, a short-lived Pod on it, or its "
-                       "node agent's condition)")
+        raise KnobError(
+            key,
+            value,
+            f"one of {', '.join(REACHES)} (how a node is read: its SSH, a short-lived Pod on it, or its "
+            "node agent's condition)",
+        )
     return value
 
 
 def _image_ref(key, value):
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise KnobError(key, value, "an image reference with a shell and nsenter, such as docker.io/library/busybox:1.37")
+        raise KnobError(
+            key, value, "an image reference with a shell and nsenter, such as docker.io/library/busybox:1.37"
+        )
     return value
 
 
@@ -284,7 +299,7 @@ NODE_PARSERS = {
 def parse_node_knobs(data) -> NodeKnobs:
     """A real node's knobs from host data, parsed (see ``NODE_PARSERS``).
 
-        parse_node_knobs({"node_name": "gpu-a", "gpu_handler": "nvidia", ...}).node_name -> "gpu-a"
+    parse_node_knobs({"node_name": "gpu-a", "gpu_handler": "nvidia", ...}).node_name -> "gpu-a"
     """
     return NodeKnobs(**{f.name: NODE_PARSERS[f.name](f.name, data.get(f.name)) for f in fields(NodeKnobs)})
 
@@ -303,14 +318,17 @@ def renamed(data) -> list:
 
         renamed({"real_node": "lab-node-0"}) -> ["knob real_node is now kubelet_node: ..."]
     """
-    return [f"knob {old} is now {new} (the lab node a real kubelet runs); taken as {new}={data.get(old)}"
-            for old, new in RENAMED.items() if data.get(old)]
+    return [
+        f"knob {old} is now {new} (the lab node a real kubelet runs); taken as {new}={data.get(old)}"
+        for old, new in RENAMED.items()
+        if data.get(old)
+    ]
 
 
 def parse_knobs(data) -> Knobs:
     """Every knob from host data (``data.get(key)``), parsed and cross-checked.
 
-        parse_knobs({"gpuop_root": "/root/gpuop", "replicas": "5", ...}).replicas -> 5
+    parse_knobs({"gpuop_root": "/root/gpuop", "replicas": "5", ...}).replicas -> 5
     """
     values = {}
     old = {new: data.get(o) for o, new in RENAMED.items() if data.get(o)}
@@ -323,23 +341,37 @@ def parse_knobs(data) -> Knobs:
         if values[key] not in values["lab_nodes"]:
             raise KnobError(key, values[key], f"one of lab_nodes ({','.join(values['lab_nodes'])})")
     if values["kubelet_node"] and values["kubelet_node"] != values["gpu_node"]:
-        raise KnobError("kubelet_node", values["kubelet_node"],
-                        f"empty, or gpu_node ({values['gpu_node']}): the kubelet node is where the GPU Pod goes")
+        raise KnobError(
+            "kubelet_node",
+            values["kubelet_node"],
+            f"empty, or gpu_node ({values['gpu_node']}): the kubelet node is where the GPU Pod goes",
+        )
     if values["kubelet_node"] and not values["containerd_binary"]:
-        raise KnobError("kubelet_node", values["kubelet_node"],
-                        "empty while containerd_binary is empty: the kubelet node runs on the lab containerd")
+        raise KnobError(
+            "kubelet_node",
+            values["kubelet_node"],
+            "empty while containerd_binary is empty: the kubelet node runs on the lab containerd",
+        )
     if values["reboot"] and not values["kubelet_node"]:
-        raise KnobError("reboot", values["reboot"], "false unless kubelet_node is set: only the kubelet node shows a reboot")
+        raise KnobError(
+            "reboot", values["reboot"], "false unless kubelet_node is set: only the kubelet node shows a reboot"
+        )
     if values["gpu_node"] == values["timeslice_node"]:
         raise KnobError("timeslice_node", values["timeslice_node"], "a node other than gpu_node")
     socket = Layout(values["gpuop_root"]).containerd_socket + ".ttrpc"  # the longest the daemon binds
     if values["containerd_binary"] and len(socket.encode()) > SOCKET_PATH_MAX:
-        raise KnobError("gpuop_root", values["gpuop_root"],
-                        f"a root short enough for the lab containerd's sockets ({socket} is "
-                        f"{len(socket.encode())} bytes; a unix socket path has at most {SOCKET_PATH_MAX})")
+        raise KnobError(
+            "gpuop_root",
+            values["gpuop_root"],
+            f"a root short enough for the lab containerd's sockets ({socket} is "
+            f"{len(socket.encode())} bytes; a unix socket path has at most {SOCKET_PATH_MAX})",
+        )
     deadline = data.get("_timeout")  # pyinfra's own: it ends an operation's wait too
     if deadline and values["wait_timeout_s"] > int(deadline) - WAIT_MARGIN_S:
-        raise KnobError("wait_timeout_s", values["wait_timeout_s"],
-                        f"at most _timeout - {WAIT_MARGIN_S} ({int(deadline) - WAIT_MARGIN_S}): pyinfra "
-                        f"ends any command of an operation after _timeout={deadline}s, a wait included")
+        raise KnobError(
+            "wait_timeout_s",
+            values["wait_timeout_s"],
+            f"at most _timeout - {WAIT_MARGIN_S} ({int(deadline) - WAIT_MARGIN_S}): pyinfra "
+            f"ends any command of an operation after _timeout={deadline}s, a wait included",
+        )
     return Knobs(**values)

@@ -45,7 +45,7 @@ def holds_root(args: list, store: str) -> bool:
 class Layout:
     """Every path the playbook writes, derived from the root.
 
-        Layout("/root/gpuop").config_toml -> "/root/gpuop/etc/containerd/config.toml"
+    Layout("/root/gpuop").config_toml -> "/root/gpuop/etc/containerd/config.toml"
     """
 
     root: str
@@ -109,7 +109,9 @@ class Layout:
     @property
     def kubelet_node_cni(self):
         """The kubelet node's CNI plugins and network config: ``(bin_dir, conf_dir)``."""
-        return posixpath.join(self.kubelet_node_dir, "cni", "bin"), posixpath.join(self.kubelet_node_dir, "cni", "net.d")
+        return posixpath.join(self.kubelet_node_dir, "cni", "bin"), posixpath.join(
+            self.kubelet_node_dir, "cni", "net.d"
+        )
 
     @property
     def check_script(self):
@@ -147,7 +149,14 @@ class Layout:
 
     def owned_files(self, manifests, reports):
         """Every file the playbook writes (backups excluded: those are never removed)."""
-        return ([self.config_toml, self.nvidia_dropin, self.check_script, self.check_loaded_script,
-                 self.stamp("restart")]  # the repair's restart, for what reports on it after
-                + [self.manifest(m) for m in manifests]
-                + [p for r in reports for p in (self.report(r), self.stamp(r))])
+        return (
+            [
+                self.config_toml,
+                self.nvidia_dropin,
+                self.check_script,
+                self.check_loaded_script,
+                self.stamp("restart"),
+            ]  # the repair's restart, for what reports on it after
+            + [self.manifest(m) for m in manifests]
+            + [p for r in reports for p in (self.report(r), self.stamp(r))]
+        )

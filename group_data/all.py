@@ -36,7 +36,9 @@ kubeconfig = ""  # the operator's kubeconfig on this machine; empty: $KUBECONFIG
 report = ""  # the fleet's JSON, written on this machine; empty: none
 textfile = ""  # the audit in Prometheus' text format for node_exporter's textfile collector (the same series for both): the fleet's written on this machine, a lab host's on that host (an absolute path); empty: none
 node_read_timeout_s = 150  # the deadline of a node's one read (crictl and config dump have shorter ones of their own)
-cluster_read_timeout_s = 20  # the deadline of the fleet's one cluster read, every page of it (a cluster of many thousand Pods needs more)
+cluster_read_timeout_s = (
+    20  # the deadline of the fleet's one cluster read, every page of it (a cluster of many thousand Pods needs more)
+)
 reach = "ssh"  # how a node is read: ssh (its SSH login), or cluster (a short-lived privileged Pod on it, its log read through the API server: no SSH needed)
 nodes_from = "inventory"  # which nodes a fleet run takes: inventory (the nodes file's hosts, else the cluster's GPU nodes), or agents (of those, only the ones whose node agent's condition is True: fix.py repairs where a gap is said, docs/agent.md)
 node_pod_image = "docker.io/library/busybox:1.37"  # the cluster reach's Pod image and the repair's probe: any with a shell and nsenter, fully qualified (CRI-O refuses a short name it has no alias for); the lab imports one built from Debian's busybox-static
@@ -49,7 +51,11 @@ drain_unmanaged = False  # true: delete Pods no controller owns (kubectl drain -
 drain_delete_emptydir_data = False  # true: evict Pods with emptyDir volumes, their data deleted (kubectl drain --delete-emptydir-data); false: such a Pod stops the node's drain, named
 drain_timeout_s = 300  # the drain's deadline: a budget that still blocks then leaves the node uncordoned untouched and stops the rollout
 crio_restart = "systemctl restart crio"  # the command that restarts CRI-O on a node (never a reload: a SIGHUP's new runtimes reach its status, not its sandboxes, cri-o#10202); a nodes file may set it per node
-restart_timeout_s = 120  # the deadline of each proof after the restart: CRI loads the handler, kubelet Ready, the probe Pod runs
+restart_timeout_s = (
+    120  # the deadline of each proof after the restart: CRI loads the handler, kubelet Ready, the probe Pod runs
+)
 repair_max_unavailable = 1  # how many nodes the repair takes out of service at once (in the order of their names); step 8's max_unavailable is the lab DaemonSet's
-repair_max_failures = 0  # how many failed nodes the repair goes on past; one more stops it (the nodes not yet begun are untouched)
+repair_max_failures = (
+    0  # how many failed nodes the repair goes on past; one more stops it (the nodes not yet begun are untouched)
+)
 repair_lock_s = 60  # the fleet repair's lock (a Lease): renewed every third of this by a timer of its own; one not renewed for this long is a dead run's, taken over

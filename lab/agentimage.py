@@ -62,12 +62,21 @@ def linked(binaries: list) -> set:
 
 def image_files(sites: list) -> dict:
     """The image's one layer: Python, nsenter, their libraries, and the ``sites``."""
-    files = {"usr/bin/python3.11": (_read(PYTHON), 0o755), "usr/bin/python3": "python3.11",
-             "usr/bin/nsenter": (_read(NSENTER), 0o755), **tree(STDLIB, "usr/lib/python3.11")}
+    files = {
+        "usr/bin/python3.11": (_read(PYTHON), 0o755),
+        "usr/bin/python3": "python3.11",
+        "usr/bin/nsenter": (_read(NSENTER), 0o755),
+        **tree(STDLIB, "usr/lib/python3.11"),
+    }
     for site in sites:
         files.update(tree(site, SITE_IN_IMAGE))
-    shared = [os.path.join(where, n) for root in (STDLIB, *sites) for where, _, names in os.walk(root)
-              for n in names if ".so" in n and not os.path.islink(os.path.join(where, n))]
+    shared = [
+        os.path.join(where, n)
+        for root in (STDLIB, *sites)
+        for where, _, names in os.walk(root)
+        for n in names
+        if ".so" in n and not os.path.islink(os.path.join(where, n))
+    ]
     for lib in sorted(linked([PYTHON, NSENTER, *shared])):
         if not lib.startswith(tuple(sites)):  # a wheel's own libraries are in its site already
             files[lib.lstrip("/")] = (_read(os.path.realpath(lib)), 0o755)
@@ -79,10 +88,12 @@ def image_files(sites: list) -> dict:
 def agent_archive(name: str, sites: list) -> bytes:
     """The OCI archive of image ``name``: the agent (``python3 -m gpuop.agent``) as its entry point.
 
-        agent_archive("docker.io/library/gpuop-agent:0.1.0", ["/cache/agent-site", "/tmp/wheel"])
+    agent_archive("docker.io/library/gpuop-agent:0.1.0", ["/cache/agent-site", "/tmp/wheel"])
     """
-    run = {"Env": ["PATH=/usr/bin:/bin", f"PYTHONPATH=/{SITE_IN_IMAGE}", "PYTHONDONTWRITEBYTECODE=1"],
-           "Entrypoint": ["/usr/bin/python3.11", "-m", "gpuop.agent"]}
+    run = {
+        "Env": ["PATH=/usr/bin:/bin", f"PYTHONPATH=/{SITE_IN_IMAGE}", "PYTHONDONTWRITEBYTECODE=1"],
+        "Entrypoint": ["/usr/bin/python3.11", "-m", "gpuop.agent"],
+    }
     return _oci((image_files(sites), {name: run}))
 
 

@@ -45,7 +45,7 @@ def sums(kit: str) -> str:
 def archive(kit: str) -> bytes:
     """The kit's files as one tar.xz, the same bytes for the same files.
 
-        archive("/cache/gpu-kit/kit")[:6] -> b"\\xfd7zXZ\\x00"
+    archive("/cache/gpu-kit/kit")[:6] -> b"\\xfd7zXZ\\x00"
     """
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -73,7 +73,9 @@ def main(kit: str, out: str) -> int:
     os.replace(out + ".new", out)
     with open(out + ".sums", "w") as f:
         f.write(wanted)
-    print(f"lab/gpukit: {out}: {len(data) / 2**20:.1f} MiB, written in {time.monotonic() - start:.0f}s", file=sys.stderr)
+    print(
+        f"lab/gpukit: {out}: {len(data) / 2**20:.1f} MiB, written in {time.monotonic() - start:.0f}s", file=sys.stderr
+    )
     return 0
 
 

@@ -28,14 +28,25 @@ ASK_TIMEOUT_S = 10  # one kubectl asking for the leases
 def kwok_node(name: str, labels: dict | None = None, capacity: dict | None = None) -> dict:
     """A Node kwok runs, with the lab's capacity (``capacity`` added to it).
 
-        kwok_node("lab-node-1")["status"]["allocatable"] -> {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    kwok_node("lab-node-1")["status"]["allocatable"] -> {"cpu": "8", "memory": "32Gi", "pods": "110"}
     """
     have = {**CAPACITY, **(capacity or {})}
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "annotations": dict(KWOK_MARK),
-                         "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                    "kubernetes.io/arch": "amd64", "type": "kwok", **(labels or {})}},
-            "status": {"capacity": have, "allocatable": dict(have)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": dict(KWOK_MARK),
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                **(labels or {}),
+            },
+        },
+        "status": {"capacity": have, "allocatable": dict(have)},
+    }
 
 
 def kubelet_config(endpoint: str, port: int, client_ca: str = "", **more) -> dict:
@@ -47,19 +58,33 @@ def kubelet_config(endpoint: str, port: int, client_ca: str = "", **more) -> dic
         kubelet_config("unix:///run/containerd/containerd.sock", 10250)["cgroupDriver"] -> "cgroupfs"
     """
     x509 = {"x509": {"clientCAFile": client_ca}} if client_ca else {}
-    return {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False,
-            "enforceNodeAllocatable": [], "failSwapOn": False, "makeIPTablesUtilChains": False,
-            "containerRuntimeEndpoint": endpoint, "port": port, "readOnlyPort": 0, "healthzPort": 0,
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}, **x509},
-            "authorization": {"mode": "AlwaysAllow"}, **more}
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": False,
+        "enforceNodeAllocatable": [],
+        "failSwapOn": False,
+        "makeIPTablesUtilChains": False,
+        "containerRuntimeEndpoint": endpoint,
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzPort": 0,
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}, **x509},
+        "authorization": {"mode": "AlwaysAllow"},
+        **more,
+    }
 
 
 # The kubelet node's kubelet: a runtime that goes down is seen within seconds, as the incident's
 # restart was; the stand-in images are never pulled again, so they are kept, and nothing is
 # evicted for this disk.
-KUBELET_NODE = {"nodeStatusUpdateFrequency": "2s", "imageGCHighThresholdPercent": 100,
-             "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"}}
+KUBELET_NODE = {
+    "nodeStatusUpdateFrequency": "2s",
+    "imageGCHighThresholdPercent": 100,
+    "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+}
 
 
 def stale(context: str, since: datetime | None) -> list:
@@ -67,8 +92,23 @@ def stale(context: str, since: datetime | None) -> list:
     ``since`` where given), in words; the API server's silence is one line too. A lease its holder
     gave up counts as none: the controller that wrote it is exiting (gpuop/judgment/leases.py)."""
     try:
-        got = subprocess.run(["kubectl", "--context", context, "--request-timeout=5s", "-n", "kube-system",
-                              "get", "leases", "-o", "json"], capture_output=True, text=True, timeout=ASK_TIMEOUT_S)
+        got = subprocess.run(
+            [
+                "kubectl",
+                "--context",
+                context,
+                "--request-timeout=5s",
+                "-n",
+                "kube-system",
+                "get",
+                "leases",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=ASK_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         return [f"the API server: no answer about the leases within {ASK_TIMEOUT_S}s"]
     if got.returncode != 0:

@@ -107,7 +107,7 @@ def started_for(pid: int) -> str:
             env = f.read().split(b"\0")
     except OSError:
         return ""
-    named = [v[len(LAB_ENV):] for v in env if v.startswith(LAB_ENV)]
+    named = [v[len(LAB_ENV) :] for v in env if v.startswith(LAB_ENV)]
     return named[0].decode(errors="replace") if named else ""
 
 
@@ -160,8 +160,10 @@ def stop(what: str, pids: list, grace_s: float = STOP_GRACE_S) -> list:
     signal_all(signal.SIGCONT, pids)
     killed = wait_gone(pids, grace_s)
     if killed:
-        print(f"{what} (pid {' '.join(map(str, killed))}) did not stop on TERM within {grace_s:g}s; killing",
-              file=sys.stderr)
+        print(
+            f"{what} (pid {' '.join(map(str, killed))}) did not stop on TERM within {grace_s:g}s; killing",
+            file=sys.stderr,
+        )
         signal_all(signal.SIGKILL, killed)
         left = wait_gone(killed, grace_s)
         if left:

@@ -38,8 +38,10 @@ def pytest_runtest_setup(item):
     if faults:
         started = time.monotonic()
         heal_lab()
-        said = (f"lab {LAB} healed before {item.nodeid}: {'; '.join(faults)} "
-                f"(lab/lab.sh heal, {time.monotonic() - started:.0f}s)")
+        said = (
+            f"lab {LAB} healed before {item.nodeid}: {'; '.join(faults)} "
+            f"(lab/lab.sh heal, {time.monotonic() - started:.0f}s)"
+        )
         with item.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
             item.config.pluginmanager.getplugin("terminalreporter").write_line("\n" + said)
 

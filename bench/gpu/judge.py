@@ -32,10 +32,16 @@ PROBE_IMAGE = "gpuop.io/gpu-probe:1"
 
 def _pod(name: str, runtime_class: str = "", gpus: int = 0, phase: str = "Running") -> dict:
     asks = {"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}} if gpus else {}
-    return {"kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"nodeName": NODE, **({"runtimeClassName": runtime_class} if runtime_class else {}),
-                     "containers": [{"name": "gpu", "image": PROBE_IMAGE, **asks}]},
-            "status": {"phase": phase}}
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "nodeName": NODE,
+            **({"runtimeClassName": runtime_class} if runtime_class else {}),
+            "containers": [{"name": "gpu", "image": PROBE_IMAGE, **asks}],
+        },
+        "status": {"phase": phase},
+    }
 
 
 def probe_pod() -> dict:
@@ -55,16 +61,20 @@ def stage_objects(stage: str) -> list:
         [ref(p) for p in of_kind(stage_objects("3-cdi"), "Pod")] -> ["gpuop-proof/cdi-pod", "gpuop-proof/plain-pod"]
     """
     gpus = {"nvidia.com/gpu": "1"}
-    base = [{"kind": "Node", "metadata": {"name": NODE}, "status": {"capacity": gpus, "allocatable": gpus}},
-            {"kind": "RuntimeClass", "metadata": {"name": HANDLER}, "handler": HANDLER}]
-    pods = {"1-incident": [_pod("gpu-pod", HANDLER, 1, "Pending")],
-            "2-restarted": [_pod("gpu-pod", HANDLER, 1)],
-            "3-cdi": [_pod("cdi-pod", gpus=1), _pod("plain-pod")],
-            "4-cdi-off": [_pod("cdi-pod", gpus=1)],
-            "5-version-4": [_pod("gpu-pod", HANDLER, 1)],
-            "6-crio": [_pod("gpu-pod", HANDLER, 1, "Pending")],
-            "6-crio-restarted": [_pod("gpu-pod", HANDLER, 1)],
-            "7-probe": None}[stage]
+    base = [
+        {"kind": "Node", "metadata": {"name": NODE}, "status": {"capacity": gpus, "allocatable": gpus}},
+        {"kind": "RuntimeClass", "metadata": {"name": HANDLER}, "handler": HANDLER},
+    ]
+    pods = {
+        "1-incident": [_pod("gpu-pod", HANDLER, 1, "Pending")],
+        "2-restarted": [_pod("gpu-pod", HANDLER, 1)],
+        "3-cdi": [_pod("cdi-pod", gpus=1), _pod("plain-pod")],
+        "4-cdi-off": [_pod("cdi-pod", gpus=1)],
+        "5-version-4": [_pod("gpu-pod", HANDLER, 1)],
+        "6-crio": [_pod("gpu-pod", HANDLER, 1, "Pending")],
+        "6-crio-restarted": [_pod("gpu-pod", HANDLER, 1)],
+        "7-probe": None,
+    }[stage]
     return base + (pods if pods is not None else [probe_pod()])
 
 
@@ -141,8 +151,10 @@ def rows(judged: list) -> list:
         did = "; ".join(f"{name}: {outcome}" for name, outcome, _, _ in j["checks"]) or "nothing observed"
         said = "; ".join(f"{name}: {s}" for name, _, s, _ in j["checks"])
         gaps = ",".join(sorted({g["kind"] for g in e["gaps"]})) or "no gaps"
-        verdict = (f"{said} ({gaps}; loaded {','.join(e['loaded']) or '-'}; "
-                   f"after restart {e['cri_after_restart']} {','.join(e['after_restart']) or '-'})")
+        verdict = (
+            f"{said} ({gaps}; loaded {','.join(e['loaded']) or '-'}; "
+            f"after restart {e['cri_after_restart']} {','.join(e['after_restart']) or '-'})"
+        )
         body.append((j["stage"], did, verdict, "yes" if j["agrees"] else "NO"))
     return columns(head + body)
 

@@ -16,7 +16,7 @@ GPU = "nvidia.com/gpu"
 def ready(obj: dict) -> bool:
     """Whether a Pod's or a Node's Ready condition is True.
 
-        ready({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}) -> True
+    ready({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}) -> True
     """
     return jmespath.search(_READY, obj) == "True"
 
@@ -34,12 +34,10 @@ def has_sandbox(pod: dict) -> bool:
 def advertised(node: dict, resource: str = GPU) -> dict:
     """A node's advertisement of one resource: {"capacity": str|None, "allocatable": str|None}.
 
-        advertised(node) -> {"capacity": "4", "allocatable": "4"}
+    advertised(node) -> {"capacity": "4", "allocatable": "4"}
     """
     status = node.get("status") or {}
-    return {
-        field: (status.get(field) or {}).get(resource) for field in ("capacity", "allocatable")
-    }
+    return {field: (status.get(field) or {}).get(resource) for field in ("capacity", "allocatable")}
 
 
 def allocatable_count(node: dict, resource: str = GPU) -> int:
@@ -51,7 +49,7 @@ def allocatable_count(node: dict, resource: str = GPU) -> int:
 def gpus_asked(pod: dict) -> int:
     """GPUs a Pod holds: its containers' limits (or requests) of nvidia.com/gpu.
 
-        gpus_asked({"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}) -> 1
+    gpus_asked({"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}) -> 1
     """
     total = 0
     for container in pod["spec"].get("containers", []):
@@ -64,7 +62,7 @@ def gpus_asked(pod: dict) -> int:
 def node_gpu_lines(nodes: list, names: list) -> list:
     """The node-gpu.txt table: every lab node and its allocatable GPUs, in the lab's order.
 
-        node_gpu_lines(nodes, ["lab-node-0", "lab-node-1"]) -> ["NAME GPU", "lab-node-0 4", ...]
+    node_gpu_lines(nodes, ["lab-node-0", "lab-node-1"]) -> ["NAME GPU", "lab-node-0 4", ...]
     """
     by_name = {n["metadata"]["name"]: n for n in nodes}
     return ["NAME GPU"] + [f"{name} {allocatable_count(by_name[name])}" for name in names]
@@ -95,10 +93,7 @@ def updated_pods(ds: dict, pods: list) -> list:
     generation, which it keeps in an annotation of the DaemonSet)."""
     meta = ds["metadata"]
     gen = (meta.get("annotations") or {}).get(_TEMPLATE_GENERATION, str(meta["generation"]))
-    return [
-        p for p in owned_pods(ds, pods)
-        if p["metadata"].get("labels", {}).get("pod-template-generation") == gen
-    ]
+    return [p for p in owned_pods(ds, pods) if p["metadata"].get("labels", {}).get("pod-template-generation") == gen]
 
 
 def rollout_status(ds: dict, pods: list) -> dict:
@@ -112,17 +107,12 @@ def rollout_status(ds: dict, pods: list) -> dict:
     status = ds.get("status") or {}
     images = template_images(ds)
     mine = owned_pods(ds, pods)
-    stuck = [
-        pod_scheduled(p) for p in updated_pods(ds, pods)
-        if (pod_scheduled(p) or {}).get("status") == "False"
-    ]
+    stuck = [pod_scheduled(p) for p in updated_pods(ds, pods) if (pod_scheduled(p) or {}).get("status") == "False"]
     return {
         "DESIRED": status.get("desiredNumberScheduled", 0),
         "UPDATED": status.get("updatedNumberScheduled", 0),
         "READY": status.get("numberReady", 0),
-        "OLD_IMAGE_PODS": sum(
-            1 for p in mine if jmespath.search("spec.containers[].image", p) != images
-        ),
+        "OLD_IMAGE_PODS": sum(1 for p in mine if jmespath.search("spec.containers[].image", p) != images),
         "MAX_UNAVAILABLE": jmespath.search("spec.updateStrategy.rollingUpdate.maxUnavailable", ds),
         "BLOCKER": blocker(stuck[0].get("message", "")) if stuck else "none",
     }
@@ -211,7 +201,7 @@ _NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreach
 def node_ready(node: dict | None) -> tuple:
     """Whether a node takes Pods (Ready True, no not-ready or unreachable taint), and in words.
 
-        node_ready(node) -> (False, "Ready False (KubeletNotReady: container runtime is down), taints node.kubernetes.io/not-ready")
+    node_ready(node) -> (False, "Ready False (KubeletNotReady: container runtime is down), taints node.kubernetes.io/not-ready")
     """
     if node is None:
         return False, "not registered"
@@ -228,14 +218,18 @@ def node_ready(node: dict | None) -> tuple:
 
 
 def _event_time(event: dict) -> str:
-    return (event.get("lastTimestamp") or (event.get("series") or {}).get("lastObservedTime")
-            or event.get("eventTime") or event["metadata"]["creationTimestamp"])
+    return (
+        event.get("lastTimestamp")
+        or (event.get("series") or {}).get("lastObservedTime")
+        or event.get("eventTime")
+        or event["metadata"]["creationTimestamp"]
+    )
 
 
 def event_epoch(event: dict) -> float:
     """When an event was last seen, in seconds since the epoch.
 
-        event_epoch({"lastTimestamp": "2026-12-04T04:03:30Z", ...}) -> 1796357010.0
+    event_epoch({"lastTimestamp": "2026-12-04T04:03:30Z", ...}) -> 1796357010.0
     """
     return datetime.fromisoformat(_event_time(event)).timestamp()
 
@@ -247,10 +241,14 @@ def sandbox_failure(events: list, pod: dict) -> dict | None:
         sandbox_failure(events, pod)["message"] -> 'Failed to create pod sandbox: rpc error: ...'
     """
     uid = pod["metadata"].get("uid")
-    mine = [e for e in events if e.get("reason") == SANDBOX_FAILED
-            and e["involvedObject"].get("kind") == "Pod"
-            and e["involvedObject"].get("name") == pod["metadata"]["name"]
-            and e["involvedObject"].get("uid") == uid]
+    mine = [
+        e
+        for e in events
+        if e.get("reason") == SANDBOX_FAILED
+        and e["involvedObject"].get("kind") == "Pod"
+        and e["involvedObject"].get("name") == pod["metadata"]["name"]
+        and e["involvedObject"].get("uid") == uid
+    ]
     return max(mine, key=_event_time, default=None)
 
 
@@ -300,7 +298,12 @@ def reboot_lines(forecast_cri_ok: bool, node: dict, moment: datetime) -> list:
     changed = cond.get("lastTransitionTime") and _time(cond["lastTransitionTime"]) >= moment.replace(microsecond=0)
     after = max(0, round((_time(cond["lastTransitionTime"]) - moment).total_seconds())) if changed else "unchanged"
     matches = cond.get("status") == ("True" if forecast_cri_ok else "False")
-    return [f"REBOOT_AT={moment:%Y-%m-%dT%H:%M:%SZ}", f"FORECAST_CRI={'ok' if forecast_cri_ok else 'fails'}",
-            f"READY={cond.get('status', 'unknown')}", f"REASON={cond.get('reason', '')}",
-            f"MESSAGE={cond.get('message', '')}", f"CHANGED_AFTER_S={after}",
-            f"MATCHES={'yes' if matches else 'no'}"]
+    return [
+        f"REBOOT_AT={moment:%Y-%m-%dT%H:%M:%SZ}",
+        f"FORECAST_CRI={'ok' if forecast_cri_ok else 'fails'}",
+        f"READY={cond.get('status', 'unknown')}",
+        f"REASON={cond.get('reason', '')}",
+        f"MESSAGE={cond.get('message', '')}",
+        f"CHANGED_AFTER_S={after}",
+        f"MATCHES={'yes' if matches else 'no'}",
+    ]

@@ -17,14 +17,21 @@ from gpuop.judgment.view import LIVE
 CONDITION = "gpuop.io/GPURuntimeProblem"  # the Node condition's type (True: a problem, as NPD's)
 REFRESH_S = 300  # an unchanged condition's heartbeat, as node-problem-detector's
 MESSAGE_MAX = 1024  # the condition's message at most (an Event's note is bounded to 1 KiB too)
-WORST = ("restart-refuses-start", "no-containerd", "cri-down", "restart-takes-cri-down", "sandbox-fails",
-         "sandbox-refuses-loaded", "handler-gone-after-restart")  # read first, in this order; the rest as found
+WORST = (
+    "restart-refuses-start",
+    "no-containerd",
+    "cri-down",
+    "restart-takes-cri-down",
+    "sandbox-fails",
+    "sandbox-refuses-loaded",
+    "handler-gone-after-restart",
+)  # read first, in this order; the rest as found
 
 
 def reason_of(kind: str) -> str:
     """A gap kind as a condition's reason (CamelCase, as Kubernetes' reasons are).
 
-        reason_of("restart-refuses-start") -> "RestartRefusesStart"
+    reason_of("restart-refuses-start") -> "RestartRefusesStart"
     """
     return "".join(word[:1].upper() + word[1:] for word in kind.split("-"))
 
@@ -43,22 +50,40 @@ def condition_of(entry: dict | None, unread: str) -> dict:
         condition_of({"loaded_from": "cri", "gaps": []}, "")["reason"] -> "NoGap"
     """
     if entry is None:
-        return {"type": CONDITION, "status": "Unknown", "reason": "NodeNotRead",
-                "message": _bounded(f"the node's runtime was not read: {unread}")}
+        return {
+            "type": CONDITION,
+            "status": "Unknown",
+            "reason": "NodeNotRead",
+            "message": _bounded(f"the node's runtime was not read: {unread}"),
+        }
     gaps = worst(entry["gaps"])
     if entry.get("loaded_from") not in LIVE:
-        return {"type": CONDITION, "status": "Unknown", "reason": "RuntimeNotAnswering",
-                "message": _bounded(f"the runtime's own answer was not had (loaded from {entry.get('loaded_from')}): "
-                                    + " ".join(f"[{g['kind']}] {g['detail']}" for g in gaps))}
+        return {
+            "type": CONDITION,
+            "status": "Unknown",
+            "reason": "RuntimeNotAnswering",
+            "message": _bounded(
+                f"the runtime's own answer was not had (loaded from {entry.get('loaded_from')}): "
+                + " ".join(f"[{g['kind']}] {g['detail']}" for g in gaps)
+            ),
+        }
     if not gaps:
-        return {"type": CONDITION, "status": "False", "reason": "NoGap",
-                "message": "the runtime loads what is written, and a restart would load it too"}
-    return {"type": CONDITION, "status": "True", "reason": reason_of(gaps[0]["kind"]),
-            "message": _bounded(" ".join(f"[{g['kind']}] {g['detail']}" for g in gaps))}
+        return {
+            "type": CONDITION,
+            "status": "False",
+            "reason": "NoGap",
+            "message": "the runtime loads what is written, and a restart would load it too",
+        }
+    return {
+        "type": CONDITION,
+        "status": "True",
+        "reason": reason_of(gaps[0]["kind"]),
+        "message": _bounded(" ".join(f"[{g['kind']}] {g['detail']}" for g in gaps)),
+    }
 
 
 def _bounded(message: str) -> str:
-    return message if len(message) <= MESSAGE_MAX else message[:MESSAGE_MAX - 3] + "..."
+    return message if len(message) <= MESSAGE_MAX else message[: MESSAGE_MAX - 3] + "..."
 
 
 def _time(value) -> datetime | None:
@@ -77,8 +102,11 @@ def next_condition(old: dict | None, wanted: dict, now: datetime, refresh_s: flo
     """
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     moved = old is None or old.get("status") != wanted["status"]
-    written = {**wanted, "lastHeartbeatTime": stamp,
-               "lastTransitionTime": stamp if moved else old.get("lastTransitionTime") or stamp}
+    written = {
+        **wanted,
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp if moved else old.get("lastTransitionTime") or stamp,
+    }
     if moved or old.get("reason") != wanted["reason"]:
         return written, "changed"
     if old.get("message") != wanted["message"]:
@@ -92,7 +120,7 @@ def next_condition(old: dict | None, wanted: dict, now: datetime, refresh_s: flo
 def said_gaps(condition: dict) -> list:
     """The gaps a condition's message says (``[kind] detail`` each, as ``condition_of`` writes them).
 
-        said_gaps({"message": "[cri-down] its CRI does not answer"}) -> [{"kind": "cri-down", "detail": "its CRI does not answer"}]
+    said_gaps({"message": "[cri-down] its CRI does not answer"}) -> [{"kind": "cri-down", "detail": "its CRI does not answer"}]
     """
     # a kind is words joined by hyphens: a "[b]" or "map[runc:0x1]" inside a detail is no kind
     parts = re.split(r"(?:^|(?<= ))\[([a-z]+(?:-[a-z0-9]+)+)\] ", condition.get("message") or "")
@@ -117,8 +145,13 @@ def agent_verdict(node: dict, now: datetime, refresh_s: float = REFRESH_S) -> di
     beat = _time(condition.get("lastHeartbeatTime"))
     age = round((now - beat).total_seconds()) if beat else None
     agent = "ok" if age is not None and age <= 2 * refresh_s else "stale"
-    return {"agent": agent, "status": condition["status"], "reason": condition.get("reason"),
-            "gaps": said_gaps(condition) if agent == "ok" else [], "heartbeat_age_s": age}
+    return {
+        "agent": agent,
+        "status": condition["status"],
+        "reason": condition.get("reason"),
+        "gaps": said_gaps(condition) if agent == "ok" else [],
+        "heartbeat_age_s": age,
+    }
 
 
 def agents_report(nodes: list, now) -> dict:
@@ -133,6 +166,10 @@ def agents_report(nodes: list, now) -> dict:
         verdict = agent_verdict(node, now)
         if verdict["agent"] != "missing" or allocatable_count(node):
             found[node["metadata"]["name"]] = verdict
-    unread = [f"{name} (agent {v['agent']}" + (f", its last heartbeat {v['heartbeat_age_s']}s ago)" if v["agent"] == "stale" else ")")
-              for name, v in sorted(found.items()) if v["agent"] != "ok"]
+    unread = [
+        f"{name} (agent {v['agent']}"
+        + (f", its last heartbeat {v['heartbeat_age_s']}s ago)" if v["agent"] == "stale" else ")")
+        for name, v in sorted(found.items())
+        if v["agent"] != "ok"
+    ]
     return {"from": "agents", "nodes": dict(sorted(found.items())), "unread": unread}

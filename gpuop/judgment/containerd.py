@@ -49,7 +49,7 @@ def kubelet_node_cri(cni_bin_dir: str, cni_conf_dir: str) -> dict:
 def systemd_cgroup(main_doc: dict) -> bool:
     """Whether the main config's runc uses systemd's cgroup driver (the toolkit's runtime follows it).
 
-        systemd_cgroup(seed_config("/x")) -> True
+    systemd_cgroup(seed_config("/x")) -> True
     """
     runc = main_doc.get("plugins", {}).get(CRI_PLUGIN, {}).get("containerd", {}).get("runtimes", {}).get("runc", {})
     return bool(runc.get("options", {}).get("SystemdCgroup", False))
@@ -80,8 +80,9 @@ def nvidia_dropin(binary: str = "/usr/bin/nvidia-container-runtime", systemd: bo
 def _deep_merge(base: dict, over: dict) -> dict:
     merged = dict(base)
     for key, value in over.items():
-        merged[key] = (_deep_merge(merged[key], value)
-                       if isinstance(value, dict) and isinstance(merged.get(key), dict) else value)
+        merged[key] = (
+            _deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return merged
 
 
@@ -93,15 +94,17 @@ def dropin_keeping_cri(main_doc: dict, dropin_doc: dict) -> dict:
         dropin_keeping_cri(seed_config("/x"), nvidia_dropin())  # runtimes runc and nvidia
     """
     main_plugins, plugins = main_doc.get("plugins", {}), dropin_doc.get("plugins", {})
-    return {**dropin_doc, "plugins": {name: _deep_merge(main_plugins.get(name, {}), section)
-                                      for name, section in plugins.items()}}
+    return {
+        **dropin_doc,
+        "plugins": {name: _deep_merge(main_plugins.get(name, {}), section) for name, section in plugins.items()},
+    }
 
 
 def import_globs(main_doc: dict, main_path: str) -> list:
     """The main config's ``imports``, relative entries resolved against its directory.
 
-        import_globs({"imports": ["conf.d/*.toml"]}, "/etc/containerd/config.toml")
-        -> ["/etc/containerd/conf.d/*.toml"]
+    import_globs({"imports": ["conf.d/*.toml"]}, "/etc/containerd/config.toml")
+    -> ["/etc/containerd/conf.d/*.toml"]
     """
     base = os.path.dirname(main_path)
     return [os.path.join(base, entry) for entry in main_doc.get("imports", [])]
@@ -131,7 +134,7 @@ class MergeAnalysis:
     def written(self) -> list:
         """Every runtime the files name: the main config's, then the drop-ins' new ones.
 
-            analyze_merge(seed_config("/x"), [nvidia_dropin()]).written -> ["runc", "nvidia"]
+        analyze_merge(seed_config("/x"), [nvidia_dropin()]).written -> ["runc", "nvidia"]
         """
         return self.main_runtimes + [n for n in self.dropin_runtimes if n not in self.main_runtimes]
 
@@ -163,7 +166,7 @@ def conflict_table(main_doc: dict, dropin_docs: list):
 def parsed_toml(path: str, text: str) -> tuple:
     """A config file's TOML: ``(document, None)``, or ``(None, the error naming the file)``.
 
-        parsed_toml("/etc/containerd/config.toml", "x = [") -> (None, "/etc/containerd/config.toml is not valid TOML: ...")
+    parsed_toml("/etc/containerd/config.toml", "x = [") -> (None, "/etc/containerd/config.toml is not valid TOML: ...")
     """
     try:
         return tomllib.loads(text), None
@@ -174,7 +177,7 @@ def parsed_toml(path: str, text: str) -> tuple:
 def analyze_merge(main_doc: dict, dropin_docs: list) -> MergeAnalysis:
     """What the main config and its drop-ins define, and where they collide.
 
-        analyze_merge(seed_config("/x"), [nvidia_dropin()]).dropin_runtimes -> ["nvidia"]
+    analyze_merge(seed_config("/x"), [nvidia_dropin()]).dropin_runtimes -> ["nvidia"]
     """
     dropin_runtimes = []
     for doc in dropin_docs:
@@ -189,8 +192,8 @@ def analyze_merge(main_doc: dict, dropin_docs: list) -> MergeAnalysis:
 def merge_lines(analysis: MergeAnalysis, loaded_runtimes: list) -> list:
     """The five lines of merge.txt.
 
-        merge_lines(analyze_merge(main, [dropin]), ["runc"])
-        -> ["MAIN_RUNTIMES=runc", "DROPIN_RUNTIMES=nvidia", "CONFLICT=yes", ...]
+    merge_lines(analyze_merge(main, [dropin]), ["runc"])
+    -> ["MAIN_RUNTIMES=runc", "DROPIN_RUNTIMES=nvidia", "CONFLICT=yes", ...]
     """
     table = analysis.conflict_table
     return [
@@ -202,11 +205,10 @@ def merge_lines(analysis: MergeAnalysis, loaded_runtimes: list) -> list:
     ]
 
 
-
 def release(version: str) -> tuple:
     """A containerd version as numbers, ``(0, 0, 0)`` when unknown.
 
-        release("2.0.5") -> (2, 0, 5)
+    release("2.0.5") -> (2, 0, 5)
     """
     parts = re.findall(r"\d+", version)[:3]
     return tuple(int(p) for p in parts) + (0,) * (3 - len(parts)) if parts else (0, 0, 0)
@@ -221,7 +223,7 @@ DUMP_WITHOUT_MIGRATIONS = tuple(f"2.0.{patch}" for patch in range(6))
 def start_subcommand(version: str) -> str:
     """The ``containerd config`` subcommand whose output is what this version loads at start.
 
-        start_subcommand("2.0.5") -> "migrate";  start_subcommand("1.7.35") -> "dump"
+    start_subcommand("2.0.5") -> "migrate";  start_subcommand("1.7.35") -> "dump"
     """
     return "migrate" if version in DUMP_WITHOUT_MIGRATIONS else "dump"
 
@@ -240,15 +242,22 @@ def start_rule(version: str) -> str:
     v = release(version)
     line = f"containerd {v[0]}.{v[1]}"
     if v < (2,):
-        stops = (" and a version above 2 stops the daemon" if v >= (1, 7, 17) or (1, 6, 32) <= v < (1, 7)
-                 else "; a version above 2 is not checked (1.6.32 and 1.7.17 stop the daemon on it)")
+        stops = (
+            " and a version above 2 stops the daemon"
+            if v >= (1, 7, 17) or (1, 6, 32) <= v < (1, 7)
+            else "; a version above 2 is not checked (1.6.32 and 1.7.17 stop the daemon on it)"
+        )
         return f"{line}: the runtimes an imported file names replace the main config's whole{stops}"
     if version in DUMP_WITHOUT_MIGRATIONS:
-        return (f"{line}: plugin sections merge deeply and version-2 files are migrated at start "
-                "(its config dump skips that: forecast from config migrate)")
+        return (
+            f"{line}: plugin sections merge deeply and version-2 files are migrated at start "
+            "(its config dump skips that: forecast from config migrate)"
+        )
     if (2, 3) <= v < (2, 3, 5):
-        return (f"{line}: plugin sections merge deeply, and a drop-in whose version is above the "
-                "root config's stops the daemon")
+        return (
+            f"{line}: plugin sections merge deeply, and a drop-in whose version is above the "
+            "root config's stops the daemon"
+        )
     if v >= (2, 3):
         return f"{line}: plugin sections merge deeply, every file migrated before the merge"
     return f"{line}: plugin sections merge deeply, version-2 files migrated; with mixed versions the highest wins"
@@ -259,6 +268,7 @@ class Forecast:
     """What this containerd would load at its next start: whether the daemon starts at all, and
     whether its CRI plugin loads, with which runtimes; ``reason`` says why not, and by which of
     its version's rules (``start_rule``)."""
+
     runtimes: list
     default_runtime: str
     cri_ok: bool
@@ -281,8 +291,10 @@ def restart_forecast(version: str, start_doc: dict) -> Forecast:
     if not default:
         why = "the CRI plugin has no default_runtime_name"
     elif default not in runtimes:
-        why = (f'default_runtime_name "{default}" has no runtime in containerd.runtimes '
-               f'(configured: {",".join(runtimes) or "none"})')
+        why = (
+            f'default_runtime_name "{default}" has no runtime in containerd.runtimes '
+            f"(configured: {','.join(runtimes) or 'none'})"
+        )
     else:
         return Forecast(runtimes, default, True, "")
     return Forecast(runtimes, default, False, f"{why}; {start_rule(version)}")
@@ -291,10 +303,9 @@ def restart_forecast(version: str, start_doc: dict) -> Forecast:
 def unreadable_config(version: str, error: str) -> Forecast:
     """The forecast when the binary cannot even read its config: containerd will not start.
 
-        unreadable_config("2.3.3", "drop-in config version 3 higher than root config version 2")
+    unreadable_config("2.3.3", "drop-in config version 3 higher than root config version 2")
     """
-    return Forecast([], "", False, f"the daemon will not start: {error}; {start_rule(version)}",
-                    starts=False)
+    return Forecast([], "", False, f"the daemon will not start: {error}; {start_rule(version)}", starts=False)
 
 
 _MSG = re.compile(r'msg="((?:[^"\\]|\\.)*)"')
@@ -334,9 +345,9 @@ def in_one_line(message: str) -> str:
 def binary_version(version_line: str) -> str:
     """The release in ``containerd --version``, as the project names it.
 
-        binary_version("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1")
-        -> "1.6.20"
-        binary_version("containerd github.com/containerd/containerd/v2 v2.4.2 ") -> "2.4.2"
+    binary_version("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1")
+    -> "1.6.20"
+    binary_version("containerd github.com/containerd/containerd/v2 v2.4.2 ") -> "2.4.2"
     """
     words = version_line.split()
     release = words[2] if len(words) > 2 else (words[-1] if words else "unknown")
@@ -395,13 +406,17 @@ def restart_lines(version: str, loaded: list, loaded_from: str, forecast: Foreca
         -> ["CONTAINERD_VERSION=1.6.20", "LOADED_RUNTIMES=runc", "LOADED_FROM=cri",
             "RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails", "RESTART_REASON=..."]
     """
-    lines = [f"CONTAINERD_VERSION={version}", "LOADED_RUNTIMES=" + ",".join(loaded),
-             f"LOADED_FROM={loaded_from}"]
+    lines = [f"CONTAINERD_VERSION={version}", "LOADED_RUNTIMES=" + ",".join(loaded), f"LOADED_FROM={loaded_from}"]
     if forecast is None:
-        return lines + ["RESTART_RUNTIMES=", "RESTART_CRI=unknown",
-                        "RESTART_REASON=no lab containerd on this host to ask"]
-    lines += ["RESTART_RUNTIMES=" + ",".join(forecast.runtimes),
-              "RESTART_CRI=" + ("ok" if forecast.cri_ok else "fails")]
+        return lines + [
+            "RESTART_RUNTIMES=",
+            "RESTART_CRI=unknown",
+            "RESTART_REASON=no lab containerd on this host to ask",
+        ]
+    lines += [
+        "RESTART_RUNTIMES=" + ",".join(forecast.runtimes),
+        "RESTART_CRI=" + ("ok" if forecast.cri_ok else "fails"),
+    ]
     return lines + ([] if forecast.cri_ok else [f"RESTART_REASON={forecast.reason}"])
 
 

@@ -24,7 +24,7 @@ PATHS = "--- runtime paths"  # the read's line before each runtime's "NAME|PATH|
 def version_of(said: str) -> str:
     """The release in ``crio version``'s output.
 
-        version_of("Version:        1.36.3\\nGitCommit: ...") -> "1.36.3"
+    version_of("Version:        1.36.3\\nGitCommit: ...") -> "1.36.3"
     """
     m = re.search(r"^Version:\s*v?(\S+)", said, re.M)
     return m.group(1) if m else "unknown"
@@ -33,8 +33,8 @@ def version_of(said: str) -> str:
 def runtimes_of(doc: dict) -> tuple:
     """The runtimes a CRI-O TOML document defines, and its ``default_runtime`` ("" where unset).
 
-        runtimes_of({"crio": {"runtime": {"default_runtime": "crun", "runtimes": {"crun": {}}}}})
-        -> ({"crun": {}}, "crun")
+    runtimes_of({"crio": {"runtime": {"default_runtime": "crun", "runtimes": {"crun": {}}}}})
+    -> ({"crun": {}}, "crun")
     """
     runtime = (doc.get("crio") or {}).get("runtime") or {}
     tables = {k: v for k, v in (runtime.get("runtimes") or {}).items() if isinstance(v, dict)}
@@ -95,13 +95,18 @@ def restart_forecast(merged: dict, binaries: dict) -> Forecast:
     def binary(name):
         return binaries[name][0] or f"{name} on its PATH"
 
-    dropped = "; ".join(f"runtime {name}'s binary ({binary(name)}) is missing, so CRI-O drops it"
-                        for name in missing if name != default)
+    dropped = "; ".join(
+        f"runtime {name}'s binary ({binary(name)}) is missing, so CRI-O drops it" for name in missing if name != default
+    )
     if default in missing:
-        return Forecast(runtimes, default, False,
-                        f"the daemon will not start: runtime validation: the binary of its default_runtime "
-                        f"{default} ({binary(default)}) is missing" + (f"; {dropped}" if dropped else ""),
-                        starts=False)
+        return Forecast(
+            runtimes,
+            default,
+            False,
+            f"the daemon will not start: runtime validation: the binary of its default_runtime "
+            f"{default} ({binary(default)}) is missing" + (f"; {dropped}" if dropped else ""),
+            starts=False,
+        )
     return Forecast(runtimes, default, True, dropped)
 
 
@@ -117,11 +122,12 @@ def restart_answer(lines: list) -> dict:
     version = version_of(lines[0]) if lines and lines[0].startswith("Version:") else "unknown"
     lines = lines[1:] if version != "unknown" else lines
     at = lines.index(PATHS) if PATHS in lines else len(lines)
-    body, binaries = lines[:at], binaries_answer(lines[at + 1:])
+    body, binaries = lines[:at], binaries_answer(lines[at + 1 :])
     if MERGE_FAILED in body:
-        said = [logged_words(line) for line in body[body.index(MERGE_FAILED) + 1:] if line.strip()]
-        forecast = Forecast([], "", False, f"the daemon will not start: {said[-1] if said else 'crio config failed'}",
-                            starts=False)
+        said = [logged_words(line) for line in body[body.index(MERGE_FAILED) + 1 :] if line.strip()]
+        forecast = Forecast(
+            [], "", False, f"the daemon will not start: {said[-1] if said else 'crio config failed'}", starts=False
+        )
     else:
         try:
             merged = tomllib.loads("\n".join(body))
@@ -147,8 +153,16 @@ def status_answer(lines: list) -> dict:
         return None
     tables, default = runtimes_of(doc)
     dirs = ((doc.get("crio") or {}).get("runtime") or {}).get("cdi_spec_dirs") or []
-    return {"cri": "ok", "runtimes": list(tables), "default_runtime": default, "error": "", "crictl": False,
-            "cdi": True, "cdi_spec_dirs": list(dirs), "via": "status"}
+    return {
+        "cri": "ok",
+        "runtimes": list(tables),
+        "default_runtime": default,
+        "error": "",
+        "crictl": False,
+        "cdi": True,
+        "cdi_spec_dirs": list(dirs),
+        "via": "status",
+    }
 
 
 def sandbox_error(handler: str, loaded: list) -> str:

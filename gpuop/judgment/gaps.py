@@ -13,8 +13,8 @@ VIEWS = ("written", "loaded", "after-restart", "scheduled")
 def gap(kind: str, subject: str, views, detail: str) -> dict:
     """One finding: its kind, what it is about, the views it joins, and a sentence.
 
-        gap("handler-not-loaded", "nvidia", ["written", "loaded"], "runtime handler nvidia is written but ...")
-        -> {"kind": "handler-not-loaded", "subject": "nvidia", "views": ["written", "loaded"], "detail": "..."}
+    gap("handler-not-loaded", "nvidia", ["written", "loaded"], "runtime handler nvidia is written but ...")
+    -> {"kind": "handler-not-loaded", "subject": "nvidia", "views": ["written", "loaded"], "detail": "..."}
     """
     unknown = [v for v in views if v not in VIEWS]
     if unknown:

@@ -7,8 +7,17 @@ the fleet audit's, naming the views it joins; everything else the audit reads
 
 from gpuop.judgment.cluster import allocatable_count, rollout_status
 from gpuop.judgment.objects import of_kind, ref
-from gpuop.judgment.rules import (classed_pods, gpus_held, judge, kubelet_agrees, overcommitted, sandbox_refusal,
-                                  stalled_rollout, time_slicing_gaps, unloaded_class)
+from gpuop.judgment.rules import (
+    classed_pods,
+    gpus_held,
+    judge,
+    kubelet_agrees,
+    overcommitted,
+    sandbox_refusal,
+    stalled_rollout,
+    time_slicing_gaps,
+    unloaded_class,
+)
 from gpuop.judgment.scheduling import pod_scheduled, reasons, unschedulable
 from gpuop.judgment.slots import replicas_of
 from gpuop.judgment.view import api_handlers
@@ -17,10 +26,17 @@ from gpuop.judgment.view import api_handlers
 def _sandboxes(view: dict, objects: list, events: list, kubelet_node: str) -> list:
     """For each Pod bound to the kubelet node whose RuntimeClass's handler is not loaded: the sandbox
     failure containerd's version gives, held against the kubelet's live event for that Pod."""
-    return [{"pod": ref(pod), "node": kubelet_node, "handler": handler,
-             "forecast": sandbox_refusal(view, handler),
-             **kubelet_agrees(pod, events, sandbox_refusal(view, handler))}
-            for pod, _, handler in classed_pods(kubelet_node, objects) if handler not in view["loaded"]]
+    return [
+        {
+            "pod": ref(pod),
+            "node": kubelet_node,
+            "handler": handler,
+            "forecast": sandbox_refusal(view, handler),
+            **kubelet_agrees(pod, events, sandbox_refusal(view, handler)),
+        }
+        for pod, _, handler in classed_pods(kubelet_node, objects)
+        if handler not in view["loaded"]
+    ]
 
 
 def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "") -> dict:
@@ -45,8 +61,9 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
     classes = []
     for rc in of_kind(objects, "RuntimeClass"):
         users = [ref(p) for p in pods if p["spec"].get("runtimeClassName") == rc["metadata"]["name"]]
-        classes.append({"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": rc["handler"] in loaded,
-                        "pods": users})
+        classes.append(
+            {"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": rc["handler"] in loaded, "pods": users}
+        )
         unloaded = unloaded_class(rc, loaded, pods)
         if unloaded:
             gaps.append(unloaded)
@@ -63,8 +80,11 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
         gaps += [g for g in [overcommitted(node, pods)] if g]
         if name == time_slicing["node"] and replicas is not None:
             expected = time_slicing["physical_gpus"] * replicas
-            entry["time_sliced"] = {"physical": time_slicing["physical_gpus"], "replicas": replicas,
-                                    "expected": expected}
+            entry["time_sliced"] = {
+                "physical": time_slicing["physical_gpus"],
+                "replicas": replicas,
+                "expected": expected,
+            }
             mismatch, shared = time_slicing_gaps(node, replicas, time_slicing)
             gaps += mismatch
             warnings += shared
@@ -80,9 +100,17 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
     for ds in of_kind(objects, "DaemonSet"):
         status = rollout_status(ds, pods)
         stalled = stalled_rollout(ds, pods)
-        daemonsets.append({"name": ref(ds), "desired": status["DESIRED"], "updated": status["UPDATED"],
-                           "ready": status["READY"], "max_unavailable": status["MAX_UNAVAILABLE"],
-                           "stalled": stalled is not None, "blocker": status["BLOCKER"]})
+        daemonsets.append(
+            {
+                "name": ref(ds),
+                "desired": status["DESIRED"],
+                "updated": status["UPDATED"],
+                "ready": status["READY"],
+                "max_unavailable": status["MAX_UNAVAILABLE"],
+                "stalled": stalled is not None,
+                "blocker": status["BLOCKER"],
+            }
+        )
         gaps += [stalled] if stalled else []
 
     node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == kubelet_node), None)
@@ -90,12 +118,15 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
     return {
         **judged,
         **({"sandboxes": _sandboxes(view, objects, of_kind(objects, "Event"), kubelet_node)} if kubelet_node else {}),
-        "handlers": {"written": view["written"], "loaded": loaded,
-                     **({"runtime_handlers": api_handlers(node) if node else None} if kubelet_node else {}),
-                     "loaded_source": {"cri": "live"}.get(view["loaded_from"], view["loaded_from"]),
-                     "containerd_version": view["version"],
-                     "after_restart": None if restart == "unknown" else view["after_restart"],
-                     "restart_cri": {"ok": "ok", "unknown": "unknown"}.get(restart, "fails")},
+        "handlers": {
+            "written": view["written"],
+            "loaded": loaded,
+            **({"runtime_handlers": api_handlers(node) if node else None} if kubelet_node else {}),
+            "loaded_source": {"cri": "live"}.get(view["loaded_from"], view["loaded_from"]),
+            "containerd_version": view["version"],
+            "after_restart": None if restart == "unknown" else view["after_restart"],
+            "restart_cri": {"ok": "ok", "unknown": "unknown"}.get(restart, "fails"),
+        },
         "runtimeclasses": classes,
         "nodes": nodes,
         "pending": {reason: sorted(refs) for reason, refs in sorted(pending.items())},

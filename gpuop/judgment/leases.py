@@ -22,8 +22,7 @@ def _lease_age(lease: dict, now: datetime) -> tuple:
     return (now - at).total_seconds(), spec.get("leaseDurationSeconds") or 0
 
 
-def stalled_components(objects: list, nodes, now: datetime, since: datetime | None = None,
-                       held: bool = False) -> list:
+def stalled_components(objects: list, nodes, now: datetime, since: datetime | None = None, held: bool = False) -> list:
     """
     The lab's components that have stopped working, in words, judged by the leases they renew:
     the scheduler's and controller-manager's leader leases, and each lab node's lease (renewed by
@@ -40,11 +39,16 @@ def stalled_components(objects: list, nodes, now: datetime, since: datetime | No
         stalled_components(objects, ["lab-node-0"], datetime.now(timezone.utc))
         -> ["kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed 48s ago (duration 15s)"]
     """
-    leases = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o
-              for o in objects if o["kind"] == "Lease"}
+    leases = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects if o["kind"] == "Lease"}
     wanted = [(c, ("kube-system", c), f"its leader lease kube-system/{c}") for c in CONTROLLERS]
-    wanted += [(f"node {n}'s agent (kwok-controller, or its kubelet)", ("kube-node-lease", n),
-                f"the node lease kube-node-lease/{n}") for n in nodes]
+    wanted += [
+        (
+            f"node {n}'s agent (kwok-controller, or its kubelet)",
+            ("kube-node-lease", n),
+            f"the node lease kube-node-lease/{n}",
+        )
+        for n in nodes
+    ]
     stalled = []
     for component, key, lease_words in wanted:
         lease = leases.get(key)
@@ -59,6 +63,8 @@ def stalled_components(objects: list, nodes, now: datetime, since: datetime | No
             when = "never" if age is None else f"{age:.0f}s ago"
             stalled.append(f"{component}: {lease_words} was last renewed {when} (duration {duration}s)")
         elif since is not None and age > (now - since).total_seconds():
-            stalled.append(f"{component}: {lease_words} was last renewed {age:.1f}s ago, before the "
-                           f"cluster was healed {(now - since).total_seconds():.1f}s ago")
+            stalled.append(
+                f"{component}: {lease_words} was last renewed {age:.1f}s ago, before the "
+                f"cluster was healed {(now - since).total_seconds():.1f}s ago"
+            )
     return stalled

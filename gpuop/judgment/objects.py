@@ -4,11 +4,10 @@ against live (which fields the playbook sets differ on the cluster)."""
 from gpuop.judgment.quantity import parse_quantity
 
 
-
 def of_kind(objects: list, kind: str, name: str | None = None) -> list:
     """The objects of one kind (and name) among a mixed ``kubectl get`` result.
 
-        of_kind([{"kind": "Node", "metadata": {"name": "lab-node-0"}}, ...], "Node") -> [{"kind": "Node", ...}]
+    of_kind([{"kind": "Node", "metadata": {"name": "lab-node-0"}}, ...], "Node") -> [{"kind": "Node", ...}]
     """
     return [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
 
@@ -16,7 +15,7 @@ def of_kind(objects: list, kind: str, name: str | None = None) -> list:
 def ref(obj: dict) -> str:
     """An object's name as kubectl shows it: ``namespace/name``, or ``name`` where it has none.
 
-        ref({"metadata": {"namespace": "gpu-lab", "name": "cuda-probe"}}) -> "gpu-lab/cuda-probe"
+    ref({"metadata": {"namespace": "gpu-lab", "name": "cuda-probe"}}) -> "gpu-lab/cuda-probe"
     """
     ns = obj["metadata"].get("namespace")
     return f"{ns}/{obj['metadata']['name']}" if ns else obj["metadata"]["name"]

@@ -12,7 +12,8 @@ import os
 
 _package = importlib.util.find_spec("kubernetes")  # finds the package without running it
 _spec = importlib.util.spec_from_file_location(
-    "gpuop._kubernetes_quantity", os.path.join(os.path.dirname(_package.origin), "utils", "quantity.py"))
+    "gpuop._kubernetes_quantity", os.path.join(os.path.dirname(_package.origin), "utils", "quantity.py")
+)
 _module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_module)
 

@@ -23,9 +23,11 @@ V3_TEMPLATE, V2_TEMPLATE = "config-v3.toml.tmpl", "config.toml.tmpl"
 # Where the GPU Operator's installer puts the runtime, then the package's place; k3s looks there at
 # start and registers a runtime per binary found (pkg/agent/containerd/nvidia.go).
 NVIDIA_DIRS = ("/usr/local/nvidia/toolkit", "/usr/bin")
-NVIDIA_RUNTIMES = {"nvidia": "nvidia-container-runtime",
-                   "nvidia-experimental": "nvidia-container-runtime-experimental",
-                   "nvidia-cdi": "nvidia-container-runtime.cdi"}
+NVIDIA_RUNTIMES = {
+    "nvidia": "nvidia-container-runtime",
+    "nvidia-experimental": "nvidia-container-runtime-experimental",
+    "nvidia-cdi": "nvidia-container-runtime.cdi",
+}
 _ACTION = re.compile(r"\{\{.*?\}\}")
 _BASE = re.compile(r"\{\{-?\s*template\s+\"base\"\s+\.\s*-?\}\}")
 
@@ -33,7 +35,7 @@ _BASE = re.compile(r"\{\{-?\s*template\s+\"base\"\s+\.\s*-?\}\}")
 def nvidia_binaries() -> list:
     """Every path where k3s looks for an NVIDIA runtime binary at start.
 
-        nvidia_binaries()[0] -> "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    nvidia_binaries()[0] -> "/usr/local/nvidia/toolkit/nvidia-container-runtime"
     """
     return [posixpath.join(d, b) for d in NVIDIA_DIRS for b in NVIDIA_RUNTIMES.values()]
 
@@ -102,8 +104,9 @@ def regenerated(config: str, files: dict, version: str, nvidia_found: list) -> d
     if by is None:
         return None
     path = template(config, files, version)
-    detected = [name for name, binary in NVIDIA_RUNTIMES.items()
-                if any(posixpath.basename(f) == binary for f in nvidia_found)]
+    detected = [
+        name for name, binary in NVIDIA_RUNTIMES.items() if any(posixpath.basename(f) == binary for f in nvidia_found)
+    ]
     built_in = ["runc"] + detected
     if path is None:
         extends, runtimes, default = True, built_in, "runc"
@@ -111,20 +114,38 @@ def regenerated(config: str, files: dict, version: str, nvidia_found: list) -> d
         text = files[path]["text"]
         doc, error = parsed_toml(path, _static(text))
         if doc is None:
-            return {"by": by, "template": path, "runtimes": [], "default_runtime": "", "known": False,
-                    "reason": f"{by} renders {config} from {path}, whose literal TOML cannot be read ({error})"}
+            return {
+                "by": by,
+                "template": path,
+                "runtimes": [],
+                "default_runtime": "",
+                "known": False,
+                "reason": f"{by} renders {config} from {path}, whose literal TOML cannot be read ({error})",
+            }
         # Extending the built-in one keeps its runtimes; a template's own imports still reach drop-ins.
         extends = bool(_BASE.search(text))
         reached = [p for p in sorted(files) if any(fnmatch.fnmatchcase(p, g) for g in import_globs(doc, config))]
-        own = runtime_names(doc) + [n for p in reached for n in runtime_names(parsed_toml(p, files[p]["text"])[0] or {})]
+        own = runtime_names(doc) + [
+            n for p in reached for n in runtime_names(parsed_toml(p, files[p]["text"])[0] or {})
+        ]
         runtimes = list(dict.fromkeys((built_in if extends else []) + own))
         default = _default_runtime(doc)
     source = path or "its built-in template"
     if extends:  # what the built-in part registers depends on the binaries found at that start
-        source += (f" (with the NVIDIA runtimes it finds: {', '.join(detected)})" if detected else
-                   f" (no NVIDIA runtime binary is where it looks: {', '.join(NVIDIA_DIRS)})")
-    return {"by": by, "template": path, "runtimes": runtimes, "default_runtime": default, "known": True,
-            "source": source, "reason": f"{by} writes {config} anew at its next start from {source}"}
+        source += (
+            f" (with the NVIDIA runtimes it finds: {', '.join(detected)})"
+            if detected
+            else f" (no NVIDIA runtime binary is where it looks: {', '.join(NVIDIA_DIRS)})"
+        )
+    return {
+        "by": by,
+        "template": path,
+        "runtimes": runtimes,
+        "default_runtime": default,
+        "known": True,
+        "source": source,
+        "reason": f"{by} writes {config} anew at its next start from {source}",
+    }
 
 
 def template_path(config: str, version: str, regen: dict) -> str:

@@ -11,7 +11,7 @@ _POD_SCHEDULED = jmespath.compile("status.conditions[?type=='PodScheduled'] | [0
 def pod_scheduled(pod: dict) -> dict | None:
     """A Pod's PodScheduled condition as the API returns it, or None before the scheduler acted.
 
-        pod_scheduled(pod) -> {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", ...}
+    pod_scheduled(pod) -> {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", ...}
     """
     return _POD_SCHEDULED.search(pod)
 
@@ -25,9 +25,9 @@ def unschedulable(pod: dict) -> bool:
 def reasons(message: str) -> list:
     """The (node count, reason) pairs of a scheduling failure, the notes after them left out.
 
-        reasons("0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match "
-                "Pod's node affinity/selector. no new claims to deallocate, preemption: ...")
-        -> [(1, "Insufficient memory"), (2, "node(s) didn't match Pod's node affinity/selector")]
+    reasons("0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match "
+            "Pod's node affinity/selector. no new claims to deallocate, preemption: ...")
+    -> [(1, "Insufficient memory"), (2, "node(s) didn't match Pod's node affinity/selector")]
     """
     if ":" not in message:
         return []
@@ -49,8 +49,8 @@ def slug(text: str) -> str:
 def blocker(message: str) -> str:
     """The reason a Pod cannot be placed: the first missing resource, else the first reason.
 
-        blocker("0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match ...")
-        -> "insufficient-memory"
+    blocker("0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match ...")
+    -> "insufficient-memory"
     """
     found = [text for _, text in reasons(message)]
     if not found:

@@ -6,11 +6,10 @@ import yaml
 from gpuop.judgment.cluster import GPU
 
 
-
 def sharing_config(replicas: int, resource: str = GPU) -> dict:
     """The GPU Operator device-plugin config for time-slicing one resource.
 
-        yaml.safe_dump(sharing_config(5)) -> "sharing:\\n  timeSlicing:\\n ..."
+    yaml.safe_dump(sharing_config(5)) -> "sharing:\\n  timeSlicing:\\n ..."
     """
     return {
         "version": "v1",
@@ -26,7 +25,7 @@ def sharing_config(replicas: int, resource: str = GPU) -> dict:
 def replicas_of(config_text: str, resource: str = GPU):
     """The replicas a device-plugin config (the ConfigMap's ``data.any`` string) gives a resource.
 
-        replicas_of(yaml.safe_dump(sharing_config(5))) -> 5
+    replicas_of(yaml.safe_dump(sharing_config(5))) -> 5
     """
     doc = yaml.safe_load(config_text) or {}
     return jmespath.search(f"sharing.timeSlicing.resources[?name=='{resource}'].replicas | [0]", doc)

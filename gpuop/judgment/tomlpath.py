@@ -22,8 +22,8 @@ def quote_key(key: str) -> str:
 def key_path(keys) -> str:
     """A dotted key path in TOML syntax, each key quoted where it needs to be.
 
-        key_path(("plugins", "io.containerd.grpc.v1.cri", "containerd"))
-        -> 'plugins."io.containerd.grpc.v1.cri".containerd'
+    key_path(("plugins", "io.containerd.grpc.v1.cri", "containerd"))
+    -> 'plugins."io.containerd.grpc.v1.cri".containerd'
     """
     return ".".join(quote_key(k) for k in keys)
 
@@ -31,7 +31,7 @@ def key_path(keys) -> str:
 def tables(doc: dict, prefix=()):
     """Every table of a parsed document, depth first in document order, as (path, table).
 
-        list(tables({"a": {"b": {}}})) -> [(("a",), {"b": {}}), (("a", "b"), {})]
+    list(tables({"a": {"b": {}}})) -> [(("a",), {"b": {}}), (("a", "b"), {})]
     """
     for key, value in doc.items():
         if isinstance(value, dict):
@@ -43,8 +43,8 @@ def tables(doc: dict, prefix=()):
 def find_tables(doc: dict, suffix) -> list:
     """The (path, table) pairs whose path ends with ``suffix``.
 
-        find_tables(doc, ("containerd", "runtimes"))
-        -> [(("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"), {...})]
+    find_tables(doc, ("containerd", "runtimes"))
+    -> [(("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"), {...})]
     """
     suffix = tuple(suffix)
-    return [(p, t) for p, t in tables(doc) if p[-len(suffix):] == suffix]
+    return [(p, t) for p, t in tables(doc) if p[-len(suffix) :] == suffix]

@@ -77,28 +77,54 @@ def written_view(config: str, files: dict) -> dict:
     # a drop-in is a TOML file; a backup beside one (99-nvidia.toml.bak) is no drop-in
     conf_d = posixpath.join(posixpath.dirname(config), "conf.d")
     unreached = sorted(p for p in files if posixpath.dirname(p) == conf_d and p.endswith(".toml") and p not in reached)
-    return {"runtimes": analyze_merge(main, docs).written, "dropins": reached, "unreached": unreached,
-            "errors": errors, "imports": main.get("imports", []), "versions": versions}
+    return {
+        "runtimes": analyze_merge(main, docs).written,
+        "dropins": reached,
+        "unreached": unreached,
+        "errors": errors,
+        "imports": main.get("imports", []),
+        "versions": versions,
+    }
 
 
 def unknown_view(**given) -> dict:
     """The view where nothing is known; ``given`` says what is.
 
-        unknown_view(loaded=["runc"], loaded_from="api")["cri_after_restart"] -> "unknown"
+    unknown_view(loaded=["runc"], loaded_from="api")["cri_after_restart"] -> "unknown"
     """
-    return {"runtime": RUNTIME, "version": "unknown", "daemon": None, "others": [], "kubelet_endpoint": None,
-            "written": [], "dropins": [], "unreached": [], "config_errors": [], "imports": [], "versions": {},
-            "regenerated": None,
-            "loaded": [], "loaded_from": "none", "cri_error": "", "default_runtime": "", "cdi": None, "gpu_hooks": [],
-            "after_restart": [], "cri_after_restart": "unknown", "restart_reason": "", "restart_from": "", "unread": {},
-            **given}
+    return {
+        "runtime": RUNTIME,
+        "version": "unknown",
+        "daemon": None,
+        "others": [],
+        "kubelet_endpoint": None,
+        "written": [],
+        "dropins": [],
+        "unreached": [],
+        "config_errors": [],
+        "imports": [],
+        "versions": {},
+        "regenerated": None,
+        "loaded": [],
+        "loaded_from": "none",
+        "cri_error": "",
+        "default_runtime": "",
+        "cdi": None,
+        "gpu_hooks": [],
+        "after_restart": [],
+        "cri_after_restart": "unknown",
+        "restart_reason": "",
+        "restart_from": "",
+        "unread": {},
+        **given,
+    }
 
 
 def loaded_part(answer: dict | None) -> dict:
     """The loaded view's keys from a CRI answer (``runbook.reach.containerd.cri_answer``'s shape).
 
-        loaded_part({"cri": "ok", "runtimes": ["runc"], "default_runtime": "runc", "crictl": True, ...})
-        -> {"loaded": ["runc"], "loaded_from": "cri", "cri_error": "", "default_runtime": "runc"}
+    loaded_part({"cri": "ok", "runtimes": ["runc"], "default_runtime": "runc", "crictl": True, ...})
+    -> {"loaded": ["runc"], "loaded_from": "cri", "cri_error": "", "default_runtime": "runc"}
     """
     answer = answer or {}
     if answer.get("via") == "status":
@@ -109,8 +135,12 @@ def loaded_part(answer: dict | None) -> dict:
         loaded_from = "crictl-hung"
     else:
         loaded_from = "cri" if answer.get("cri") == "ok" else "cri-down"
-    return {"loaded": answer.get("runtimes", []), "loaded_from": loaded_from, "cri_error": answer.get("error", ""),
-            "default_runtime": answer.get("default_runtime", "")}
+    return {
+        "loaded": answer.get("runtimes", []),
+        "loaded_from": loaded_from,
+        "cri_error": answer.get("error", ""),
+        "default_runtime": answer.get("default_runtime", ""),
+    }
 
 
 def cdi_part(answer: dict | None, version: str, gpu_specs: list) -> dict:
@@ -121,8 +151,11 @@ def cdi_part(answer: dict | None, version: str, gpu_specs: list) -> dict:
         -> {"enabled": True, "spec_dirs": ["/etc/cdi"], "gpu_specs": []}
     """
     answer = answer or {}
-    return {"enabled": cdi_enabled(version, answer.get("cdi")) if answer.get("cri") == "ok" else False,
-            "spec_dirs": answer.get("cdi_spec_dirs", []), "gpu_specs": list(gpu_specs)}
+    return {
+        "enabled": cdi_enabled(version, answer.get("cdi")) if answer.get("cri") == "ok" else False,
+        "spec_dirs": answer.get("cdi_spec_dirs", []),
+        "gpu_specs": list(gpu_specs),
+    }
 
 
 def restart_part(restart: dict | None, version: str, asked: str = "", runtime: str = RUNTIME, unread: str = "") -> dict:
@@ -134,16 +167,26 @@ def restart_part(restart: dict | None, version: str, asked: str = "", runtime: s
         -> {"after_restart": ["nvidia"], "cri_after_restart": "fails", "restart_reason": "...", ...}
     """
     if restart is None:
-        reason = (f"its own merge of the files did not end within {unread}" if unread
-                  else f"{asked} is not there to ask" if asked else "")
+        reason = (
+            f"its own merge of the files did not end within {unread}"
+            if unread
+            else f"{asked} is not there to ask"
+            if asked
+            else ""
+        )
         return {"after_restart": [], "cri_after_restart": "unknown", "restart_reason": reason, "restart_from": ""}
     cri = "refuses-start" if not restart.get("starts", True) else "ok" if restart["cri_ok"] else "fails"
-    return {"after_restart": list(restart["runtimes"]), "cri_after_restart": cri,
-            "restart_reason": restart["reason"], "restart_from": f"{runtime} {version}'s own merge of the files"}
+    return {
+        "after_restart": list(restart["runtimes"]),
+        "cri_after_restart": cri,
+        "restart_reason": restart["reason"],
+        "restart_from": f"{runtime} {version}'s own merge of the files",
+    }
 
 
-def lab_view(config: str, files: dict, loaded: dict | None, restart: dict | None, observed=(),
-             daemon: dict | None = None) -> dict:
+def lab_view(
+    config: str, files: dict, loaded: dict | None, restart: dict | None, observed=(), daemon: dict | None = None
+) -> dict:
     """A lab host's runtime: its lab containerd's files, CRI answer and restart forecast; on a host
     without a lab containerd (``restart`` None), the ``observed`` handlers, "recorded".
 
@@ -154,13 +197,25 @@ def lab_view(config: str, files: dict, loaded: dict | None, restart: dict | None
         lab_view(".../config.toml", files, None, None, observed=("runc",))["loaded_from"] -> "recorded"
     """
     written = written_view(config, files)
-    view = unknown_view(written=written["runtimes"], dropins=written["dropins"], unreached=written["unreached"],
-                  config_errors=written["errors"], imports=written["imports"], versions=written["versions"])
+    view = unknown_view(
+        written=written["runtimes"],
+        dropins=written["dropins"],
+        unreached=written["unreached"],
+        config_errors=written["errors"],
+        imports=written["imports"],
+        versions=written["versions"],
+    )
     if restart is None:
         return {**view, "version": "none", "loaded": list(observed), "loaded_from": "recorded"}
     version = restart["version"]
-    return {**view, **loaded_part(loaded), **restart_part(restart, version), "version": version, "daemon": daemon,
-            "cdi": cdi_part(loaded, version, [])}
+    return {
+        **view,
+        **loaded_part(loaded),
+        **restart_part(restart, version),
+        "version": version,
+        "daemon": daemon,
+        "cdi": cdi_part(loaded, version, []),
+    }
 
 
 def api_handlers(node: dict) -> list | None:
@@ -214,8 +269,11 @@ def node_view(read: dict) -> dict:
     unread = {k.split(" ")[0] if k.startswith("runtime ") else k: v for k, v in (read.get("unread") or {}).items()}
     daemons = [(RUNTIME, d) for d in read["containerds"]] + [(crio.NAME, d) for d in read.get("crios", [])]
     runtime, daemon = next(((r, d) for r, d in daemons if d["serves"]), (RUNTIME, None))
-    others = [{"pid": d["pid"], "config": d["config"], "address": d["address"], "runtime": r}
-              for r, d in daemons if d is not daemon]
+    others = [
+        {"pid": d["pid"], "config": d["config"], "address": d["address"], "runtime": r}
+        for r, d in daemons
+        if d is not daemon
+    ]
     if daemon is None:
         return unknown_view(version="none", kubelet_endpoint=endpoint, others=others, unread=unread)
     if runtime == crio.NAME:
@@ -223,27 +281,54 @@ def node_view(read: dict) -> dict:
     loaded, restart = daemon["loaded"] or {}, daemon["restart"]
     written = written_view(daemon["config"], daemon["files"]) if "runtime" not in unread else _unread_files()
     version = restart["version"] if restart else "unknown"
-    view = unknown_view(version=version, kubelet_endpoint=endpoint, others=others,
-                  daemon={"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
-                          "address": daemon["address"], "binary": daemon.get("binary") or daemon["exe"],
-                          "started": daemon.get("started")},
-                  written=written["runtimes"], dropins=written["dropins"], unreached=written["unreached"],
-                  config_errors=written["errors"], imports=written["imports"], versions=written["versions"],
-                  **loaded_part(loaded),
-                  cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])), unread=unread)
+    view = unknown_view(
+        version=version,
+        kubelet_endpoint=endpoint,
+        others=others,
+        daemon={
+            "pid": daemon["pid"],
+            "exe": daemon["exe"],
+            "config": daemon["config"],
+            "address": daemon["address"],
+            "binary": daemon.get("binary") or daemon["exe"],
+            "started": daemon.get("started"),
+        },
+        written=written["runtimes"],
+        dropins=written["dropins"],
+        unreached=written["unreached"],
+        config_errors=written["errors"],
+        imports=written["imports"],
+        versions=written["versions"],
+        **loaded_part(loaded),
+        cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])),
+        unread=unread,
+    )
     regen = regenerated(daemon["config"], daemon["files"], version, daemon.get("nvidia_runtimes", []))
     if regen is not None and "nvidia" in unread:  # what it registers at start depends on the binaries found
-        regen = {**regen, "known": False, "reason": f"{regen['by']} writes {daemon['config']} anew at its next "
-                                                     "start, with the NVIDIA runtimes it finds, not looked for"}
+        regen = {
+            **regen,
+            "known": False,
+            "reason": f"{regen['by']} writes {daemon['config']} anew at its next "
+            "start, with the NVIDIA runtimes it finds, not looked for",
+        }
     if regen is not None:  # k3s or RKE2 writes the file anew at start: that file is what loads
         cri = "unknown" if not regen["known"] else "ok" if regen["default_runtime"] in regen["runtimes"] else "fails"
-        reason = regen["reason"] + (f", whose default_runtime_name {regen['default_runtime']} has no runtime"
-                                    if cri == "fails" else "")
-        return {**view, "regenerated": regen, "after_restart": regen["runtimes"], "cri_after_restart": cri,
-                "restart_reason": reason, "restart_from": f"the config {regen['by']} writes anew at its next start"}
+        reason = regen["reason"] + (
+            f", whose default_runtime_name {regen['default_runtime']} has no runtime" if cri == "fails" else ""
+        )
+        return {
+            **view,
+            "regenerated": regen,
+            "after_restart": regen["runtimes"],
+            "cri_after_restart": cri,
+            "restart_reason": reason,
+            "restart_from": f"the config {regen['by']} writes anew at its next start",
+        }
     if restart is None and not daemon.get("binary") and "restart" not in unread:
-        return {**view, "restart_reason": f"{daemon['exe']} is not named containerd and has no containerd "
-                                          "beside it to ask"}
+        return {
+            **view,
+            "restart_reason": f"{daemon['exe']} is not named containerd and has no containerd beside it to ask",
+        }
     return {**view, **restart_part(restart, version, daemon.get("binary") or "", RUNTIME, unread.get("restart", ""))}
 
 
@@ -258,11 +343,26 @@ def crio_view(daemon: dict, endpoint: str | None, others: list, unread: dict | N
     loaded, restart = daemon["loaded"] or {}, daemon["restart"]
     written = crio.written_view(daemon["config"], daemon["config_dir"], daemon["files"])
     version = restart["version"] if restart else "unknown"
-    return unknown_view(unread=unread, runtime=crio.NAME, version=version, kubelet_endpoint=endpoint, others=others,
-                        daemon={"pid": daemon["pid"], "exe": daemon["exe"], "config": daemon["config"],
-                                "config_dir": daemon["config_dir"], "address": daemon["address"],
-                                "binary": daemon["exe"], "started": daemon.get("started")},
-                        written=written["runtimes"], dropins=written["dropins"], config_errors=written["errors"],
-                        **loaded_part(loaded), cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])),
-                        gpu_hooks=crio.hooked_gpus(daemon.get("hooks") or {}),
-                        **restart_part(restart, version, daemon["exe"], crio.NAME, unread.get("restart", "")))
+    return unknown_view(
+        unread=unread,
+        runtime=crio.NAME,
+        version=version,
+        kubelet_endpoint=endpoint,
+        others=others,
+        daemon={
+            "pid": daemon["pid"],
+            "exe": daemon["exe"],
+            "config": daemon["config"],
+            "config_dir": daemon["config_dir"],
+            "address": daemon["address"],
+            "binary": daemon["exe"],
+            "started": daemon.get("started"),
+        },
+        written=written["runtimes"],
+        dropins=written["dropins"],
+        config_errors=written["errors"],
+        **loaded_part(loaded),
+        cdi=cdi_part(loaded, version, daemon.get("gpu_cdi_specs", [])),
+        gpu_hooks=crio.hooked_gpus(daemon.get("hooks") or {}),
+        **restart_part(restart, version, daemon["exe"], crio.NAME, unread.get("restart", "")),
+    )

@@ -7,7 +7,7 @@ import json
 def render(lines) -> str:
     """Report text: one line each, ending with a newline.
 
-        render(["A=1", "B=2"]) -> "A=1\\nB=2\\n"
+    render(["A=1", "B=2"]) -> "A=1\\nB=2\\n"
     """
     return "".join(f"{line}\n" for line in lines)
 
@@ -24,7 +24,7 @@ def inputs_digest(inputs: dict) -> str:
 def stamp_text(report_text: str, inputs: dict) -> str:
     """What is recorded beside a captured moment report.
 
-        stamp_text("Unschedulable\\n...", {"nodes": [...]}) -> "sha256=...\\ninputs=...\\n"
+    stamp_text("Unschedulable\\n...", {"nodes": [...]}) -> "sha256=...\\ninputs=...\\n"
     """
     return render([f"sha256={digest(report_text)}", f"inputs={inputs_digest(inputs)}"])
 
@@ -42,7 +42,7 @@ def stamp_holds(stamp: str | None, report_text: str | None, inputs: dict) -> boo
 def key_values(text: str) -> dict:
     """A ``KEY=VALUE`` report as a dict (lines without ``=`` are skipped).
 
-        key_values("A=1\\nB=x=y\\n") -> {"A": "1", "B": "x=y"}
+    key_values("A=1\\nB=x=y\\n") -> {"A": "1", "B": "x=y"}
     """
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 

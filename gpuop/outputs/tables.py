@@ -25,8 +25,8 @@ def worst_first(gaps: list) -> list:
 def key_values(rows: list) -> list:
     """Rows of (key, value) with the values in one column.
 
-        key_values([("written", "nvidia"), ("after restart", "-")])
-        -> ["written        nvidia", "after restart  -"]
+    key_values([("written", "nvidia"), ("after restart", "-")])
+    -> ["written        nvidia", "after restart  -"]
     """
     width = max(len(k) for k, _ in rows)
     return [f"{k.ljust(width)}  {v}" for k, v in rows]
@@ -45,19 +45,31 @@ def host_table(result: dict) -> list:
         host_table(audit(...)) -> ["written        nvidia,runc (the main config and its drop-ins)", ...]
     """
     v = result["version"]
-    source = {"cri": f"live, through CRI of containerd {v}", "cri-down": f"containerd {v} runs, its CRI does not answer"}
-    rows = [("written", f"{handlers(result['written'])} (the main config and its drop-ins)"),
-            ("loaded", f"{handlers(result['loaded'])} ({source.get(result['loaded_from'], 'recorded')})")]
+    source = {
+        "cri": f"live, through CRI of containerd {v}",
+        "cri-down": f"containerd {v} runs, its CRI does not answer",
+    }
+    rows = [
+        ("written", f"{handlers(result['written'])} (the main config and its drop-ins)"),
+        ("loaded", f"{handlers(result['loaded'])} ({source.get(result['loaded_from'], 'recorded')})"),
+    ]
     if result["cri_after_restart"] == "unknown":
         rows.append(("after restart", "unknown (no lab containerd here to ask)"))
     else:
-        cri = {"ok": "CRI loads", "refuses-start": "containerd REFUSES TO START"}.get(result["cri_after_restart"],
-                                                                                    "CRI FAILS")
-        rows.append(("after restart", f"{handlers(result['after_restart'])}; {cri} "
-                                      f"(containerd {v}'s own merge of the files)"))
+        cri = {"ok": "CRI loads", "refuses-start": "containerd REFUSES TO START"}.get(
+            result["cri_after_restart"], "CRI FAILS"
+        )
+        rows.append(
+            ("after restart", f"{handlers(result['after_restart'])}; {cri} (containerd {v}'s own merge of the files)")
+        )
     for rc in result["runtimeclasses"]:
-        rows.append(("runtimeclass", f"{rc['name']} -> {rc['handler']} "
-                                     f"({'loaded' if rc['loaded'] else 'NOT loaded'}); pods: {','.join(rc['pods']) or '-'}"))
+        rows.append(
+            (
+                "runtimeclass",
+                f"{rc['name']} -> {rc['handler']} "
+                f"({'loaded' if rc['loaded'] else 'NOT loaded'}); pods: {','.join(rc['pods']) or '-'}",
+            )
+        )
     for n in result["nodes"]:
         sliced = n.get("time_sliced")
         extra = f" (time-sliced {sliced['physical']}x{sliced['replicas']}={sliced['expected']})" if sliced else ""
@@ -65,15 +77,26 @@ def host_table(result: dict) -> list:
     for reason, refs in result["pending"].items():
         rows.append(("pending", f"{reason}: {', '.join(refs)}"))
     for ds in result["daemonsets"]:
-        rows.append(("daemonset", f"{ds['name']} {ds['updated']}/{ds['desired']} updated, {ds['ready']} ready, "
-                                  f"maxUnavailable {ds['max_unavailable']}"
-                                  + (f", STALLED: {ds['blocker']}" if ds["stalled"] else "")))
+        rows.append(
+            (
+                "daemonset",
+                f"{ds['name']} {ds['updated']}/{ds['desired']} updated, {ds['ready']} ready, "
+                f"maxUnavailable {ds['max_unavailable']}" + (f", STALLED: {ds['blocker']}" if ds["stalled"] else ""),
+            )
+        )
     for s in result.get("sandboxes", []):
-        rows.append(("sandbox", f"{s['pod']} on {s['node']}: {'the kubelet agrees' if s['agrees'] else 'the kubelet does NOT agree'}"
-                                f" ({s['event'] or 'no event yet'})"))
+        rows.append(
+            (
+                "sandbox",
+                f"{s['pod']} on {s['node']}: {'the kubelet agrees' if s['agrees'] else 'the kubelet does NOT agree'}"
+                f" ({s['event'] or 'no event yet'})",
+            )
+        )
     rows += [("warning", w["detail"]) for w in result["warnings"]]
     rows += [("GAP", g["detail"]) for g in worst_first(result["gaps"])]
-    rows.append(("verdict", f"{len(result['gaps'])} gap(s)" if result["gaps"] else "no gap: written is loaded is scheduled"))
+    rows.append(
+        ("verdict", f"{len(result['gaps'])} gap(s)" if result["gaps"] else "no gap: written is loaded is scheduled")
+    )
     return key_values(rows)
 
 
@@ -90,20 +113,42 @@ def fleet_table(report: dict) -> list:
     node was not read; else why not. GPU PATH: how a GPU reaches a container there
     (``handler``, ``cdi``, ``oci-hook``, or ``-``).
     """
+
     def loaded(n):
-        return {"cri": handlers(n["loaded"]), "status": f"{handlers(n['loaded'])} (status)",
-                "api": f"{handlers(n['loaded'])} (api)"}.get(n["loaded_from"], n["loaded_from"])
+        return {
+            "cri": handlers(n["loaded"]),
+            "status": f"{handlers(n['loaded'])} (status)",
+            "api": f"{handlers(n['loaded'])} (api)",
+        }.get(n["loaded_from"], n["loaded_from"])
 
     nodes = sorted(report["nodes"].items())
-    lines = columns([("NODE", "RUNTIME", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "GPU PATH", "PODS AT RISK", "GAPS")]
-                    + [(name, "none" if n["version"] == "none" else f"{n['runtime']} {n['version']}", loaded(n), handlers(n["after_restart"]), n["cri_after_restart"],
-                        handlers(n.get("gpu_path") or []), str(n["pods_at_risk"]), str(len(n["gaps"])))
-                       for name, n in nodes])
+    lines = columns(
+        [("NODE", "RUNTIME", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "GPU PATH", "PODS AT RISK", "GAPS")]
+        + [
+            (
+                name,
+                "none" if n["version"] == "none" else f"{n['runtime']} {n['version']}",
+                loaded(n),
+                handlers(n["after_restart"]),
+                n["cri_after_restart"],
+                handlers(n.get("gpu_path") or []),
+                str(n["pods_at_risk"]),
+                str(len(n["gaps"])),
+            )
+            for name, n in nodes
+        ]
+    )
     refusing = [item for item in nodes if item[1]["cri_after_restart"] == "refuses-start"]
-    lines += [f"GAP {name}: [{g['kind']}] {g['detail']}"
-              for name, n in refusing + [item for item in nodes if item not in refusing] for g in worst_first(n["gaps"])]
+    lines += [
+        f"GAP {name}: [{g['kind']}] {g['detail']}"
+        for name, n in refusing + [item for item in nodes if item not in refusing]
+        for g in worst_first(n["gaps"])
+    ]
     lines += [f"GAP fleet: [{g['kind']}] {g['detail']}" for g in report["gaps"]]
     total = sum(len(n["gaps"]) for n in report["nodes"].values()) + len(report["gaps"])
-    lines.append(f"{total} gap(s) on {len(report['nodes'])} node(s)" if total
-                 else f"no gap on {len(report['nodes'])} node(s): written is loaded is scheduled")
+    lines.append(
+        f"{total} gap(s) on {len(report['nodes'])} node(s)"
+        if total
+        else f"no gap on {len(report['nodes'])} node(s): written is loaded is scheduled"
+    )
     return lines

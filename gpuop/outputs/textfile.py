@@ -22,22 +22,42 @@ def host_report(node: str, result: dict) -> dict:
 def registry_of(report: dict) -> CollectorRegistry:
     """The fleet report as gauges, one series per node (and per handler, kind, state).
 
-        generate_latest(registry_of(report)).decode()
-        -> '# HELP gpuop_node_gaps Gaps the audit found on a node, by kind ...'
+    generate_latest(registry_of(report)).decode()
+    -> '# HELP gpuop_node_gaps Gaps the audit found on a node, by kind ...'
     """
     registry = CollectorRegistry()
     gaps = Gauge("gpuop_node_gaps", "Gaps the audit found on a node, by kind", ["node", "kind"], registry=registry)
     count = Gauge("gpuop_node_gap_count", "Gaps the audit found on a node, all kinds", ["node"], registry=registry)
-    at_risk = Gauge("gpuop_node_pods_at_risk", "Pods on a node that cannot start a sandbox now or after a "
-                    "containerd restart", ["node"], registry=registry)
-    handler = Gauge("gpuop_node_runtime_handler", "Runtime handlers of a node's containerd: 1 when present "
-                    "in the view", ["node", "handler", "view"], registry=registry)
-    cri = Gauge("gpuop_node_cri_after_restart", "What a containerd restart does to CRI: 1 for the state "
-                "forecast", ["node", "state"], registry=registry)
-    info = Gauge("gpuop_node_containerd_info", "The containerd that serves kubelet on a node",
-                 ["node", "version"], registry=registry)
-    runtime = Gauge("gpuop_node_runtime_info", "The runtime that serves kubelet on a node (containerd, cri-o)",
-                    ["node", "runtime", "version"], registry=registry)
+    at_risk = Gauge(
+        "gpuop_node_pods_at_risk",
+        "Pods on a node that cannot start a sandbox now or after a containerd restart",
+        ["node"],
+        registry=registry,
+    )
+    handler = Gauge(
+        "gpuop_node_runtime_handler",
+        "Runtime handlers of a node's containerd: 1 when present in the view",
+        ["node", "handler", "view"],
+        registry=registry,
+    )
+    cri = Gauge(
+        "gpuop_node_cri_after_restart",
+        "What a containerd restart does to CRI: 1 for the state forecast",
+        ["node", "state"],
+        registry=registry,
+    )
+    info = Gauge(
+        "gpuop_node_containerd_info",
+        "The containerd that serves kubelet on a node",
+        ["node", "version"],
+        registry=registry,
+    )
+    runtime = Gauge(
+        "gpuop_node_runtime_info",
+        "The runtime that serves kubelet on a node (containerd, cri-o)",
+        ["node", "runtime", "version"],
+        registry=registry,
+    )
     fleet = Gauge("gpuop_fleet_gaps", "Gaps of the fleet as a whole, by kind", ["kind"], registry=registry)
     for name, node in report["nodes"].items():
         count.labels(name).set(len(node["gaps"]))
@@ -71,12 +91,16 @@ def write_textfile(path: str, registry: CollectorRegistry):
 def repair_registry(report: dict) -> CollectorRegistry:
     """The fleet repair's report as gauges: one series per node, its outcome.
 
-        generate_latest(repair_registry({"nodes": {"gpu-a": {"outcome": "repaired", ...}}})).decode()
-        -> '... gpuop_node_repaired{node="gpu-a",outcome="repaired"} 1.0 ...'
+    generate_latest(repair_registry({"nodes": {"gpu-a": {"outcome": "repaired", ...}}})).decode()
+    -> '... gpuop_node_repaired{node="gpu-a",outcome="repaired"} 1.0 ...'
     """
     registry = CollectorRegistry()
-    repaired = Gauge("gpuop_node_repaired", "What the last fleet repair did to a node: 1 for its outcome",
-                     ["node", "outcome"], registry=registry)
+    repaired = Gauge(
+        "gpuop_node_repaired",
+        "What the last fleet repair did to a node: 1 for its outcome",
+        ["node", "outcome"],
+        registry=registry,
+    )
     for name, node in report["nodes"].items():
         repaired.labels(name, node["outcome"]).set(1)
     return registry

@@ -1,14 +1,14 @@
 """Lab hosts from a small YAML file a user edits without touching Python.
 
-    defaults:                 # optional, for every host
-      ssh_user: root
-      ssh_key: ~/.ssh/gpuop_ed25519
-    hosts:
-      lab-a:
-        ssh_hostname: 192.0.2.10
-        ssh_port: 22
-        gpuop_root: /root/gpuop       # any knob of group_data/all.py, per host
-        kube_context: kwok-gpuop-lab
+defaults:                 # optional, for every host
+  ssh_user: root
+  ssh_key: ~/.ssh/gpuop_ed25519
+hosts:
+  lab-a:
+    ssh_hostname: 192.0.2.10
+    ssh_port: 22
+    gpuop_root: /root/gpuop       # any knob of group_data/all.py, per host
+    kube_context: kwok-gpuop-lab
 """
 
 import os
@@ -17,11 +17,17 @@ import yaml
 from gpuop.knobs import PARSERS
 
 # _sudo: a login that is not root gets sudo, unless it is a uid-0 account that says false.
-SSH_KEYS = {"ssh_hostname", "ssh_port", "ssh_user", "ssh_key", "ssh_known_hosts_file",
-            "ssh_strict_host_key_checking", "_sudo"}
+SSH_KEYS = {
+    "ssh_hostname",
+    "ssh_port",
+    "ssh_user",
+    "ssh_key",
+    "ssh_known_hosts_file",
+    "ssh_strict_host_key_checking",
+    "_sudo",
+}
 # Secrets never live in a project file: keys and an agent, not passwords.
-SECRET_KEYS = {"ssh_password", "ssh_key_password", "sudo_password", "_sudo_password",
-               "_su_password", "password"}
+SECRET_KEYS = {"ssh_password", "ssh_key_password", "sudo_password", "_sudo_password", "_su_password", "password"}
 # Host keys are verified; "accept-new" (pyinfra's default) or "no" would trust a stranger.
 STRICT = "yes"
 
@@ -45,19 +51,23 @@ def host_data(name: str, spec: dict, source: str, what: str = "the lab VM", knob
     where = f"{source}: host {name}"
     for key, value in spec.items():
         if key in SECRET_KEYS:
-            raise HostsFileError(f"{where}: key {key} is refused: no password or secret in a "
-                                 "file; use an SSH key (ssh_key) and passwordless sudo")
+            raise HostsFileError(
+                f"{where}: key {key} is refused: no password or secret in a "
+                "file; use an SSH key (ssh_key) and passwordless sudo"
+            )
         if key not in SSH_KEYS and key not in knobs:
-            raise HostsFileError(f"{where}: unknown key {key}; expected one of "
-                                 f"{', '.join(sorted(SSH_KEYS | set(knobs)))}")
+            raise HostsFileError(
+                f"{where}: unknown key {key}; expected one of {', '.join(sorted(SSH_KEYS | set(knobs)))}"
+            )
     if "ssh_hostname" not in spec and spec.get("reach") != "cluster":
         raise HostsFileError(f"{where}: ssh_hostname missing; expected the address of {what}")
     if spec.get("ssh_strict_host_key_checking", STRICT) != STRICT:
-        raise HostsFileError(f"{where}: ssh_strict_host_key_checking="
-                             f"{spec['ssh_strict_host_key_checking']!r} refused; host keys are "
-                             "always verified (add the host to known_hosts)")
-    data = {"ssh_strict_host_key_checking": STRICT,
-            "ssh_known_hosts_file": _expand("~/.ssh/known_hosts")}
+        raise HostsFileError(
+            f"{where}: ssh_strict_host_key_checking="
+            f"{spec['ssh_strict_host_key_checking']!r} refused; host keys are "
+            "always verified (add the host to known_hosts)"
+        )
+    data = {"ssh_strict_host_key_checking": STRICT, "ssh_known_hosts_file": _expand("~/.ssh/known_hosts")}
     for key, value in spec.items():
         data[key] = _expand(value) if key in ("ssh_key", "ssh_known_hosts_file") else value
     if data.get("ssh_user", "root") != "root":
@@ -96,8 +106,10 @@ def load_hosts(text: str, source: str, what: str = "the lab VM", knobs=PARSERS) 
     if not isinstance(doc.get("hosts"), dict) or not doc["hosts"]:
         raise HostsFileError(f"{source}: expected a mapping with a non-empty 'hosts' mapping")
     defaults = doc.get("defaults") or {}
-    return [(name, host_data(name, {**defaults, **(spec or {})}, source, what, knobs))
-            for name, spec in doc["hosts"].items()]
+    return [
+        (name, host_data(name, {**defaults, **(spec or {})}, source, what, knobs))
+        for name, spec in doc["hosts"].items()
+    ]
 
 
 def read_text(path: str, listing: str, example: str, env: str) -> str:
@@ -107,17 +119,24 @@ def read_text(path: str, listing: str, example: str, env: str) -> str:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except FileNotFoundError:
-        raise HostsFileError(f"{path}: no such file; list {listing} in one (see {example}), or "
-                             f"point {env} at one") from None
+        raise HostsFileError(
+            f"{path}: no such file; list {listing} in one (see {example}), or point {env} at one"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise HostsFileError(f"{path}: cannot be read ({why}); {env} names the hosts file") from None
 
 
-def read_hosts(path: str, what: str = "the lab VM", knobs=PARSERS, listing: str = "the lab hosts",
-               example: str = "hosts.example.yaml", env: str = "GPUOP_HOSTS") -> list:
+def read_hosts(
+    path: str,
+    what: str = "the lab VM",
+    knobs=PARSERS,
+    listing: str = "the lab hosts",
+    example: str = "hosts.example.yaml",
+    env: str = "GPUOP_HOSTS",
+) -> list:
     """``load_hosts`` of the file at ``path`` (see ``read_text``).
 
-        read_hosts("/nonexistent") -> HostsFileError("/nonexistent: no such file; list the lab hosts ...")
+    read_hosts("/nonexistent") -> HostsFileError("/nonexistent: no such file; list the lab hosts ...")
     """
     return load_hosts(read_text(path, listing, example, env), path, what, knobs)

@@ -22,10 +22,11 @@ class ClusterUnreadable(Exception):
 def where(kubeconfig: str, context: str) -> str:
     """The cluster a kubeconfig and context name, in words.
 
-        where("", "prod") -> "kubeconfig ~/.kube/config, context prod"
+    where("", "prod") -> "kubeconfig ~/.kube/config, context prod"
     """
-    return (f"kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}, "
-            f"context {context or '(current)'}")
+    return (
+        f"kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}, context {context or '(current)'}"
+    )
 
 
 def api_client(kubeconfig: str, context: str, request_deadline_s: float = 0) -> client.ApiClient:
@@ -37,8 +38,7 @@ def api_client(kubeconfig: str, context: str, request_deadline_s: float = 0) -> 
         api_client("", "prod", request_deadline_s=20)  # raises ConfigException for a context the file lacks
     """
     configuration = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig or None, context=context or None,
-                            client_configuration=configuration)
+    config.load_kube_config(config_file=kubeconfig or None, context=context or None, client_configuration=configuration)
     return bounded(configuration, request_deadline_s)
 
 
@@ -57,6 +57,7 @@ def bounded(configuration: client.Configuration, request_deadline_s: float = 0) 
             if not kwargs.get("_request_timeout"):
                 kwargs["_request_timeout"] = (CONNECT_TIMEOUT_S, request_deadline_s)
             return request(*args, **kwargs)
+
         api.rest_client.request = deadlined
     return api
 
@@ -64,7 +65,7 @@ def bounded(configuration: client.Configuration, request_deadline_s: float = 0) 
 def in_words(e: Exception, deadline_s: float) -> str:
     """Why a request to the API server failed, in one sentence (no client's retry chatter).
 
-        in_words(ApiException(status=403, reason="Forbidden"), 20) -> "the API server refused: 403 Forbidden"
+    in_words(ApiException(status=403, reason="Forbidden"), 20) -> "the API server refused: 403 Forbidden"
     """
     if isinstance(e, ApiException):
         return f"the API server refused: {e.status} {e.reason}"
@@ -80,15 +81,18 @@ def in_words(e: Exception, deadline_s: float) -> str:
 
 
 # The kinds the findings join, each one list request: one read of the cluster, whatever its size.
-_LISTS = (("Node", "CoreV1Api", "list_node"), ("RuntimeClass", "NodeV1Api", "list_runtime_class"),
-          ("Pod", "CoreV1Api", "list_pod_for_all_namespaces"),
-          ("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"),
-          # DRA (resource.k8s.io/v1, Kubernetes 1.34+): which devices each claim was allocated, and
-          # the devices each node publishes; a cluster that serves no v1 is read without them
-          ("ResourceClaim", "ResourceV1Api", "list_resource_claim_for_all_namespaces"),
-          ("ResourceSlice", "ResourceV1Api", "list_resource_slice"),
-          # the kubelets' own word on a sandbox that fails (gpuop.judgment.rules.kubelet_agrees)
-          ("Event", "CoreV1Api", "list_event_for_all_namespaces"))
+_LISTS = (
+    ("Node", "CoreV1Api", "list_node"),
+    ("RuntimeClass", "NodeV1Api", "list_runtime_class"),
+    ("Pod", "CoreV1Api", "list_pod_for_all_namespaces"),
+    ("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"),
+    # DRA (resource.k8s.io/v1, Kubernetes 1.34+): which devices each claim was allocated, and
+    # the devices each node publishes; a cluster that serves no v1 is read without them
+    ("ResourceClaim", "ResourceV1Api", "list_resource_claim_for_all_namespaces"),
+    ("ResourceSlice", "ResourceV1Api", "list_resource_slice"),
+    # the kubelets' own word on a sandbox that fails (gpuop.judgment.rules.kubelet_agrees)
+    ("Event", "CoreV1Api", "list_event_for_all_namespaces"),
+)
 # What the API server selects for a kind, beside the label selector of the Nodes.
 _FIELDS = {"Event": f"reason={SANDBOX_FAILED}"}
 DRA_KINDS = ("ResourceClaim", "ResourceSlice")
@@ -119,8 +123,11 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
                     selected.update({"field_selector": _FIELDS[kind]} if kind in _FIELDS else {})
                     try:
                         answer = getattr(getattr(client, group)(api), method)(
-                            limit=page, _continue=token, _request_timeout=(min(CONNECT_TIMEOUT_S, left), left),
-                            **selected)
+                            limit=page,
+                            _continue=token,
+                            _request_timeout=(min(CONNECT_TIMEOUT_S, left), left),
+                            **selected,
+                        )
                     except ApiException as e:
                         if kind not in DRA_KINDS or e.status != 404:
                             raise
@@ -133,9 +140,16 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
                     if not token:
                         break
     except Exception as e:  # a missing file, a bad context, a refused or stalled API server
-        raise ClusterUnreadable(f"the cluster cannot be read ({where(kubeconfig, context)}): {in_words(e, deadline_s)}") from None
-    return objects, {"from": where(kubeconfig, context), "requests": requests, "reads": 1,
-                     "seconds": round(time.monotonic() - started, 3), "dra": dra}
+        raise ClusterUnreadable(
+            f"the cluster cannot be read ({where(kubeconfig, context)}): {in_words(e, deadline_s)}"
+        ) from None
+    return objects, {
+        "from": where(kubeconfig, context),
+        "requests": requests,
+        "reads": 1,
+        "seconds": round(time.monotonic() - started, 3),
+        "dra": dra,
+    }
 
 
 # The read the inventory made to list the GPU nodes (nodes.py), by (kubeconfig, context): the

@@ -26,9 +26,11 @@ def node_read(crictl: str = "crictl") -> str:
     """
     with open(READ_SH) as f:
         script = f.read()
-    functions = (f"CRICTL={shlex.quote(crictl)}\nNVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
-                 f"{shell_functions()}{script}")
-    return f"GPUOP_READ={shlex.quote(functions)}\neval \"$GPUOP_READ\"\nread_node"
+    functions = (
+        f"CRICTL={shlex.quote(crictl)}\nNVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
+        f"{shell_functions()}{script}"
+    )
+    return f'GPUOP_READ={shlex.quote(functions)}\neval "$GPUOP_READ"\nread_node'
 
 
 def parse(output: list) -> dict:
@@ -43,11 +45,11 @@ def parse(output: list) -> dict:
     sections, current = [], None
     for line in output:
         if line.startswith(_SECTION + "unread "):
-            name, _, deadline = line[len(_SECTION + "unread "):].strip().rpartition(" ")
+            name, _, deadline = line[len(_SECTION + "unread ") :].strip().rpartition(" ")
             result["unread"][name] = deadline
             current = None
         elif line.startswith(_SECTION):
-            current = (line[len(_SECTION):].split(" ", 1), [])
+            current = (line[len(_SECTION) :].split(" ", 1), [])
             sections.append(current)
         elif current is not None:
             current[1].append(line)
@@ -68,15 +70,38 @@ def parse(output: list) -> dict:
             result["kubelet"] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "endpoint": endpoint}
         elif kind == "containerd":
             exe, args, config, address, binary = (lines + [""] * 5)[:5]
-            daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
-                                "address": address, "binary": binary, "serves": False, "files": {},
-                                "restart": None, "loaded": None, "gpu_cdi_specs": [], "nvidia_runtimes": []}
+            daemons[rest[0]] = {
+                "pid": int(rest[0]),
+                "exe": exe,
+                "args": _args(args),
+                "config": config,
+                "address": address,
+                "binary": binary,
+                "serves": False,
+                "files": {},
+                "restart": None,
+                "loaded": None,
+                "gpu_cdi_specs": [],
+                "nvidia_runtimes": [],
+            }
             result["containerds"].append(daemons[rest[0]])
         elif kind == "crio":
             exe, args, config, config_dir, address = (lines + [""] * 5)[:5]
-            daemons[rest[0]] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "config": config,
-                                "config_dir": config_dir, "address": address, "binary": exe, "serves": False,
-                                "files": {}, "restart": None, "loaded": None, "gpu_cdi_specs": [], "hooks": {}}
+            daemons[rest[0]] = {
+                "pid": int(rest[0]),
+                "exe": exe,
+                "args": _args(args),
+                "config": config,
+                "config_dir": config_dir,
+                "address": address,
+                "binary": exe,
+                "serves": False,
+                "files": {},
+                "restart": None,
+                "loaded": None,
+                "gpu_cdi_specs": [],
+                "hooks": {},
+            }
             result["crios"].append(daemons[rest[0]])
         elif kind == "runtime":
             runtime = daemons[rest[0]]

@@ -31,8 +31,10 @@ def wrapped(command: str, token: str) -> str:
 
         wrapped("echo hi", "gpuop-1f") -> "exec 4>&1; e=$( ( echo hi ) 2>&1 1>&4 4>&-; echo \"$?\" ); ..."
     """
-    return (f'exec 4>&1; e=$( ( {command} ) 2>&1 1>&4 4>&-; echo "$?" ); '
-            f"printf '%s\\n' \"$e\" | sed -e '$!s/^/{token} err /' -e '$s/^/{token} exit /'")
+    return (
+        f'exec 4>&1; e=$( ( {command} ) 2>&1 1>&4 4>&-; echo "$?" ); '
+        f"printf '%s\\n' \"$e\" | sed -e '$!s/^/{token} err /' -e '$s/^/{token} exit /'"
+    )
 
 
 def parsed_log(text: str, token: str) -> tuple:
@@ -48,9 +50,9 @@ def parsed_log(text: str, token: str) -> tuple:
             out.append(line[:at])
             line = line[at:]
         if line.startswith(f"{token} err "):
-            err.append(line[len(token) + 5:])
-        elif line.startswith(f"{token} exit ") and line[len(token) + 6:].strip().isdigit():
-            status = int(line[len(token) + 6:])
+            err.append(line[len(token) + 5 :])
+        elif line.startswith(f"{token} exit ") and line[len(token) + 6 :].strip().isdigit():
+            status = int(line[len(token) + 6 :])
         else:
             out.append(line)
     return status, out, err
@@ -66,18 +68,33 @@ def pod_manifest(node: str, command: str, token: str, image: str, namespace: str
         -> "gpu-a"
     """
     script = wrapped(command, token)
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"generateName": NAME_PREFIX, "namespace": namespace,
-                         "labels": {**MANAGED_BY, NODE_LABEL: node}},
-            "spec": {"nodeName": node, "hostPID": True, "hostNetwork": True, "hostIPC": True,
-                     "restartPolicy": "Never", "activeDeadlineSeconds": deadline_s + KUBELET_MARGIN_S,
-                     "terminationGracePeriodSeconds": 0, "automountServiceAccountToken": False,
-                     "enableServiceLinks": False, "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "read", "image": image, "imagePullPolicy": "IfNotPresent",
-                                     "command": ["nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--",
-                                                 "/bin/sh", "-c", script],
-                                     "env": [{"name": "PATH", "value": PATH}],
-                                     "securityContext": {"privileged": True}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": NAME_PREFIX, "namespace": namespace, "labels": {**MANAGED_BY, NODE_LABEL: node}},
+        "spec": {
+            "nodeName": node,
+            "hostPID": True,
+            "hostNetwork": True,
+            "hostIPC": True,
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": deadline_s + KUBELET_MARGIN_S,
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "read",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--", "/bin/sh", "-c", script],
+                    "env": [{"name": "PATH", "value": PATH}],
+                    "securityContext": {"privileged": True},
+                }
+            ],
+        },
+    }
 
 
 def finished(pod: dict) -> bool:
@@ -87,7 +104,9 @@ def finished(pod: dict) -> bool:
 
 def ran(pod: dict) -> bool:
     """Whether the read Pod's container ran to an end (it has a log to read)."""
-    return any((cs.get("state") or {}).get("terminated") for cs in (pod.get("status") or {}).get("containerStatuses") or [])
+    return any(
+        (cs.get("state") or {}).get("terminated") for cs in (pod.get("status") or {}).get("containerStatuses") or []
+    )
 
 
 # A pull that fails for good at once (no retry can help), and one the kubelet retries after a back-off.
@@ -99,8 +118,8 @@ PULL_TRIES = 2  # a read Pod whose image failed to pull this many times is given
 def waiting_reason(pod: dict) -> str:
     """The read container's waiting reason, or empty.
 
-        waiting_reason({"status": {"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]}})
-        -> "ErrImagePull"
+    waiting_reason({"status": {"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]}})
+    -> "ErrImagePull"
     """
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
@@ -133,13 +152,21 @@ def pod_state(pod: dict, events: list) -> str:
     status = pod.get("status") or {}
     words = [f"phase {status.get('phase') or 'unknown'}"]
     if status.get("reason"):  # the Pod's own end (evicted, its deadline), in the words of who ended it
-        words.append(f"reason {status['reason']}" + (f" ({in_one_line(status['message'])})" if status.get("message") else ""))
+        words.append(
+            f"reason {status['reason']}" + (f" ({in_one_line(status['message'])})" if status.get("message") else "")
+        )
     for cs in status.get("containerStatuses") or []:
         for how, state in (cs.get("state") or {}).items():
             if state and how in ("waiting", "terminated"):
                 said = state.get("reason") or ("exit %s" % state.get("exitCode") if how == "terminated" else "")
-                words.append(f"container {how}: {said}" + (f" ({in_one_line(state['message'])})" if state.get("message") else ""))
-    if status.get("phase", "Pending") == "Pending" and not status.get("containerStatuses") and not status.get("conditions"):
+                words.append(
+                    f"container {how}: {said}" + (f" ({in_one_line(state['message'])})" if state.get("message") else "")
+                )
+    if (
+        status.get("phase", "Pending") == "Pending"
+        and not status.get("containerStatuses")
+        and not status.get("conditions")
+    ):
         words.append("no kubelet has taken it")
     newest = sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
     if newest:

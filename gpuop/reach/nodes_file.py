@@ -20,6 +20,7 @@ from gpuop.reach.hosts import HostsFileError, host_data, yaml_document
 class NodesFile:
     """A nodes file: its hosts (None: the cluster lists its GPU nodes), the settings for every
     node, each listed node's own (``overrides``, by Node name), and which Nodes to take."""
+
     source: str
     defaults: dict
     hosts: list | None
@@ -30,8 +31,8 @@ class NodesFile:
     def settings(self, knobs) -> dict:
         """The knobs its defaults set for every node (the cluster, the report), SSH settings aside.
 
-            load_nodes("defaults: {ssh_user: u, kube_context: prod}", "nodes.yaml", NODE_PARSERS).settings(NODE_PARSERS)
-            -> {"kube_context": "prod"}
+        load_nodes("defaults: {ssh_user: u, kube_context: prod}", "nodes.yaml", NODE_PARSERS).settings(NODE_PARSERS)
+        -> {"kube_context": "prod"}
         """
         return {k: v for k, v in self.defaults.items() if k in knobs}
 
@@ -49,10 +50,14 @@ def load_nodes(text: str, source: str, knobs, given: dict | None = None) -> Node
         raise HostsFileError(f"{source}: hosts must be a mapping of each host's name to its keys")
     if doc.get("hosts"):
         if doc.get("overrides") or doc.get("node_selector"):
-            raise HostsFileError(f"{source}: overrides and node_selector apply to the nodes the cluster lists; "
-                                 "with hosts listed, set each host's own keys")
-        hosts = [(name, host_data(name, {**defaults, **(spec or {}), **(given or {})}, source, "the node", knobs))
-                 for name, spec in doc["hosts"].items()]
+            raise HostsFileError(
+                f"{source}: overrides and node_selector apply to the nodes the cluster lists; "
+                "with hosts listed, set each host's own keys"
+            )
+        hosts = [
+            (name, host_data(name, {**defaults, **(spec or {}), **(given or {})}, source, "the node", knobs))
+            for name, spec in doc["hosts"].items()
+        ]
         return NodesFile(source, defaults, hosts, {}, "", given or {})
     overrides = doc.get("overrides") or {}
     for name, spec in overrides.items():
@@ -71,8 +76,11 @@ def gpu_nodes(objects: list, driver: str = DRIVER) -> list:
         gpu_nodes(objects) -> [("ip-10-0-0-7", "10.0.0.7")]
     """
     claims = claims_of(objects)
-    bound = {p["spec"].get("nodeName") for p in objects
-             if p["kind"] == "Pod" and (gpus_asked(p) or dra_gpus(p, claims, driver))}
+    bound = {
+        p["spec"].get("nodeName")
+        for p in objects
+        if p["kind"] == "Pod" and (gpus_asked(p) or dra_gpus(p, claims, driver))
+    }
     found = []
     for node in (o for o in objects if o["kind"] == "Node"):
         name = node["metadata"]["name"]
@@ -94,16 +102,36 @@ def cluster_hosts(objects: list, nodes: NodesFile, knobs, where: str) -> list:
     found = gpu_nodes(objects, nodes.defaults.get("gpu_driver") or DRIVER)
     if not found:
         chosen = f" whose labels match {nodes.node_selector}" if nodes.node_selector else ""
-        raise HostsFileError(f"the cluster ({where}) has no GPU node{chosen} (a Node that advertises "
-                             "nvidia.com/gpu or has a GPU Pod bound): nothing to audit")
+        raise HostsFileError(
+            f"the cluster ({where}) has no GPU node{chosen} (a Node that advertises "
+            "nvidia.com/gpu or has a GPU Pod bound): nothing to audit"
+        )
     names = {name for name, _ in found}
     stray = sorted(set(nodes.overrides) - names)
     if stray:
-        raise HostsFileError(f"{nodes.source}: overrides name {', '.join(stray)}, not a GPU node the cluster lists "
-                             f"({', '.join(sorted(names))})")
-    return [(name, host_data(name, {"ssh_hostname": address, **nodes.defaults, "node_name": name,
-                                    **(nodes.overrides.get(name) or {}), **nodes.given}, nodes.source, "the node", knobs))
-            for name, address in found]
+        raise HostsFileError(
+            f"{nodes.source}: overrides name {', '.join(stray)}, not a GPU node the cluster lists "
+            f"({', '.join(sorted(names))})"
+        )
+    return [
+        (
+            name,
+            host_data(
+                name,
+                {
+                    "ssh_hostname": address,
+                    **nodes.defaults,
+                    "node_name": name,
+                    **(nodes.overrides.get(name) or {}),
+                    **nodes.given,
+                },
+                nodes.source,
+                "the node",
+                knobs,
+            ),
+        )
+        for name, address in found
+    ]
 
 
 def inventory_names(hosts: list, source: str) -> list:
@@ -117,13 +145,17 @@ def inventory_names(hosts: list, source: str) -> list:
     named, seen = [], {}
     for name, data in hosts:
         if data.get("reach", "ssh") not in REACHES:
-            raise HostsFileError(f"{source}: host {name}: reach={data['reach']!r}: expected one of {', '.join(REACHES)} "
-                                 "(its SSH login, or a short-lived Pod on it through the cluster)")
+            raise HostsFileError(
+                f"{source}: host {name}: reach={data['reach']!r}: expected one of {', '.join(REACHES)} "
+                "(its SSH login, or a short-lived Pod on it through the cluster)"
+            )
         if data.get("reach") == "cluster":
             node = data.get("node_name") or name
             if node in seen:
-                raise HostsFileError(f"{source}: hosts {seen[node]} and {name} both read node {node} "
-                                     "through the cluster: one host per node")
+                raise HostsFileError(
+                    f"{source}: hosts {seen[node]} and {name} both read node {node} "
+                    "through the cluster: one host per node"
+                )
             seen[node] = name
             named.append((f"@kubenode/{node}", {**data, "node_name": node}))
         else:

@@ -15,8 +15,16 @@ import shlex
 import tarfile
 import tomllib
 
-from gpuop.judgment.containerd import (DUMP_WITHOUT_MIGRATIONS, binary_version, cri_cdi, cri_runtimes, logged_words,
-                                       restart_forecast, start_subcommand, unreadable_config)
+from gpuop.judgment.containerd import (
+    DUMP_WITHOUT_MIGRATIONS,
+    binary_version,
+    cri_cdi,
+    cri_runtimes,
+    logged_words,
+    restart_forecast,
+    start_subcommand,
+    unreadable_config,
+)
 
 _DUMP_FAILED = "--- dump failed"
 CRICTL_DEADLINE_S = 10  # crictl's own --timeout is 3 s; this ends one that still hangs
@@ -32,8 +40,10 @@ def shell_functions() -> str:
     """
     with open(SHELL_SH) as f:
         functions = f.read()
-    return (f"GPUOP_CRICTL_S={CRICTL_DEADLINE_S} GPUOP_DUMP_S={DUMP_DEADLINE_S} "
-            f"GPUOP_DUMP_MIGRATING={shlex.quote(' '.join(DUMP_WITHOUT_MIGRATIONS))}\n{functions}")
+    return (
+        f"GPUOP_CRICTL_S={CRICTL_DEADLINE_S} GPUOP_DUMP_S={DUMP_DEADLINE_S} "
+        f"GPUOP_DUMP_MIGRATING={shlex.quote(' '.join(DUMP_WITHOUT_MIGRATIONS))}\n{functions}"
+    )
 
 
 _GLOB = re.compile(r"([*?])")
@@ -55,26 +65,45 @@ def cri_answer(lines: list) -> dict:
     """
     answer, status = "\n".join(lines[:-1]), lines[-1].strip()
     if status != "0":
-        error = (f"crictl did not answer within {CRICTL_DEADLINE_S}s" if status in ("124", "137")
-                 else logged_words(answer.strip().splitlines()[-1]) if answer.strip() else f"exit {status}")
-        return {"cri": "unanswered" if status in ("124", "137") else "down", "runtimes": [], "default_runtime": "",
-                "error": error, "crictl": status != "127", "cdi": False, "cdi_spec_dirs": []}
+        error = (
+            f"crictl did not answer within {CRICTL_DEADLINE_S}s"
+            if status in ("124", "137")
+            else logged_words(answer.strip().splitlines()[-1])
+            if answer.strip()
+            else f"exit {status}"
+        )
+        return {
+            "cri": "unanswered" if status in ("124", "137") else "down",
+            "runtimes": [],
+            "default_runtime": "",
+            "error": error,
+            "crictl": status != "127",
+            "cdi": False,
+            "cdi_spec_dirs": [],
+        }
     info = json.loads(answer)
     runtimes, default = cri_runtimes(info)
     cdi, dirs = cri_cdi(info)
-    return {"cri": "ok", "runtimes": runtimes, "default_runtime": default, "error": "", "crictl": True,
-            "cdi": cdi, "cdi_spec_dirs": dirs}
+    return {
+        "cri": "ok",
+        "runtimes": runtimes,
+        "default_runtime": default,
+        "error": "",
+        "crictl": True,
+        "cdi": cdi,
+        "cdi_spec_dirs": dirs,
+    }
 
 
 def restart_answer(output: list) -> dict:
     """What ``gpuop_restart`` printed, as the restart forecast: the version and ``Forecast``'s fields.
 
-        restart_answer(["containerd github.com/containerd/containerd/v2 v2.4.2 x", "version = 3", ...])
-        -> {"version": "2.4.2", "runtimes": [...], "default_runtime": "runc", "cri_ok": True, ...}
+    restart_answer(["containerd github.com/containerd/containerd/v2 v2.4.2 x", "version = 3", ...])
+    -> {"version": "2.4.2", "runtimes": [...], "default_runtime": "runc", "cri_ok": True, ...}
     """
     version, body = binary_version(output[0]), output[1:]
     if _DUMP_FAILED in body:
-        said = [line.strip() for line in body[body.index(_DUMP_FAILED) + 1:] if line.strip()]
+        said = [line.strip() for line in body[body.index(_DUMP_FAILED) + 1 :] if line.strip()]
         error = said[-1] if said else ""  # the binary's own last word; log lines come before it
         forecast = unreadable_config(version, error or f"config {start_subcommand(version)} failed")
     else:
@@ -89,9 +118,10 @@ def untarred(line: str) -> dict:
         with tarfile.open(fileobj=io.BytesIO(base64.b64decode(line)), mode="r:gz") as tar:
             for member in tar:
                 if member.isfile() or member.islnk():  # tar stores a file seen twice as a link
-                    found[member.name] = {"mode": format(member.mode & 0o7777, "o"),
-                                          "text": tar.extractfile(member).read().decode()}
+                    found[member.name] = {
+                        "mode": format(member.mode & 0o7777, "o"),
+                        "text": tar.extractfile(member).read().decode(),
+                    }
     except (tarfile.TarError, binascii.Error, EOFError) as e:
-        raise ValueError(f"the target's files came back unreadable ({e}): does it have GNU tar "
-                         "and base64?") from None
+        raise ValueError(f"the target's files came back unreadable ({e}): does it have GNU tar and base64?") from None
     return found

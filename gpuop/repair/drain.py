@@ -124,8 +124,9 @@ def gpuop_cordon(core: client.CoreV1Api, node: str) -> tuple:
 
 def uncordon(core: client.CoreV1Api, node: str):
     """Put ``node`` back in service and drop gpuop's marks (call only where gpuop cordoned it)."""
-    core.patch_node(node, {"spec": {"unschedulable": False},
-                           "metadata": {"annotations": {CORDONED_BY: None, REPAIR_FAILED: None}}})
+    core.patch_node(
+        node, {"spec": {"unschedulable": False}, "metadata": {"annotations": {CORDONED_BY: None, REPAIR_FAILED: None}}}
+    )
 
 
 def mark_failed(core: client.CoreV1Api, node: str, words: str):
@@ -142,15 +143,26 @@ def _blocking_budgets(api: client.ApiClient, pod: dict) -> list:
     for pdb in policy.list_namespaced_pod_disruption_budget(ns).items:
         selector = pdb.spec.selector
         terms = [f"{k}={v}" for k, v in sorted((selector.match_labels or {}).items())] if selector else []
-        terms += [f"{e.key} {e.operator.lower()} ({','.join(e.values or [])})" if e.values else
-                  (e.key if e.operator == "Exists" else f"!{e.key}") for e in (selector.match_expressions or [])] if selector else []
+        terms += (
+            [
+                f"{e.key} {e.operator.lower()} ({','.join(e.values or [])})"
+                if e.values
+                else (e.key if e.operator == "Exists" else f"!{e.key}")
+                for e in (selector.match_expressions or [])
+            ]
+            if selector
+            else []
+        )
         if core.list_namespaced_pod(ns, label_selector=",".join(terms), field_selector=f"metadata.name={name}").items:
-            found.append(f"{ns}/{pdb.metadata.name} (disruptions allowed: {(pdb.status.disruptions_allowed if pdb.status else 0) or 0})")
+            found.append(
+                f"{ns}/{pdb.metadata.name} (disruptions allowed: {(pdb.status.disruptions_allowed if pdb.status else 0) or 0})"
+            )
     return found
 
 
-def drain(api: client.ApiClient, node: str, deadline_s: float, delete_unmanaged: bool, say,
-          delete_emptydir_data: bool = False) -> list:
+def drain(
+    api: client.ApiClient, node: str, deadline_s: float, delete_unmanaged: bool, say, delete_emptydir_data: bool = False
+) -> list:
     """Every Pod a controller owns on ``node`` evicted through the Eviction API, PodDisruptionBudgets
     honoured, and gone; DaemonSet and mirror Pods stay. Before any eviction, as ``kubectl drain``
     decides: a Pod no controller owns stops the drain (``Stalled``, naming it) unless
@@ -166,14 +178,20 @@ def drain(api: client.ApiClient, node: str, deadline_s: float, delete_unmanaged:
     unmanaged = [p for p in pods if drainable(p) == "unmanaged"]
     if unmanaged and not delete_unmanaged:
         names = ", ".join(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in unmanaged)
-        refused.append(f"Pod(s) {names} are owned by no controller, so nothing would bring them back "
-                       "(drain_unmanaged=true deletes them, as kubectl drain --force does)")
+        refused.append(
+            f"Pod(s) {names} are owned by no controller, so nothing would bring them back "
+            "(drain_unmanaged=true deletes them, as kubectl drain --force does)"
+        )
     local = [p for p in pods if drainable(p) != "stays" and local_storage(p)]
     if local and not delete_emptydir_data:
-        names = ", ".join(f"{p['metadata']['namespace']}/{p['metadata']['name']} (emptyDir {', '.join(local_storage(p))})"
-                          for p in local)
-        refused.append(f"Pod(s) {names} have local data an eviction deletes (drain_delete_emptydir_data=true "
-                       "evicts them, as kubectl drain --delete-emptydir-data does)")
+        names = ", ".join(
+            f"{p['metadata']['namespace']}/{p['metadata']['name']} (emptyDir {', '.join(local_storage(p))})"
+            for p in local
+        )
+        refused.append(
+            f"Pod(s) {names} have local data an eviction deletes (drain_delete_emptydir_data=true "
+            "evicts them, as kubectl drain --delete-emptydir-data does)"
+        )
     if refused:
         raise Stalled(f"drain of {node}: {'; '.join(refused)}")
     leaving = [p for p in pods if drainable(p) in ("evict", "unmanaged")]
@@ -194,29 +212,47 @@ def drain(api: client.ApiClient, node: str, deadline_s: float, delete_unmanaged:
                     return True, ""
                 if e.status == 429:  # a PodDisruptionBudget allows no disruption now
                     budgets = _blocking_budgets(api, p)
-                    return False, f"Pod {ns}/{name} held by PodDisruptionBudget {', '.join(budgets) or '(one of its namespace)'}"
+                    return (
+                        False,
+                        f"Pod {ns}/{name} held by PodDisruptionBudget {', '.join(budgets) or '(one of its namespace)'}",
+                    )
                 raise
 
         wait(f"the eviction of Pod {ns}/{name} from {node}", evicted, deadline_s - (time.monotonic() - start), say)
     uids = {p["metadata"]["uid"]: f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in leaving}
     # and the Pods already terminating there (deleted by someone else): gone too before the restart
-    waited = {**uids, **{p["metadata"]["uid"]: f"{p['metadata']['namespace']}/{p['metadata']['name']} (terminating)"
-                         for p in pods if p["metadata"].get("deletionTimestamp")}}
+    waited = {
+        **uids,
+        **{
+            p["metadata"]["uid"]: f"{p['metadata']['namespace']}/{p['metadata']['name']} (terminating)"
+            for p in pods
+            if p["metadata"].get("deletionTimestamp")
+        },
+    }
 
     def gone():
-        left = [waited[p.metadata.uid] for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
-                if p.metadata.uid in waited]
+        left = [
+            waited[p.metadata.uid]
+            for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+            if p.metadata.uid in waited
+        ]
         return not left, f"{len(left)} Pod(s) still on it: {', '.join(sorted(left))}"
 
-    wait(f"the evicted and terminating Pods to leave {node}", gone, max(1.0, deadline_s - (time.monotonic() - start)), say)
+    wait(
+        f"the evicted and terminating Pods to leave {node}",
+        gone,
+        max(1.0, deadline_s - (time.monotonic() - start)),
+        say,
+    )
     return sorted(uids.values())
 
 
 PROBE_LABEL = "gpuop.io/probe-node"  # the node a probe Pod proves: the next run removes what a killed one left
 
 
-def probe_manifest(node: str, runtime_class: str, image: str, namespace: str, deadline_s: float, gpus: int = 0,
-                   claim: str = "") -> dict:
+def probe_manifest(
+    node: str, runtime_class: str, image: str, namespace: str, deadline_s: float, gpus: int = 0, claim: str = ""
+) -> dict:
     """The probe Pod: RuntimeClass ``runtime_class``, bound to ``node`` past its cordon and taints,
     one command. ``gpus``: it asks that many ``nvidia.com/gpu`` (the device plugin's allocation);
     ``claim``: it uses that ResourceClaim (DRA), and is then left to the scheduler, which alone
@@ -225,18 +261,55 @@ def probe_manifest(node: str, runtime_class: str, image: str, namespace: str, de
         probe_manifest("gpu-a", "nvidia", "busybox", "default", 120, claim="gpuop-probe-x")["spec"]["resourceClaims"]
         -> [{"name": "gpu", "resourceClaimName": "gpuop-probe-x"}]
     """
-    asks = {"resources": {"limits": {GPU: str(gpus)}}} if gpus else {"resources": {"claims": [{"name": "gpu"}]}} if claim else {}
-    placed = ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                  {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
-               "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}]} if claim else {"nodeName": node})
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"generateName": "gpuop-probe-", "namespace": namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "gpuop", PROBE_LABEL: node}},
-            "spec": {**placed, "runtimeClassName": runtime_class, "restartPolicy": "Never",
-                     "tolerations": [{"operator": "Exists"}], "activeDeadlineSeconds": int(deadline_s) + 30,
-                     "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "probe", "image": image, "imagePullPolicy": "IfNotPresent",
-                                     "command": ["/bin/sh", "-c", "true"], **asks}]}}
+    asks = (
+        {"resources": {"limits": {GPU: str(gpus)}}}
+        if gpus
+        else {"resources": {"claims": [{"name": "gpu"}]}}
+        if claim
+        else {}
+    )
+    placed = (
+        {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                        ]
+                    }
+                }
+            },
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        }
+        if claim
+        else {"nodeName": node}
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "gpuop-probe-",
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpuop", PROBE_LABEL: node},
+        },
+        "spec": {
+            **placed,
+            "runtimeClassName": runtime_class,
+            "restartPolicy": "Never",
+            "tolerations": [{"operator": "Exists"}],
+            "activeDeadlineSeconds": int(deadline_s) + 30,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["/bin/sh", "-c", "true"],
+                    **asks,
+                }
+            ],
+        },
+    }
 
 
 # The kubelet's words that it will not run the probe: its sandbox refused, or the DRA driver's
@@ -244,8 +317,18 @@ def probe_manifest(node: str, runtime_class: str, image: str, namespace: str, de
 PROBE_REFUSED = ("FailedCreatePodSandBox", "FailedPrepareDynamicResources")
 
 
-def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, namespace: str, deadline_s: float, say,
-          gpus: int = 0, api_retry_s: float = 0, device_class: str = ""):
+def probe(
+    api: client.ApiClient,
+    node: str,
+    runtime_class: str,
+    image: str,
+    namespace: str,
+    deadline_s: float,
+    say,
+    gpus: int = 0,
+    api_retry_s: float = 0,
+    device_class: str = "",
+):
     """A probe Pod (``probe_manifest``) runs its one command to the end on ``node``: its sandbox
     started, through the handler. ``gpus``: it asks that many GPUs of the device plugin;
     ``device_class``: it claims one device of that DeviceClass (DRA) through a ResourceClaim of
@@ -256,17 +339,30 @@ def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, name
     labels = {"app.kubernetes.io/managed-by": "gpuop", PROBE_LABEL: node}
     claim = ""
     if device_class:
-        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"generateName": "gpuop-probe-", "namespace": namespace, "labels": labels},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}}}
-        claim = wait(f"the probe's ResourceClaim of DeviceClass {device_class} created",
-                     lambda: (resource.create_namespaced_resource_claim(namespace, body).metadata.name, ""),
-                     deadline_s, say, api_retry_s)
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"generateName": "gpuop-probe-", "namespace": namespace, "labels": labels},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}},
+        }
+        claim = wait(
+            f"the probe's ResourceClaim of DeviceClass {device_class} created",
+            lambda: (resource.create_namespaced_resource_claim(namespace, body).metadata.name, ""),
+            deadline_s,
+            say,
+            api_retry_s,
+        )
     try:
         manifest = probe_manifest(node, runtime_class, image, namespace, deadline_s, gpus, claim)
-        name = wait(f"the probe Pod for {node} created",
-                    lambda: (core.create_namespaced_pod(namespace, manifest).metadata.name, ""), deadline_s, say, api_retry_s)
+        name = wait(
+            f"the probe Pod for {node} created",
+            lambda: (core.create_namespaced_pod(namespace, manifest).metadata.name, ""),
+            deadline_s,
+            say,
+            api_retry_s,
+        )
         try:
+
             def ran():
                 pod = _plain(api, core.read_namespaced_pod(name, namespace))
                 phase = (pod.get("status") or {}).get("phase")
@@ -277,11 +373,26 @@ def probe(api: client.ApiClient, node: str, runtime_class: str, image: str, name
                 # the kubelet not reaching its runtime yet (its connection backs off after an outage)
                 # is no word on the handler: it tries the sandbox again, and the wait goes on
                 if failed and "code = Unavailable" not in failed[-1]:
-                    raise Stalled(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) on {node}: "
-                                  f"no sandbox: {in_one_line(failed[-1])}")
-                last = max(events, key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp, default=None)
-                return False, f"phase {phase}" + (f", its last event {last.reason}: {in_one_line(last.message or '')}" if last else "")
-            wait(f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) to run on {node}", ran, deadline_s, say, api_retry_s)
+                    raise Stalled(
+                        f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) on {node}: "
+                        f"no sandbox: {in_one_line(failed[-1])}"
+                    )
+                last = max(
+                    events,
+                    key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp,
+                    default=None,
+                )
+                return False, f"phase {phase}" + (
+                    f", its last event {last.reason}: {in_one_line(last.message or '')}" if last else ""
+                )
+
+            wait(
+                f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) to run on {node}",
+                ran,
+                deadline_s,
+                say,
+                api_retry_s,
+            )
         finally:
             _deleted(lambda: core.delete_namespaced_pod(name, namespace, grace_period_seconds=0))
     finally:
@@ -322,8 +433,9 @@ def dra_objects(api: client.ApiClient, node: str) -> list:
         if e.status != 404:
             raise
         return []
-    return ([{**_plain(api, s), "kind": "ResourceSlice"} for s in slices]
-            + [{**_plain(api, c), "kind": "ResourceClaim"} for c in claims])
+    return [{**_plain(api, s), "kind": "ResourceSlice"} for s in slices] + [
+        {**_plain(api, c), "kind": "ResourceClaim"} for c in claims
+    ]
 
 
 def probe_class(api: client.ApiClient, handler: str) -> str:
@@ -332,9 +444,14 @@ def probe_class(api: client.ApiClient, handler: str) -> str:
     stopped before deleting it. Its name."""
     name = f"gpuop-probe-{handler}"
     try:
-        client.NodeV1Api(api).create_runtime_class({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                                    "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpuop"}},
-                                                    "handler": handler})
+        client.NodeV1Api(api).create_runtime_class(
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpuop"}},
+                "handler": handler,
+            }
+        )
     except ApiException as e:
         if e.status != 409:
             raise
@@ -362,7 +479,10 @@ def probes_left(api: client.ApiClient, namespace: str) -> list:
             if e.status != 404:
                 raise
     try:
-        claims = sorted(c.metadata.name for c in resource.list_namespaced_resource_claim(namespace, label_selector=PROBE_LABEL).items)
+        claims = sorted(
+            c.metadata.name
+            for c in resource.list_namespaced_resource_claim(namespace, label_selector=PROBE_LABEL).items
+        )
     except ApiException as e:
         if e.status != 404:  # no DRA served: no claim can be left
             raise
@@ -395,16 +515,25 @@ def lock(api: client.ApiClient, namespace: str, holder: str, duration_s: int = L
     renewed = held.spec.renew_time or held.spec.acquire_time
     lasts = held.spec.lease_duration_seconds or LEASE_S
     age = (_now() - renewed).total_seconds() if renewed else lasts + 1
-    if held.spec.holder_identity not in (None, "", holder) and age < lasts and not dead_holder(held.spec.holder_identity):
-        raise Stalled(f"another repair runs on this cluster: Lease {namespace}/{LEASE} is held by "
-                      f"{held.spec.holder_identity}, renewed {age:.0f}s ago (it is free once not renewed for {lasts}s)")
+    if (
+        held.spec.holder_identity not in (None, "", holder)
+        and age < lasts
+        and not dead_holder(held.spec.holder_identity)
+    ):
+        raise Stalled(
+            f"another repair runs on this cluster: Lease {namespace}/{LEASE} is held by "
+            f"{held.spec.holder_identity}, renewed {age:.0f}s ago (it is free once not renewed for {lasts}s)"
+        )
     was = held.spec.holder_identity
-    held.spec = client.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=duration_s,
-                                   acquire_time=_now(), renew_time=_now())
+    held.spec = client.V1LeaseSpec(
+        holder_identity=holder, lease_duration_seconds=duration_s, acquire_time=_now(), renew_time=_now()
+    )
     coordination.replace_namespaced_lease(LEASE, namespace, held)  # its resourceVersion: a race loses with 409
     if was in (None, "", holder):
         return ""
-    return f"{was}'s, " + ("its process gone" if dead_holder(was) else f"not renewed for {age:.0f}s (its duration {lasts}s)")
+    return f"{was}'s, " + (
+        "its process gone" if dead_holder(was) else f"not renewed for {age:.0f}s (its duration {lasts}s)"
+    )
 
 
 def holder_of(host: str, pid: int) -> str:
@@ -437,8 +566,9 @@ def renew(api: client.ApiClient, namespace: str, holder: str):
             raise LockLost(f"the Lease {namespace}/{LEASE} was deleted while this run held it") from None
         raise
     if held.spec.holder_identity != holder:
-        raise LockLost(f"the Lease {namespace}/{LEASE} was taken by {held.spec.holder_identity or 'no one'} "
-                       "while this run held it")
+        raise LockLost(
+            f"the Lease {namespace}/{LEASE} was taken by {held.spec.holder_identity or 'no one'} while this run held it"
+        )
     held.spec.renew_time = _now()
     coordination.replace_namespaced_lease(LEASE, namespace, held)
 

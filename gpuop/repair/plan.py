@@ -24,8 +24,16 @@ import tomli_w
 
 from gpuop.judgment import crio
 from gpuop.judgment.cluster import allocatable_count, gpus_asked
-from gpuop.judgment.containerd import (CRI_PLUGIN, dropin_keeping_cri, import_globs, nvidia_dropin, parsed_toml, release,
-                         runtime_names, systemd_cgroup)
+from gpuop.judgment.containerd import (
+    CRI_PLUGIN,
+    dropin_keeping_cri,
+    import_globs,
+    nvidia_dropin,
+    parsed_toml,
+    release,
+    runtime_names,
+    systemd_cgroup,
+)
 from gpuop.judgment.objects import of_kind, ref
 from gpuop.judgment.regen import V3_TEMPLATE, template_path
 from gpuop.judgment.rules import active, classed_pods
@@ -54,8 +62,10 @@ def handler_dropin(version: str, main_doc: dict, handler: str) -> dict:
     if release(version) < (2,):
         return dropin_keeping_cri(main_doc, dropin)
     if root_version >= 3:
-        return {"version": root_version,
-                "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {handler: runtime}}}}}
+        return {
+            "version": root_version,
+            "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {handler: runtime}}}},
+        }
     return dropin
 
 
@@ -105,24 +115,37 @@ def free_devices(name: str, objects: list, driver: str) -> int:
 
         free_devices("gpu-a", [slice_of_two_gpus, claim_of_one], "gpu.nvidia.com") -> 1
     """
-    published = {(s["spec"].get("pool", {}).get("name"), d["name"]) for s in of_kind(objects, "ResourceSlice")
-                 if s["spec"].get("nodeName") == name and s["spec"].get("driver") == driver
-                 for d in s["spec"].get("devices") or []}
-    held = {(r.get("pool"), r.get("device")) for c in of_kind(objects, "ResourceClaim")
-            for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or [])
-            if r.get("driver") == driver}
+    published = {
+        (s["spec"].get("pool", {}).get("name"), d["name"])
+        for s in of_kind(objects, "ResourceSlice")
+        if s["spec"].get("nodeName") == name and s["spec"].get("driver") == driver
+        for d in s["spec"].get("devices") or []
+    }
+    held = {
+        (r.get("pool"), r.get("device"))
+        for c in of_kind(objects, "ResourceClaim")
+        for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or [])
+        if r.get("driver") == driver
+    }
     return len(published - held)
 
 
 def diff(path: str, before: str | None, after: str) -> list:
     """A unified diff of a file's change, as lines."""
-    return list(difflib.unified_diff((before or "").splitlines(), after.splitlines(),
-                                     f"{path} (now)" if before is not None else "/dev/null", f"{path} (repaired)",
-                                     lineterm=""))
+    return list(
+        difflib.unified_diff(
+            (before or "").splitlines(),
+            after.splitlines(),
+            f"{path} (now)" if before is not None else "/dev/null",
+            f"{path} (repaired)",
+            lineterm="",
+        )
+    )
 
 
-def plan_node(name: str, read: dict, view: dict, gaps: list, objects: list, gpu_handler: str,
-              toolkit: dict | None = None) -> dict:
+def plan_node(
+    name: str, read: dict, view: dict, gaps: list, objects: list, gpu_handler: str, toolkit: dict | None = None
+) -> dict:
     """What repairing node ``name`` takes, from its read (``runbook.reach.node.NodeRuntime``), view and
     gaps (``gpuop.judgment.rules.judge``: the plan decides nothing the judgment did not find).
 
@@ -141,16 +164,30 @@ def plan_node(name: str, read: dict, view: dict, gaps: list, objects: list, gpu_
     meant = gpu_handler in view["written"] or bool(asking)
     refused = sorted(g["subject"] for g in gaps if g["kind"] == "sandbox-refuses-loaded" and g["subject"] in asking)
     loaded_now = view["loaded_from"] in LIVE and gpu_handler in view["loaded"] and not refused
-    behind = (f"the running daemon's status names it, its sandboxes refuse it ({', '.join(refused)})" if refused
-              else "the running daemon does not hold it")
+    behind = (
+        f"the running daemon's status names it, its sandboxes refuse it ({', '.join(refused)})"
+        if refused
+        else "the running daemon does not hold it"
+    )
     after_ok = view["cri_after_restart"] == "ok" and gpu_handler in view["after_restart"]
-    plan = {"node": name, "action": "none", "why": "", "files": [], "restart": False,
-            "evict": sorted(ref(p) for p in pods if drainable(p) == "evict"),
-            "unmanaged": sorted(ref(p) for p in pods if drainable(p) == "unmanaged"),
-            "local_storage": sorted(f"{ref(p)} (emptyDir {', '.join(local_storage(p))})" for p in pods
-                                    if drainable(p) != "stays" and local_storage(p)),
-            "stays": sorted(ref(p) for p in pods if drainable(p) == "stays"),
-            "runtime": view["runtime"], "version": view["version"], "asking": sorted(asking)}
+    plan = {
+        "node": name,
+        "action": "none",
+        "why": "",
+        "files": [],
+        "restart": False,
+        "evict": sorted(ref(p) for p in pods if drainable(p) == "evict"),
+        "unmanaged": sorted(ref(p) for p in pods if drainable(p) == "unmanaged"),
+        "local_storage": sorted(
+            f"{ref(p)} (emptyDir {', '.join(local_storage(p))})"
+            for p in pods
+            if drainable(p) != "stays" and local_storage(p)
+        ),
+        "stays": sorted(ref(p) for p in pods if drainable(p) == "stays"),
+        "runtime": view["runtime"],
+        "version": view["version"],
+        "asking": sorted(asking),
+    }
     if not meant:
         return {**plan, "why": f"no file writes {gpu_handler} and no Pod asks it: nothing to repair"}
     if loaded_now and after_ok:
@@ -158,23 +195,45 @@ def plan_node(name: str, read: dict, view: dict, gaps: list, objects: list, gpu_
     if view["runtime"] == crio.NAME:
         return {**plan, **_crio_repair(read, view, gpu_handler, toolkit, behind)}
     if view["loaded_from"] not in ("cri", "cri-down") or view["cri_after_restart"] == "unknown":
-        return {**plan, "action": "blocked", "why": f"the node was not read whole (loaded from {view['loaded_from']}, "
-                                                      f"after a restart {view['cri_after_restart']}): nothing is planned blind"}
+        return {
+            **plan,
+            "action": "blocked",
+            "why": f"the node was not read whole (loaded from {view['loaded_from']}, "
+            f"after a restart {view['cri_after_restart']}): nothing is planned blind",
+        }
     if after_ok:  # the files are right; only the daemon is behind them
-        return {**plan, "action": "repair", "restart": True,
-                "why": f"{gpu_handler} is written and a restart loads it with CRI up; {behind}"}
+        return {
+            **plan,
+            "action": "repair",
+            "restart": True,
+            "why": f"{gpu_handler} is written and a restart loads it with CRI up; {behind}",
+        }
     daemon = next((d for d in read["containerds"] if d["serves"]), None)
     if view.get("regenerated"):
         return {**plan, **_template_repair(daemon, view, gpu_handler)}
     config = daemon["config"] if daemon else ""
-    main_doc, error = parsed_toml(config, daemon["files"][config]["text"]) if daemon and config in daemon["files"] else (None, "")
+    main_doc, error = (
+        parsed_toml(config, daemon["files"][config]["text"]) if daemon and config in daemon["files"] else (None, "")
+    )
     if main_doc is None:
-        return {**plan, "action": "blocked", "why": f"its config {config or '(none)'} cannot be read: {error or 'missing'}"}
-    target, imported = dropin_target(config, main_doc, view["dropins"],
-                                     [p for p in view["dropins"] if gpu_handler in _runtimes(daemon["files"][p]["text"])])
+        return {
+            **plan,
+            "action": "blocked",
+            "why": f"its config {config or '(none)'} cannot be read: {error or 'missing'}",
+        }
+    target, imported = dropin_target(
+        config,
+        main_doc,
+        view["dropins"],
+        [p for p in view["dropins"] if gpu_handler in _runtimes(daemon["files"][p]["text"])],
+    )
     if target is None:
-        return {**plan, "action": "blocked", "why": f"{config} is a version-{main_doc.get('version', 1)} config, which has no "
-                                                      "imports: its handler would have to be written into it (not done by gpuop)"}
+        return {
+            **plan,
+            "action": "blocked",
+            "why": f"{config} is a version-{main_doc.get('version', 1)} config, which has no "
+            "imports: its handler would have to be written into it (not done by gpuop)",
+        }
     ours = tomli_w.dumps(handler_dropin(view["version"], main_doc, gpu_handler))
     by, after = "gpuop", ours
     if toolkit and release(view["version"]) >= (2,) and toolkit.get("dropin"):
@@ -182,16 +241,28 @@ def plan_node(name: str, read: dict, view: dict, gaps: list, objects: list, gpu_
         if doc and gpu_handler in runtime_names(doc) and doc.get("version", 1) <= main_doc.get("version", 1):
             by, after = f"nvidia-ctk {toolkit['version']} ({toolkit['path']})", toolkit["dropin"]
         else:  # the toolkit's drop-in would be refused by some containerd (2.3.0-2.3.4 refuse one above the root)
-            by = (f"gpuop, not nvidia-ctk {toolkit['version']} (its drop-in is version {(doc or {}).get('version', '?')}, "
-                  f"the root's {main_doc.get('version', 1)})")
+            by = (
+                f"gpuop, not nvidia-ctk {toolkit['version']} (its drop-in is version {(doc or {}).get('version', '?')}, "
+                f"the root's {main_doc.get('version', 1)})"
+            )
     files = [_change(target, daemon["files"].get(target, {}).get("text"), after, by)]
     if not imported:  # the root's imports reach no place for it: one line added, nothing else of it touched
         text = daemon["files"][config]["text"]
-        files.insert(0, _change(config, text, with_import(text, posixpath.join(posixpath.dirname(target), "*.toml")),
-                                "gpuop (an import of the drop-in's directory)", daemon["files"][config].get("mode", "644")))
-    why = (f"a restart {'would not start containerd' if view['cri_after_restart'] == 'refuses-start' else 'takes CRI down' if view['cri_after_restart'] != 'ok' else f'does not load {gpu_handler}'}"
-           f" ({view.get('restart_reason') or 'its own merge of the files'}): {target} is written for containerd "
-           f"{view['version']}, then restarted once its own merge says CRI comes up with {gpu_handler}")
+        files.insert(
+            0,
+            _change(
+                config,
+                text,
+                with_import(text, posixpath.join(posixpath.dirname(target), "*.toml")),
+                "gpuop (an import of the drop-in's directory)",
+                daemon["files"][config].get("mode", "644"),
+            ),
+        )
+    why = (
+        f"a restart {'would not start containerd' if view['cri_after_restart'] == 'refuses-start' else 'takes CRI down' if view['cri_after_restart'] != 'ok' else f'does not load {gpu_handler}'}"
+        f" ({view.get('restart_reason') or 'its own merge of the files'}): {target} is written for containerd "
+        f"{view['version']}, then restarted once its own merge says CRI comes up with {gpu_handler}"
+    )
     return {**plan, "action": "repair", "restart": True, "why": why, "files": files}
 
 
@@ -201,28 +272,46 @@ def _crio_repair(read: dict, view: dict, gpu_handler: str, toolkit: dict | None,
     ``crio.conf.d``, then the restart. A handler its merge drops (its binary missing) or a config
     it refuses is not gpuop's to fix: blocked, in CRI-O's words."""
     if view["loaded_from"] not in LIVE or view["cri_after_restart"] == "unknown":
-        return {"action": "blocked", "why": f"the node was not read whole (loaded from {view['loaded_from']}, "
-                                            f"after a restart {view['cri_after_restart']}): nothing is planned blind"}
+        return {
+            "action": "blocked",
+            "why": f"the node was not read whole (loaded from {view['loaded_from']}, "
+            f"after a restart {view['cri_after_restart']}): nothing is planned blind",
+        }
     restart = f"a restart of cri-o {view['version']}"
     if view["cri_after_restart"] == "ok" and gpu_handler in view["after_restart"]:
-        return {"action": "repair", "restart": True,
-                "why": f"{gpu_handler} is written and {restart} loads it (its own merge of the files); {behind}"}
+        return {
+            "action": "repair",
+            "restart": True,
+            "why": f"{gpu_handler} is written and {restart} loads it (its own merge of the files); {behind}",
+        }
     if view["cri_after_restart"] != "ok" or gpu_handler in view["written"]:
-        return {"action": "blocked", "why": f"{restart} would not load {gpu_handler}: "
-                                            f"{view.get('restart_reason') or 'its own merge leaves it out'}; not gpuop's to fix"}
+        return {
+            "action": "blocked",
+            "why": f"{restart} would not load {gpu_handler}: "
+            f"{view.get('restart_reason') or 'its own merge leaves it out'}; not gpuop's to fix",
+        }
     daemon = next(d for d in read["crios"] if d["serves"])
     target = posixpath.join(daemon["config_dir"], DROPIN_NAME)
-    table = {"runtime_path": nvidia_dropin()["plugins"][CRI_PLUGIN]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"],
-             "runtime_type": "oci"}
-    by, after = "gpuop (nvidia-ctk's table: the node has no nvidia-ctk)", tomli_w.dumps(
-        {"crio": {"runtime": {"runtimes": {gpu_handler: table}}}})
+    table = {
+        "runtime_path": nvidia_dropin()["plugins"][CRI_PLUGIN]["containerd"]["runtimes"]["nvidia"]["options"][
+            "BinaryName"
+        ],
+        "runtime_type": "oci",
+    }
+    by, after = (
+        "gpuop (nvidia-ctk's table: the node has no nvidia-ctk)",
+        tomli_w.dumps({"crio": {"runtime": {"runtimes": {gpu_handler: table}}}}),
+    )
     if toolkit and toolkit.get("dropin"):
         doc, _ = parsed_toml(target, toolkit["dropin"])
         if doc and gpu_handler in crio.runtimes_of(doc)[0]:
             by, after = f"nvidia-ctk {toolkit['version']} ({toolkit['path']})", toolkit["dropin"]
-    return {"action": "repair", "restart": True,
-            "files": [_change(target, daemon["files"].get(target, {}).get("text"), after, by)],
-            "why": f"no file gives {gpu_handler}: {target} is written, then {restart} once its own merge says it loads {gpu_handler}"}
+    return {
+        "action": "repair",
+        "restart": True,
+        "files": [_change(target, daemon["files"].get(target, {}).get("text"), after, by)],
+        "why": f"no file gives {gpu_handler}: {target} is written, then {restart} once its own merge says it loads {gpu_handler}",
+    }
 
 
 def _template_repair(daemon: dict, view: dict, gpu_handler: str) -> dict:
@@ -240,9 +329,13 @@ def _template_repair(daemon: dict, view: dict, gpu_handler: str) -> dict:
     table = tomli_w.dumps({"plugins": {plugin: {"containerd": {"runtimes": {gpu_handler: runtime}}}}})
     start = (before.rstrip("\n") + "\n\n") if before else '{{ template "base" . }}\n\n'
     by = f"gpuop (the template {regen['by']} renders {config} from at its start; {config} itself is never written)"
-    return {"action": "repair", "restart": True, "files": [_change(path, before, start + table, by)],
-            "why": f"{regen['reason']}, without {gpu_handler}: {path} gets it, then {regen['by']} is restarted "
-                   f"once the template says its next config holds {gpu_handler}"}
+    return {
+        "action": "repair",
+        "restart": True,
+        "files": [_change(path, before, start + table, by)],
+        "why": f"{regen['reason']}, without {gpu_handler}: {path} gets it, then {regen['by']} is restarted "
+        f"once the template says its next config holds {gpu_handler}",
+    }
 
 
 def dropin_target(config: str, main_doc: dict, dropins: list, holders: list) -> tuple:
@@ -283,7 +376,7 @@ def with_import(text: str, glob: str) -> str:
     at = next((i for i in range(top) if re.match(r"\s*imports\s*=", lines[i])), None)
     if at is not None:  # an array over several lines ends at its closing bracket
         end = next(i for i in range(at, top) if "]" in lines[i].split("#", 1)[0])
-        return "".join(lines[:at] + [line] + lines[end + 1:])
+        return "".join(lines[:at] + [line] + lines[end + 1 :])
     version = next((i for i in range(top) if re.match(r"\s*version\s*=", lines[i])), None)
     at = version + 1 if version is not None else 0
     return "".join(lines[:at] + [line] + lines[at:])
@@ -298,7 +391,9 @@ def _runtimes(text: str) -> list:
     return runtime_names(doc) if doc else []
 
 
-def plan_lines(plan: dict, drain: bool = True, delete_unmanaged: bool = False, delete_emptydir_data: bool = False) -> list:
+def plan_lines(
+    plan: dict, drain: bool = True, delete_unmanaged: bool = False, delete_emptydir_data: bool = False
+) -> list:
     """The plan of one node in words, its diff included: what ``--dry`` prints; the drain as the
     knobs make it (``drain``, ``drain_unmanaged``, ``drain_delete_emptydir_data``).
 
@@ -314,15 +409,33 @@ def plan_lines(plan: dict, drain: bool = True, delete_unmanaged: bool = False, d
     if not drain:
         drained = f"{name}:   cordon, no drain (drain=false): every Pod on it runs on through the restart"
     else:
-        drained = (f"{name}:   cordon, then drain: evict {', '.join(plan['evict']) or 'nothing'}"
-                   + ("" if not unmanaged else f"; delete {unmanaged} (no controller owns them: drain_unmanaged=true)"
-                      if delete_unmanaged else f"; Pods no controller owns stop the drain: {unmanaged}")
-                   + ("" if not local else f"; their emptyDir data deleted with them: {local} (drain_delete_emptydir_data=true)"
-                      if delete_emptydir_data else f"; Pods whose emptyDir data an eviction deletes stop the drain: {local}"))
+        drained = (
+            f"{name}:   cordon, then drain: evict {', '.join(plan['evict']) or 'nothing'}"
+            + (
+                ""
+                if not unmanaged
+                else f"; delete {unmanaged} (no controller owns them: drain_unmanaged=true)"
+                if delete_unmanaged
+                else f"; Pods no controller owns stop the drain: {unmanaged}"
+            )
+            + (
+                ""
+                if not local
+                else f"; their emptyDir data deleted with them: {local} (drain_delete_emptydir_data=true)"
+                if delete_emptydir_data
+                else f"; Pods whose emptyDir data an eviction deletes stop the drain: {local}"
+            )
+        )
     lines = [f"{name}: repair: {plan['why']}", drained]
     for file in plan["files"]:
-        kept = f" (the file before kept under {NODE_BACKUPS}, where no runtime reads)" if file["before"] is not None else ""
+        kept = (
+            f" (the file before kept under {NODE_BACKUPS}, where no runtime reads)"
+            if file["before"] is not None
+            else ""
+        )
         lines += [f"{name}:   write {file['path']}, by {file['by']}{kept}:"]
         lines += [f"{name}:     {line}" for line in file["diff"]]
-    lines.append(f"{name}:   restart {plan['runtime']} {plan['version']}, prove it (CRI, kubelet Ready, a probe Pod), uncordon")
+    lines.append(
+        f"{name}:   restart {plan['runtime']} {plan['version']}, prove it (CRI, kubelet Ready, a probe Pod), uncordon"
+    )
     return lines

@@ -60,15 +60,34 @@ def _oci(*images: tuple) -> bytes:
     for layer_files, configs in images:
         layer = _blob(blobs, LAYER, _tar(layer_files))
         for name, run in sorted(configs.items()):
-            config = _blob(blobs, CONFIG, _json({
-                "architecture": "amd64", "os": "linux", "config": {**run, "WorkingDir": "/"},
-                "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]}}))
-            manifest = _blob(blobs, MANIFEST, _json({"schemaVersion": 2, "mediaType": MANIFEST,
-                                                     "config": config, "layers": [layer]}))
-            index.append({**manifest, "annotations": {"io.containerd.image.name": name,
-                                                      "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1]}})
-    files = {"oci-layout": (_json({"imageLayoutVersion": "1.0.0"}), 0o644),
-             "index.json": (_json({"schemaVersion": 2, "manifests": index}), 0o644)}
+            config = _blob(
+                blobs,
+                CONFIG,
+                _json(
+                    {
+                        "architecture": "amd64",
+                        "os": "linux",
+                        "config": {**run, "WorkingDir": "/"},
+                        "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]},
+                    }
+                ),
+            )
+            manifest = _blob(
+                blobs, MANIFEST, _json({"schemaVersion": 2, "mediaType": MANIFEST, "config": config, "layers": [layer]})
+            )
+            index.append(
+                {
+                    **manifest,
+                    "annotations": {
+                        "io.containerd.image.name": name,
+                        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
+                    },
+                }
+            )
+    files = {
+        "oci-layout": (_json({"imageLayoutVersion": "1.0.0"}), 0o644),
+        "index.json": (_json({"schemaVersion": 2, "manifests": index}), 0o644),
+    }
     files.update({f"blobs/sha256/{d.split(':', 1)[1]}": (data, 0o644) for d, data in blobs.items()})
     return _tar(files)
 
@@ -76,7 +95,7 @@ def _oci(*images: tuple) -> bytes:
 def archive(program: bytes, images: dict) -> bytes:
     """The OCI archive of ``images`` (name -> role), every one running ``program ROLE``.
 
-        archive(open("standin", "rb").read(), {"registry.k8s.io/pause:3.6": "pause"})
+    archive(open("standin", "rb").read(), {"registry.k8s.io/pause:3.6": "pause"})
     """
     return _oci(_standin(program, images))
 
@@ -111,9 +130,12 @@ def gpu_proof_archive(standin: bytes, busybox: bytes, probe: str, libs: dict, pa
 
         gpu_proof_archive(standin, busybox, "gpuop.io/gpu-probe:1", {"libc.so.6": b"..."}, ["registry.k8s.io/pause:3.10"])
     """
-    files = {"bin/busybox": (busybox, 0o755), **{f"bin/{a}": "busybox" for a in PROBE_APPLETS},
-             **{f"lib/x86_64-linux-gnu/{name}": (data, 0o755) for name, data in libs.items()},
-             "lib64/ld-linux-x86-64.so.2": "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"}
+    files = {
+        "bin/busybox": (busybox, 0o755),
+        **{f"bin/{a}": "busybox" for a in PROBE_APPLETS},
+        **{f"lib/x86_64-linux-gnu/{name}": (data, 0o755) for name, data in libs.items()},
+        "lib64/ld-linux-x86-64.so.2": "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+    }
     run = {"Env": ["PATH=/usr/bin:/bin"], "Entrypoint": ["/bin/sh"]}
     return _oci(_standin(standin, dict.fromkeys(pauses, "pause")), (files, {probe: run}))
 
@@ -124,8 +146,13 @@ if __name__ == "__main__":
             data = busybox_archive(f.read(), sys.argv[4])
     elif sys.argv[1:2] == ["--gpu-proof"] and len(sys.argv) >= 8:
         read = lambda path: open(path, "rb").read()  # noqa: E731
-        data = gpu_proof_archive(read(sys.argv[3]), read(sys.argv[4]), sys.argv[5],
-                                 {n: read(os.path.join(sys.argv[6], n)) for n in GLIBC}, sys.argv[7:])
+        data = gpu_proof_archive(
+            read(sys.argv[3]),
+            read(sys.argv[4]),
+            sys.argv[5],
+            {n: read(os.path.join(sys.argv[6], n)) for n in GLIBC},
+            sys.argv[7:],
+        )
     elif len(sys.argv) >= 4 and all("=" in a for a in sys.argv[3:]):
         with open(sys.argv[2], "rb") as f:
             data = archive(f.read(), dict(a.split("=", 1) for a in sys.argv[3:]))

@@ -15,8 +15,16 @@ from runbook.run.reads import found
 
 
 @operation()
-def audit_report(path: str, config: str, observed, daemon, time_slicing: dict, context: str = "",
-             kubelet_node: str = "", textfile: str = ""):
+def audit_report(
+    path: str,
+    config: str,
+    observed,
+    daemon,
+    time_slicing: dict,
+    context: str = "",
+    kubelet_node: str = "",
+    textfile: str = "",
+):
     """
     Audit a lab host, read-only: handlers written against loaded (live through CRI, or recorded)
     against what a restart of containerd would load, RuntimeClasses whose handler
@@ -46,15 +54,19 @@ def audit_report(path: str, config: str, observed, daemon, time_slicing: dict, c
     except Unobservable as e:
         yield failure(f"audit: {e}")
         return
-    objects = found("runtimeclasses,nodes,pods,daemonsets,configmaps" + (",events" if kubelet_node else ""),
-                    context=context, all_namespaces=True)
+    objects = found(
+        "runtimeclasses,nodes,pods,daemonsets,configmaps" + (",events" if kubelet_node else ""),
+        context=context,
+        all_namespaces=True,
+    )
     result = audit(views.view, objects, time_slicing, kubelet_node)
-    yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n",
-                           backup=False)
+    yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n", backup=False)
     if textfile:  # the fleet's writer, so a lab host and a real node feed the same alerts
         from gpuop.outputs.textfile import host_report, textfile as prometheus_text
-        yield from text._inner(path=textfile, content=prometheus_text(host_report(kubelet_node or host.name, result)),
-                               backup=False)
+
+        yield from text._inner(
+            path=textfile, content=prometheus_text(host_report(kubelet_node or host.name, result)), backup=False
+        )
     if host.state.is_executing:
         for line in host_table(result):
             logger.info(f"{host.print_prefix}{line}")

@@ -59,9 +59,11 @@ def cluster_objects(state, kubeconfig: str, context: str, deadline_s: float) -> 
             except ClusterUnreadable as e:
                 audit.unreadable = DeployError(str(e))
                 raise audit.unreadable from None
-            logger.info(f"--> cluster read once for the fleet{' (it listed the GPU nodes)' if listed else ''}: "
-                        f"{len(audit.objects)} objects, {audit.cluster['requests']} list requests, "
-                        f"{audit.cluster['seconds']}s ({audit.cluster['from']}); DRA {audit.cluster['dra']}")
+            logger.info(
+                f"--> cluster read once for the fleet{' (it listed the GPU nodes)' if listed else ''}: "
+                f"{len(audit.objects)} objects, {audit.cluster['requests']} list requests, "
+                f"{audit.cluster['seconds']}s ({audit.cluster['from']}); DRA {audit.cluster['dra']}"
+            )
     return audit.objects
 
 
@@ -76,11 +78,17 @@ def _whole(state, audit: NodeAudit) -> dict:
         node = next((o for o in audit.objects or [] if o["kind"] == "Node" and o["metadata"]["name"] == name), None)
         runtime = api_view(node) if node is not None and name not in nodes else None
         if runtime is not None:
-            nodes[name] = judge(runtime, audit.objects, name, h.data.get("gpu_handler") or "nvidia",
-                                h.data.get("gpu_driver") or DRIVER)
+            nodes[name] = judge(
+                runtime, audit.objects, name, h.data.get("gpu_handler") or "nvidia", h.data.get("gpu_driver") or DRIVER
+            )
             from_api[h.name] = name
-    return {"nodes": dict(sorted(nodes.items())), "gaps": cluster_gaps(nodes, audit.objects or []),
-            "cluster": audit.cluster, "unread": sorted(h.name for h in unread), "judged_from_api": from_api}
+    return {
+        "nodes": dict(sorted(nodes.items())),
+        "gaps": cluster_gaps(nodes, audit.objects or []),
+        "cluster": audit.cluster,
+        "unread": sorted(h.name for h in unread),
+        "judged_from_api": from_api,
+    }
 
 
 def _report_once(state, report_path: str, textfile_path: str) -> dict:
@@ -95,8 +103,10 @@ def _report_once(state, report_path: str, textfile_path: str) -> dict:
         if set(report["unread"]) - set(alone):
             logger.error(f"not read, so not judged: {', '.join(h for h in report['unread'] if h not in alone)}")
         if alone:
-            logger.error("not read, judged on what its kubelet reports alone (Node.status.runtimeHandlers): "
-                         + ", ".join(f"{h} (node {n})" for h, n in sorted(alone.items())))
+            logger.error(
+                "not read, judged on what its kubelet reports alone (Node.status.runtimeHandlers): "
+                + ", ".join(f"{h} (node {n})" for h, n in sorted(alone.items()))
+            )
         for where, path in (("JSON", report_path), ("textfile", textfile_path)):
             if path:
                 logger.info(f"fleet {where}: {path}")
@@ -104,8 +114,16 @@ def _report_once(state, report_path: str, textfile_path: str) -> dict:
 
 
 @operation()
-def judge_node(node_name: str, gpu_handler: str, gpu_driver: str, crictl: str, kubeconfig: str, context: str,
-               read_timeout_s: int, cluster_timeout_s: int):
+def judge_node(
+    node_name: str,
+    gpu_handler: str,
+    gpu_driver: str,
+    crictl: str,
+    kubeconfig: str,
+    context: str,
+    read_timeout_s: int,
+    cluster_timeout_s: int,
+):
     """
     Audit one real node, read-only: its containerd's three views, in one command on the node
     (``runbook.reach.node.NodeRuntime``), joined with the cluster read once for the run. The node's
@@ -130,8 +148,10 @@ def judge_node(node_name: str, gpu_handler: str, gpu_driver: str, crictl: str, k
     if host.name not in audit.hosts:
         read = host.get_fact(NodeRuntime, crictl=crictl, _timeout=read_timeout_s)
         if host in host.state.failed_hosts:  # pyinfra said why (its deadline, a lost link): judge nothing
-            yield _failed(f"the node's read did not complete within node_read_timeout_s={read_timeout_s}s "
-                          "or failed: it is not judged")
+            yield _failed(
+                f"the node's read did not complete within node_read_timeout_s={read_timeout_s}s "
+                "or failed: it is not judged"
+            )
             return
         try:
             objects = cluster_objects(host.state, kubeconfig, context, cluster_timeout_s)
@@ -150,9 +170,11 @@ def judge_node(node_name: str, gpu_handler: str, gpu_driver: str, crictl: str, k
 
 def _failed(words: str) -> FunctionCommand:
     """The host fails, said in one sentence (an exception raised here would print a traceback)."""
+
     def say(state, host):
         logger.error(f"{host.print_prefix}{words}")
         return False
+
     return FunctionCommand(say, (), {})
 
 
@@ -185,8 +207,10 @@ def report_fleet(report: str, textfile: str, kubeconfig: str, context: str, clus
                 return False
             report_now = _report_once(state, report, textfile)
             alone = sum(len(report_now["nodes"][n]["gaps"]) for n in report_now["judged_from_api"].values())
-            for words, count in (("of the fleet as a whole", len(report_now["gaps"])),
-                                 ("on the nodes judged from the API alone", alone)):
+            for words, count in (
+                ("of the fleet as a whole", len(report_now["gaps"])),
+                ("on the nodes judged from the API alone", alone),
+            ):
                 if count:
                     logger.error(f"{host.print_prefix}fleet: {count} gap(s) {words}")
             return not (report_now["gaps"] or alone)
@@ -194,8 +218,10 @@ def report_fleet(report: str, textfile: str, kubeconfig: str, context: str, clus
         name = audit.hosts[host.name]
         gaps = report_now["nodes"][name]["gaps"]
         if gaps:
-            logger.error(f"{host.print_prefix}node {name}: {len(gaps)} gap(s) between written, loaded, "
-                         "after restart and scheduled")
+            logger.error(
+                f"{host.print_prefix}node {name}: {len(gaps)} gap(s) between written, loaded, "
+                "after restart and scheduled"
+            )
         return not gaps
 
     yield FunctionCommand(judge, (), {})
@@ -219,8 +245,10 @@ def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeo
     def judge(state, host):
         try:
             api = api_client(kubeconfig, context, cluster_timeout_s)
-            nodes = [{**api.sanitize_for_serialization(n), "kind": "Node"}
-                     for n in client.CoreV1Api(api).list_node(_request_timeout=cluster_timeout_s).items]
+            nodes = [
+                {**api.sanitize_for_serialization(n), "kind": "Node"}
+                for n in client.CoreV1Api(api).list_node(_request_timeout=cluster_timeout_s).items
+            ]
         except Exception as e:  # noqa: BLE001 (one sentence: no library's traceback reaches the run's output)
             logger.error(f"{host.print_prefix}the cluster's Nodes cannot be read: {in_words(e, cluster_timeout_s)}")
             return False
@@ -228,11 +256,15 @@ def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeo
         write_reports(found, report, "", None)
         logger.info(f"--> the fleet as its agents say it (one list of {len(nodes)} Nodes):")
         if not found["nodes"]:
-            logger.warning(f"{host.print_prefix}no GPU node: none of the {len(nodes)} Nodes advertises nvidia.com/gpu "
-                           "or carries the agent's condition")
+            logger.warning(
+                f"{host.print_prefix}no GPU node: none of the {len(nodes)} Nodes advertises nvidia.com/gpu "
+                "or carries the agent's condition"
+            )
         for name, v in found["nodes"].items():
-            logger.info(f"    {name}  agent {v['agent']}  {v['status'] or '-'}  {v['reason'] or '-'}  "
-                        f"heartbeat {v['heartbeat_age_s'] if v['heartbeat_age_s'] is not None else '-'}s ago")
+            logger.info(
+                f"    {name}  agent {v['agent']}  {v['status'] or '-'}  {v['reason'] or '-'}  "
+                f"heartbeat {v['heartbeat_age_s'] if v['heartbeat_age_s'] is not None else '-'}s ago"
+            )
             for gap in v["gaps"]:
                 logger.info(f"GAP {name}: [{gap['kind']}] {gap['detail']}")
         if found["unread"]:
@@ -241,4 +273,5 @@ def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeo
         if failing:
             logger.error(f"{host.print_prefix}{len(failing)} node(s) not healthy by their agents: {', '.join(failing)}")
         return not failing
+
     yield FunctionCommand(judge, (), {})

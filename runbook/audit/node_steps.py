@@ -15,13 +15,31 @@ def audit_node(node, reporter: bool = False):
     """Each node reads itself and the cluster; the reporter (``reporter``: the fleet's own host on
     this machine, nodes.py) only reports, after every node."""
     if reporter and node.reach == "agent":  # no node contacted: the cluster's Nodes, as their agents say them
-        node_audit.report_from_agents(name="Findings", report=node.report, kubeconfig=node.kubeconfig,
-                                      context=node.kube_context, cluster_timeout_s=node.cluster_read_timeout_s)
+        node_audit.report_from_agents(
+            name="Findings",
+            report=node.report,
+            kubeconfig=node.kubeconfig,
+            context=node.kube_context,
+            cluster_timeout_s=node.cluster_read_timeout_s,
+        )
         return
     if not reporter:
-        node_audit.judge_node(name="Read the node and the cluster", node_name=node.node_name,
-                         gpu_handler=node.gpu_handler, gpu_driver=node.gpu_driver, crictl=node.crictl_binary, kubeconfig=node.kubeconfig,
-                         context=node.kube_context, read_timeout_s=node.node_read_timeout_s,
-                         cluster_timeout_s=node.cluster_read_timeout_s)
-    node_audit.report_fleet(name="Findings", report=node.report, textfile=node.textfile, kubeconfig=node.kubeconfig,
-                       context=node.kube_context, cluster_timeout_s=node.cluster_read_timeout_s)
+        node_audit.judge_node(
+            name="Read the node and the cluster",
+            node_name=node.node_name,
+            gpu_handler=node.gpu_handler,
+            gpu_driver=node.gpu_driver,
+            crictl=node.crictl_binary,
+            kubeconfig=node.kubeconfig,
+            context=node.kube_context,
+            read_timeout_s=node.node_read_timeout_s,
+            cluster_timeout_s=node.cluster_read_timeout_s,
+        )
+    node_audit.report_fleet(
+        name="Findings",
+        report=node.report,
+        textfile=node.textfile,
+        kubeconfig=node.kubeconfig,
+        context=node.kube_context,
+        cluster_timeout_s=node.cluster_read_timeout_s,
+    )

@@ -36,8 +36,10 @@ class Batch(FactBase):
         self.facts = [cls() for cls, _ in parts]
         # The parts run at once, each into its own file, which ends with its exit status; then
         # one `cat` prints them in order (two processes a part cost the lab host's read 6 ms).
-        runs = [f'( ( {fact.command(**kwargs)} ) >"$d/{i}"; echo "{_PART_END} $?" >>"$d/{i}" )'
-                for i, (fact, (_, kwargs)) in enumerate(zip(self.facts, parts))]
+        runs = [
+            f'( ( {fact.command(**kwargs)} ) >"$d/{i}"; echo "{_PART_END} $?" >>"$d/{i}" )'
+            for i, (fact, (_, kwargs)) in enumerate(zip(self.facts, parts))
+        ]
         started = " ".join(f"{run}{';' if first_alone and i == 0 else ' &'}" for i, run in enumerate(runs))
         outputs = " ".join(f'"$d/{i}"' for i in range(len(parts)))
         return f'd=$(mktemp -d) && {{ {started} wait; cat {outputs}; rm -rf "$d"; }}'

@@ -49,9 +49,20 @@ class LabContainerd(FactBase):
 
     @staticmethod
     def default():
-        return {"daemons": [], "pid": None, "last_pid": None, "exe": "", "args": [], "cri": "down",
-                "runtimes": [], "default_runtime": "", "error": "not asked", "crictl": True, "log": "",
-                "namespace": ""}
+        return {
+            "daemons": [],
+            "pid": None,
+            "last_pid": None,
+            "exe": "",
+            "args": [],
+            "cri": "down",
+            "runtimes": [],
+            "default_runtime": "",
+            "error": "not asked",
+            "crictl": True,
+            "log": "",
+            "namespace": "",
+        }
 
     def command(self, pidfile, socket, root, crictl="crictl", log="", namespace=""):
         self.root = root  # pyinfra calls process() on this same instance
@@ -60,32 +71,40 @@ class LabContainerd(FactBase):
         # kernel state, mount namespace, command line, binary (last: it may end in " (deleted)").
         ns = shlex.quote(namespace or "/dev/null")
         return (
-            shell_functions() +
-            f'echo "$(cat {shlex.quote(pidfile)} 2>/dev/null)"; echo {_DAEMONS}; '
-            f'for f in $(grep -lxzF -- {shlex.quote(root)} /proc/[0-9]*/cmdline 2>/dev/null); do '
+            shell_functions() + f'echo "$(cat {shlex.quote(pidfile)} 2>/dev/null)"; echo {_DAEMONS}; '
+            f"for f in $(grep -lxzF -- {shlex.quote(root)} /proc/[0-9]*/cmdline 2>/dev/null); do "
             'p=${f%/cmdline}; a=$(base64 -w0 <"$f" 2>/dev/null); [ -n "$a" ] || continue; '
             'echo "${p#/proc/} $(sed \'s/.*) //; s/ .*//\' "$p/stat" 2>/dev/null) $(readlink "$p/ns/mnt") $a $(readlink "$p/exe")"; '
             f'done; echo {_NAMESPACE}; [ "$(stat -f -c %T {ns} 2>/dev/null)" != nsfs ] || echo "mnt:[$(stat -L -c %i {ns})]"; '
-            f'echo {_LOG}; tail -n 1 {shlex.quote(log or "/dev/null")} 2>/dev/null | cut -c1-300; echo {_CRI}; '
+            f"echo {_LOG}; tail -n 1 {shlex.quote(log or '/dev/null')} 2>/dev/null | cut -c1-300; echo {_CRI}; "
             + f"gpuop_cri {shlex.quote(crictl)} {shlex.quote(socket)}"
         )
 
     def process(self, output):
         last = output[0].strip()
-        at_daemons, at_ns, at_log, at_cri = (output.index(_DAEMONS), output.index(_NAMESPACE),
-                                             output.index(_LOG), output.index(_CRI))
+        at_daemons, at_ns, at_log, at_cri = (
+            output.index(_DAEMONS),
+            output.index(_NAMESPACE),
+            output.index(_LOG),
+            output.index(_CRI),
+        )
         daemons = []
-        for line in output[at_daemons + 1:at_ns]:
+        for line in output[at_daemons + 1 : at_ns]:
             pid, state, mnt, args, *exe = line.split(" ", 4)
             args = base64.b64decode(args).decode(errors="replace").split("\0")[:-1]
             daemons.append({"pid": int(pid), "state": state, "mnt": mnt, "args": args, "exe": " ".join(exe)})
         daemons = [d for d in daemons if holds_root(d["args"], self.root)]
         one = daemons[0] if len(daemons) == 1 else {"pid": None, "exe": "", "args": []}
-        found = {"daemons": daemons, "pid": one["pid"], "exe": one["exe"], "args": one["args"],
-                 "last_pid": int(last) if last.isdigit() else None,
-                 "namespace": " ".join(output[at_ns + 1:at_log]).strip(),
-                 "log": " ".join(output[at_log + 1:at_cri]).strip()}
-        return {**found, **cri_answer(output[at_cri + 1:])}
+        found = {
+            "daemons": daemons,
+            "pid": one["pid"],
+            "exe": one["exe"],
+            "args": one["args"],
+            "last_pid": int(last) if last.isdigit() else None,
+            "namespace": " ".join(output[at_ns + 1 : at_log]).strip(),
+            "log": " ".join(output[at_log + 1 : at_cri]).strip(),
+        }
+        return {**found, **cri_answer(output[at_cri + 1 :])}
 
 
 class ContainerdRestart(FactBase):
@@ -115,5 +134,3 @@ class ContainerdRestart(FactBase):
 
     def process(self, output):
         return restart_answer(output)
-
-

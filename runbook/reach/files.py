@@ -26,9 +26,9 @@ class Files(FactBase):
         # and the read costs two processes however many files there are (a stat and a base64 per
         # file cost 80 ms of the target's CPU for the lab's twenty). A file gone between the test
         # and tar is left out, as if it had never been there.
-        return f'{shell_functions()}set --; for f in {targets}; do [ -f "$f" ] && set -- "$@" "$f"; done; gpuop_tar "$@"'
+        return (
+            f'{shell_functions()}set --; for f in {targets}; do [ -f "$f" ] && set -- "$@" "$f"; done; gpuop_tar "$@"'
+        )
 
     def process(self, output):
         return untarred("".join(output))
-
-

@@ -42,6 +42,7 @@ def _cluster_read(nodes, argv, why: str) -> tuple:
     and where it was read from; one that fails is one sentence, ending in ``why`` it was read.
     Only here does the inventory load the kubernetes client."""
     from gpuop.reach.kubeapi import ClusterUnreadable, read_for_inventory
+
     cluster = _asked(nodes, argv, CLUSTER_KEYS)
     try:
         return read_for_inventory(*(cluster[k] for k in CLUSTER_KEYS), nodes.node_selector)
@@ -57,6 +58,7 @@ def _flagged(found: list, nodes, argv) -> list:
 
     from gpuop.judgment.condition import agents_report
     from gpuop.judgment.objects import of_kind
+
     # where the cluster listed the nodes, that same read
     objects, where = _cluster_read(nodes, argv, "nodes_from=agents takes the nodes from their agents' conditions there")
     kept, left = flagged_by_agents(found, agents_report(of_kind(objects, "Node"), datetime.now(timezone.utc)))
@@ -84,21 +86,31 @@ def fleet_hosts(argv: list, environ) -> list:
         # how the nodes are reached decides their names here, so --data reach is read first
         given = {k: NODE_PARSERS[k](k, v) for k, v in cli_data(argv, ("reach",)).items()}
         if environ.get("GPUOP_NODES") or os.path.exists(source):
-            nodes = load_nodes(read_text(source, "the nodes to audit", "nodes.example.yaml", "GPUOP_NODES"),
-                               source, NODE_PARSERS, given)
+            nodes = load_nodes(
+                read_text(source, "the nodes to audit", "nodes.example.yaml", "GPUOP_NODES"),
+                source,
+                NODE_PARSERS,
+                given,
+            )
         else:
             nodes = load_nodes("", "(no nodes file)", NODE_PARSERS, given)
         hosts = nodes.hosts
         if given.get("reach") == "agent":  # the Nodes' conditions alone: no node is a host
             return [("@local", {**nodes.settings(NODE_PARSERS), "reach": "agent", "gpuop_target": "fleet"})]
         if hosts is None:
-            objects, where = _cluster_read(nodes, argv, "with no hosts in a nodes file, the GPU nodes are listed from "
-                                                        "the cluster (or list them: see nodes.example.yaml, GPUOP_NODES)")
+            objects, where = _cluster_read(
+                nodes,
+                argv,
+                "with no hosts in a nodes file, the GPU nodes are listed from "
+                "the cluster (or list them: see nodes.example.yaml, GPUOP_NODES)",
+            )
             hosts = cluster_hosts(objects, nodes, NODE_PARSERS, where)
         # paramiko's transport thread logs its own traceback for what pyinfra then says in one line
         logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
-        found = [(name, {"ssh_paramiko_connect_kwargs": SSH_HANDSHAKE, **data, "gpuop_target": "node"})
-                 for name, data in inventory_names(hosts, source)]
+        found = [
+            (name, {"ssh_paramiko_connect_kwargs": SSH_HANDSHAKE, **data, "gpuop_target": "node"})
+            for name, data in inventory_names(hosts, source)
+        ]
         if _asked(nodes, argv, ("nodes_from",))["nodes_from"] == "agents":
             found = _flagged(found, nodes, argv)
         return found + [("@local", {**nodes.settings(NODE_PARSERS), "gpuop_target": "fleet"})]

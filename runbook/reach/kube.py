@@ -22,8 +22,19 @@ def kubectl(context: str, *args, deadline_s: int = KUBECTL_DEADLINE_S) -> str:
         -> "GOGC=off GOMEMLIMIT=256MiB timeout -k 2 30 kubectl --context kwok-gpuop-lab --request-timeout=10s get nodes"
     """
     pinned = ("--context", context) if context else ()
-    return shlex.join((*KUBECTL_GO_ENV, "timeout", "-k", "2", str(deadline_s), "kubectl", *pinned,
-                       f"--request-timeout={REQUEST_TIMEOUT_S}s", *args))
+    return shlex.join(
+        (
+            *KUBECTL_GO_ENV,
+            "timeout",
+            "-k",
+            "2",
+            str(deadline_s),
+            "kubectl",
+            *pinned,
+            f"--request-timeout={REQUEST_TIMEOUT_S}s",
+            *args,
+        )
+    )
 
 
 class ClusterUnanswered(Exception):
@@ -56,8 +67,7 @@ class KubeObjects(FactBase):
     def default():
         return []
 
-    def command(self, resources, namespace=None, context="", all_namespaces=False,
-                unanswered_raises=False):
+    def command(self, resources, namespace=None, context="", all_namespaces=False, unanswered_raises=False):
         args = ["get", *([resources] if isinstance(resources, str) else resources)]
         args += ["--namespace", namespace] if namespace else []
         args += ["--all-namespaces"] if all_namespaces else []
@@ -66,14 +76,16 @@ class KubeObjects(FactBase):
         get = kubectl(context, *args, "--output", "json", "--ignore-not-found")
         # stdout (the JSON) passes through fd 3; stderr is kept to report a failure in words
         late = f"kubectl gave no answer within {KUBECTL_DEADLINE_S}s"
-        return (f"{{ err=$({get} 2>&1 >&3); }} 3>&1 || {{ rc=$?; "
-                f'case $rc in 124|137) err="{late}${{err:+ (it said: $err)}}";; esac; '
-                f"printf '{UNANSWERED} %s\\n' \"${{err:-kubectl exited $rc}}\"; }}")
+        return (
+            f"{{ err=$({get} 2>&1 >&3); }} 3>&1 || {{ rc=$?; "
+            f'case $rc in 124|137) err="{late}${{err:+ (it said: $err)}}";; esac; '
+            f"printf '{UNANSWERED} %s\\n' \"${{err:-kubectl exited $rc}}\"; }}"
+        )
 
     def process(self, output):
         for at, line in enumerate(output):
             if line.startswith(UNANSWERED):
-                lines = [line.removeprefix(UNANSWERED), *output[at + 1:]]
+                lines = [line.removeprefix(UNANSWERED), *output[at + 1 :]]
                 # kubectl may say the same line more than once (it retries discovery)
                 raise ClusterUnanswered(" ".join(dict.fromkeys(" ".join(x.split()) for x in lines if x.strip())))
         doc = json.loads("\n".join(output))
@@ -103,9 +115,11 @@ class ServerAnswer(FactBase):
         def dry_run(verb):
             return kubectl(context, verb, "--dry-run=server", "--filename", path, "--output", "name")
 
-        return (f"if out=$({dry_run('apply')} 2>&1); then echo update-accepted; "
-                f"else printf '%s\\n' \"$out\" | sed 's/^/refused /'; "
-                f"{dry_run('create')} 2>&1 | sed 's/^/create /'; fi")
+        return (
+            f"if out=$({dry_run('apply')} 2>&1); then echo update-accepted; "
+            f"else printf '%s\\n' \"$out\" | sed 's/^/refused /'; "
+            f"{dry_run('create')} 2>&1 | sed 's/^/create /'; fi"
+        )
 
     def process(self, output):
         if output[0] == "update-accepted":

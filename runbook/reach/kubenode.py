@@ -23,8 +23,7 @@ import time
 from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError, InventoryError
 from pyinfra.connectors.base import BaseConnector
-from pyinfra.connectors.util import (CommandOutput, OutputLine, extract_control_arguments,
-                                     make_unix_command_for_host)
+from pyinfra.connectors.util import CommandOutput, OutputLine, extract_control_arguments, make_unix_command_for_host
 
 from gpuop.knobs import KnobError, parse_node_knobs
 from gpuop.reach import nodepod
@@ -62,8 +61,10 @@ class KubeNodeConnector(BaseConnector):
             self.core = client.CoreV1Api(self.api)
             self._remove_leftovers()
         except Exception as e:  # a missing file, a bad context, a refused or stalled API server
-            raise ConnectError(f"node {self.node} cannot be read through the cluster ({self.where}): "
-                               f"{self._words(e, self.knobs.cluster_read_timeout_s)}") from None
+            raise ConnectError(
+                f"node {self.node} cannot be read through the cluster ({self.where}): "
+                f"{self._words(e, self.knobs.cluster_read_timeout_s)}"
+            ) from None
 
     def disconnect(self) -> None:
         api = getattr(self, "api", None)
@@ -88,20 +89,28 @@ class KubeNodeConnector(BaseConnector):
         return (min(self.kubeapi.CONNECT_TIMEOUT_S, left_s), left_s)
 
     def _remove_leftovers(self) -> None:
-        pods = self._ask(self.core.list_namespaced_pod, self.namespace, label_selector=f"{nodepod.NODE_LABEL}={self.node}",
-                         _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s))
+        pods = self._ask(
+            self.core.list_namespaced_pod,
+            self.namespace,
+            label_selector=f"{nodepod.NODE_LABEL}={self.node}",
+            _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s),
+        )
         plain = [self.api.sanitize_for_serialization(p) for p in pods.items]
         for name in nodepod.leftovers(plain, time.time()):
-            logger.info(f"{self.host.print_prefix}removing read Pod {self.namespace}/{name}, "
-                        "left by an earlier run")
+            logger.info(f"{self.host.print_prefix}removing read Pod {self.namespace}/{name}, left by an earlier run")
             self._delete(name)
 
     def _delete(self, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self._ask(self.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0,
-                      _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s))
+            self._ask(
+                self.core.delete_namespaced_pod,
+                name,
+                self.namespace,
+                grace_period_seconds=0,
+                _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s),
+            )
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -118,31 +127,42 @@ class KubeNodeConnector(BaseConnector):
         if print_input:
             logger.info(f"{self.host.print_prefix}>>> {unix}")
         token = f"gpuop-{secrets.token_hex(8)}"
-        manifest = nodepod.pod_manifest(self.node, unix, token, self.knobs.node_pod_image,
-                                        self.namespace, deadline_s)
+        manifest = nodepod.pod_manifest(self.node, unix, token, self.knobs.node_pod_image, self.namespace, deadline_s)
         started, name = time.monotonic(), None
         try:
-            created = self._ask(self.core.create_namespaced_pod, self.namespace, manifest,
-                                _request_timeout=self._timeout(deadline_s))
+            created = self._ask(
+                self.core.create_namespaced_pod, self.namespace, manifest, _request_timeout=self._timeout(deadline_s)
+            )
             name = created.metadata.name
             pod, pull_failed = self._wait(created, started, deadline_s)
             if pull_failed:
-                return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} given up: its image "
-                                    f"{self.knobs.node_pod_image} cannot be pulled there ({nodepod.PULL_TRIES} tries; "
-                                    f"node_pod_image names another): {self._state(name, pod)}")
+                return False, _said(
+                    f"read Pod {self.namespace}/{name} on node {self.node} given up: its image "
+                    f"{self.knobs.node_pod_image} cannot be pulled there ({nodepod.PULL_TRIES} tries; "
+                    f"node_pod_image names another): {self._state(name, pod)}"
+                )
             if not nodepod.finished(pod):
-                return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} did not "
-                                    f"complete within {deadline_s}s: {self._state(name, pod)}")
+                return False, _said(
+                    f"read Pod {self.namespace}/{name} on node {self.node} did not "
+                    f"complete within {deadline_s}s: {self._state(name, pod)}"
+                )
             if not nodepod.ran(pod):  # ended before its container ran (evicted, deleted, its deadline)
-                return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} ended before "
-                                    f"its command ran: {self._state(name, pod)}")
+                return False, _said(
+                    f"read Pod {self.namespace}/{name} on node {self.node} ended before "
+                    f"its command ran: {self._state(name, pod)}"
+                )
             left = deadline_s - (time.monotonic() - started)
-            log = self._ask(self.core.read_namespaced_pod_log, name, self.namespace, container="read",
-                            _preload_content=False, _request_timeout=self._timeout(left))
+            log = self._ask(
+                self.core.read_namespaced_pod_log,
+                name,
+                self.namespace,
+                container="read",
+                _preload_content=False,
+                _request_timeout=self._timeout(left),
+            )
             status, out, err = nodepod.parsed_log(log.data.decode(errors="replace"), token)
         except Exception as e:
-            return False, _said(f"read Pod on node {self.node} ({self.where}): "
-                                f"{self._words(e, deadline_s)}")
+            return False, _said(f"read Pod on node {self.node} ({self.where}): {self._words(e, deadline_s)}")
         finally:
             if name is not None:
                 try:
@@ -150,10 +170,16 @@ class KubeNodeConnector(BaseConnector):
                 except Exception as e:  # its deadline ends it; the next run removes it
                     logger.warning(f"{self.host.print_prefix}read Pod {name} not deleted: {self._words(e, 5)}")
         if status is None:  # the container ended before the command did (nsenter missing, killed)
-            return False, _said(f"read Pod {self.namespace}/{name} on node {self.node} ended "
-                                f"without the command's end: {nodepod.pod_state(pod, [])}", *out, *err)
-        logger.debug(f"--> read Pod {self.namespace}/{name} on node {self.node}: {self.requests} API requests "
-                     f"so far, {time.monotonic() - started:.2f}s")
+            return False, _said(
+                f"read Pod {self.namespace}/{name} on node {self.node} ended "
+                f"without the command's end: {nodepod.pod_state(pod, [])}",
+                *out,
+                *err,
+            )
+        logger.debug(
+            f"--> read Pod {self.namespace}/{name} on node {self.node}: {self.requests} API requests "
+            f"so far, {time.monotonic() - started:.2f}s"
+        )
         lines = [OutputLine("stdout", line) for line in out] + [OutputLine("stderr", line) for line in err]
         if print_output:
             for line in lines:
@@ -176,16 +202,21 @@ class KubeNodeConnector(BaseConnector):
             if left <= 0:
                 break
             if time.monotonic() - started >= PROGRESS_S:
-                logger.info(f"{self.host.print_prefix}waiting for read Pod {name} on node {self.node} "
-                            f"({int(time.monotonic() - started)}s of {deadline_s}s): {nodepod.pod_state(pod, [])}")
+                logger.info(
+                    f"{self.host.print_prefix}waiting for read Pod {name} on node {self.node} "
+                    f"({int(time.monotonic() - started)}s of {deadline_s}s): {nodepod.pod_state(pod, [])}"
+                )
             watching = watch.Watch()
             self.requests += 1
             try:
-                for event in watching.stream(self.core.list_namespaced_pod, self.namespace,
-                                             field_selector=f"metadata.name={name}",
-                                             resource_version=pod["metadata"]["resourceVersion"],
-                                             timeout_seconds=max(1, int(min(PROGRESS_S, left))),
-                                             _request_timeout=self._timeout(left + 5)):
+                for event in watching.stream(
+                    self.core.list_namespaced_pod,
+                    self.namespace,
+                    field_selector=f"metadata.name={name}",
+                    resource_version=pod["metadata"]["resourceVersion"],
+                    timeout_seconds=max(1, int(min(PROGRESS_S, left))),
+                    _request_timeout=self._timeout(left + 5),
+                ):
                     if event["type"] in ("ADDED", "MODIFIED"):
                         pod = self.api.sanitize_for_serialization(event["object"])
                         reason = nodepod.waiting_reason(pod)
@@ -196,15 +227,20 @@ class KubeNodeConnector(BaseConnector):
             except Exception as e:  # a watch the API server ends early (410 Gone): look once
                 if getattr(e, "status", None) != 410:
                     raise
-                pod = self.api.sanitize_for_serialization(self._ask(
-                    self.core.read_namespaced_pod, name, self.namespace, _request_timeout=self._timeout(left)))
+                pod = self.api.sanitize_for_serialization(
+                    self._ask(self.core.read_namespaced_pod, name, self.namespace, _request_timeout=self._timeout(left))
+                )
         return pod, nodepod.pull_given_up(reasons) and not nodepod.finished(pod)
 
     def _state(self, name: str, pod: dict) -> str:
         """The read Pod's state, with its newest event."""
         try:
-            events = self._ask(self.core.list_namespaced_event, self.namespace,
-                               field_selector=f"involvedObject.name={name}", _request_timeout=self._timeout(5))
+            events = self._ask(
+                self.core.list_namespaced_event,
+                self.namespace,
+                field_selector=f"involvedObject.name={name}",
+                _request_timeout=self._timeout(5),
+            )
             events = [self.api.sanitize_for_serialization(e) for e in events.items]
         except Exception:  # the state alone is still worth saying
             events = []
@@ -215,7 +251,9 @@ class KubeNodeConnector(BaseConnector):
         return False
 
     def get_file(self, *args, **kwargs) -> bool:
-        logger.error(f"{self.host.print_prefix}the cluster reach runs one read command: no file is got from node {self.node}")
+        logger.error(
+            f"{self.host.print_prefix}the cluster reach runs one read command: no file is got from node {self.node}"
+        )
         return False
 
 

@@ -103,7 +103,12 @@ class ToolkitDropin(FactBase):
         marks = [i for i, line in enumerate(said) if _DROPIN_MARK in line or _ROOT_MARK in line]
         start = next((i for i in marks if _DROPIN_MARK in said[i]), None)
         if start is None:  # it said something else: its words, no drop-in
-            return {"path": path, "version": version, "dropin": "", "said": " ".join(x for x in said if x.strip())[:300]}
+            return {
+                "path": path,
+                "version": version,
+                "dropin": "",
+                "said": " ".join(x for x in said if x.strip())[:300],
+            }
         end = next((i for i in marks if i > start), len(said))
-        text = "\n".join(said[start + 1:end]).strip("\n")
+        text = "\n".join(said[start + 1 : end]).strip("\n")
         return {"path": path, "version": version, "dropin": text + "\n" if text else "", "said": ""}

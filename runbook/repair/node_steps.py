@@ -18,8 +18,14 @@ def repair_node(node, reporter: bool = False):
     if not reporter:
         rollout.planned_repair(name="The node's plan, from its own judgment", knobs=node)
     else:
-        rollout.rolled_out(name="The rollout, one node at a time", kubeconfig=node.kubeconfig,
-                               context=node.kube_context, namespace=node.node_pod_namespace,
-                               report=node.report, textfile=node.textfile,
-                               max_unavailable=node.repair_max_unavailable, max_failures=node.repair_max_failures,
-                               lock_s=node.repair_lock_s)
+        rollout.rolled_out(
+            name="The rollout, one node at a time",
+            kubeconfig=node.kubeconfig,
+            context=node.kube_context,
+            namespace=node.node_pod_namespace,
+            report=node.report,
+            textfile=node.textfile,
+            max_unavailable=node.repair_max_unavailable,
+            max_failures=node.repair_max_failures,
+            lock_s=node.repair_lock_s,
+        )

@@ -45,6 +45,7 @@ REQUEST_DEADLINE_S = 20  # each request of the rollout to the API server (a cord
 @dataclass
 class _Node:
     """A node to put through the rollout: its pyinfra host, its plan and its own knobs."""
+
     host: object
     plan: dict
     knobs: object
@@ -79,14 +80,18 @@ def rollout_of(state) -> _Rollout:
 
 
 def _gpu_class(objects: list, handler: str) -> str:
-    return next((o["metadata"]["name"] for o in objects if o["kind"] == "RuntimeClass" and o.get("handler") == handler), "")
+    return next(
+        (o["metadata"]["name"] for o in objects if o["kind"] == "RuntimeClass" and o.get("handler") == handler), ""
+    )
 
 
 def _failed(words: str) -> FunctionCommand:
     """The host fails, said in one sentence (an exception raised here would print a traceback)."""
+
     def say(state, host):
         logger.error(f"{host.print_prefix}{words}")
         return False
+
     return FunctionCommand(say, (), {})
 
 
@@ -116,25 +121,35 @@ def planned_repair(knobs):
     judged = judge(view, objects, name, knobs.gpu_handler, knobs.gpu_driver)
     plan = plan_node(name, read, view, judged["gaps"], objects, knobs.gpu_handler)
     on_crio = view["runtime"] == crio.NAME
-    if plan["files"] and (on_crio or release(view["version"]) >= (2,) and not view["regenerated"]):  # the toolkit's own drop-in
+    if plan["files"] and (
+        on_crio or release(view["version"]) >= (2,) and not view["regenerated"]
+    ):  # the toolkit's own drop-in
         config = next(d["config"] for d in read["crios" if on_crio else "containerds"] if d["serves"])
-        toolkit = host.get_fact(ToolkitDropin, config=config, dropin=plan["files"][-1]["path"],
-                                runtime="crio" if on_crio else "containerd", _timeout=knobs.node_read_timeout_s)
+        toolkit = host.get_fact(
+            ToolkitDropin,
+            config=config,
+            dropin=plan["files"][-1]["path"],
+            runtime="crio" if on_crio else "containerd",
+            _timeout=knobs.node_read_timeout_s,
+        )
         if toolkit:
             plan = plan_node(name, read, view, judged["gaps"], objects, knobs.gpu_handler, toolkit)
     rollout_of(host.state).plans[name] = plan
     for line in plan_lines(plan, knobs.drain, knobs.drain_unmanaged, knobs.drain_delete_emptydir_data):
         logger.info(f"{host.print_prefix}{line}")
     try:
-        left, left_failed = nodes.gpuop_cordon(client.CoreV1Api(api_client(knobs.kubeconfig, knobs.kube_context,
-                                                                           REQUEST_DEADLINE_S)), name)
+        left, left_failed = nodes.gpuop_cordon(
+            client.CoreV1Api(api_client(knobs.kubeconfig, knobs.kube_context, REQUEST_DEADLINE_S)), name
+        )
     except Exception as e:
         yield _failed(f"node {name}: its Node cannot be read: {in_words(e, knobs.cluster_read_timeout_s)}")
         return
     if left and plan["action"] == "none":
-        logger.info(f"{host.print_prefix}{name}:   cordoned by an earlier gpuop run"
-                    + (f" that failed there ({left_failed})" if left_failed else "")
-                    + ": proven (kubelet Ready, a probe Pod), then uncordoned")
+        logger.info(
+            f"{host.print_prefix}{name}:   cordoned by an earlier gpuop run"
+            + (f" that failed there ({left_failed})" if left_failed else "")
+            + ": proven (kubelet Ready, a probe Pod), then uncordoned"
+        )
     if plan["action"] == "blocked":
         yield _failed(f"node {name} not repaired: {plan['why']}")
         return
@@ -142,8 +157,9 @@ def planned_repair(knobs):
     this = host.state.inventory.get_host(host.name)
     rollout_of(host.state).readers[name] = (this, knobs)
     if plan["action"] == "repair" or left:
-        rollout_of(host.state).nodes[name] = _Node(this, plan, knobs, _gpu_class(objects, knobs.gpu_handler), left,
-                                                   left_failed)
+        rollout_of(host.state).nodes[name] = _Node(
+            this, plan, knobs, _gpu_class(objects, knobs.gpu_handler), left, left_failed
+        )
 
 
 def outcome(rollout: _Rollout, name: str) -> str:
@@ -168,7 +184,9 @@ def audited_after(rollout: _Rollout, kubeconfig: str, context: str) -> dict:
     objects, _ = read_cluster(kubeconfig, context, deadline)
     entries = {}
     for name, (target, knobs) in sorted(rollout.readers.items()):
-        ok, out = target.run_shell_command(StringCommand(node_read(knobs.crictl_binary)), _timeout=knobs.node_read_timeout_s)
+        ok, out = target.run_shell_command(
+            StringCommand(node_read(knobs.crictl_binary)), _timeout=knobs.node_read_timeout_s
+        )
         if not ok:
             logger.error(f"{target.print_prefix}node {name}: not read again after the rollout")
             continue
@@ -184,20 +202,42 @@ def audited_after(rollout: _Rollout, kubeconfig: str, context: str) -> dict:
 def _reported(rollout: _Rollout, report: str, textfile: str, after: dict | None = None):
     """The run's JSON (each node's plan and outcome, and the audit after the rollout) and textfile
     (``gpuop_node_repaired``) on this machine."""
-    doc = {"nodes": {name: {**{k: v for k, v in plan.items() if k != "files"},
-                            "files": [{**{k: f[k] for k in ("path", "by", "diff")},
-                                       "backup": rollout.backups.get(name, {}).get(f["path"])} for f in plan["files"]],
-                            "outcome": outcome(rollout, name), "evicted": rollout.evicted.get(name, []),
-                            "phases_s": rollout.phases.get(name, {})}
-                     for name, plan in sorted(rollout.plans.items())},
-           "failures": rollout.failures, "stopped": rollout.stopped, "lock_renewals": rollout.renewals,
-           "audit_after": after}
+    doc = {
+        "nodes": {
+            name: {
+                **{k: v for k, v in plan.items() if k != "files"},
+                "files": [
+                    {
+                        **{k: f[k] for k in ("path", "by", "diff")},
+                        "backup": rollout.backups.get(name, {}).get(f["path"]),
+                    }
+                    for f in plan["files"]
+                ],
+                "outcome": outcome(rollout, name),
+                "evicted": rollout.evicted.get(name, []),
+                "phases_s": rollout.phases.get(name, {}),
+            }
+            for name, plan in sorted(rollout.plans.items())
+        },
+        "failures": rollout.failures,
+        "stopped": rollout.stopped,
+        "lock_renewals": rollout.renewals,
+        "audit_after": after,
+    }
     write_reports(doc, report, textfile, repair_registry)
 
 
 @operation(is_idempotent=False)
-def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", textfile: str = "",
-               max_unavailable: int = 1, max_failures: int = 0, lock_s: int = nodes.LEASE_S):
+def rolled_out(
+    kubeconfig: str,
+    context: str,
+    namespace: str,
+    report: str = "",
+    textfile: str = "",
+    max_unavailable: int = 1,
+    max_failures: int = 0,
+    lock_s: int = nodes.LEASE_S,
+):
     """
     Put every planned node through the repair, in the order of their names, at most
     ``max_unavailable`` at a time, under the cluster's repair lock (a Lease: a second run is
@@ -251,8 +291,10 @@ def rolled_out(kubeconfig: str, context: str, namespace: str, report: str = "", 
                 try:
                     nodes.unlock(api, namespace, rollout.holder)
                 except Exception as e:  # noqa: BLE001 (one sentence: the client's own error handling can fail too)
-                    logger.warning(f"repair: the Lease was not given back ({in_words(e, REQUEST_DEADLINE_S)}); "
-                                   f"it lapses {lock_s}s after its last renewal")
+                    logger.warning(
+                        f"repair: the Lease was not given back ({in_words(e, REQUEST_DEADLINE_S)}); "
+                        f"it lapses {lock_s}s after its last renewal"
+                    )
         for name in sorted(rollout.plans):
             logger.info(f"repair: {name}: {outcome(rollout, name)}")
         try:
@@ -290,13 +332,16 @@ def _lock_kept(api, rollout: _Rollout, namespace: str, lock_s: int):
             logger.error(f"the repair's lock is lost: {e}; the run stops before its next change to a node")
             return
         except Exception as e:  # noqa: BLE001 (the API server's silence: the Lease lasts 3 renewals)
-            logger.warning(f"the repair's Lease was not renewed now ({in_words(e, REQUEST_DEADLINE_S)}); "
-                           f"tried again in {every:.0f}s")
+            logger.warning(
+                f"the repair's Lease was not renewed now ({in_words(e, REQUEST_DEADLINE_S)}); "
+                f"tried again in {every:.0f}s"
+            )
 
 
 def _rolled(api, rollout: _Rollout, namespace: str, max_unavailable: int, max_failures: int):
     """Every planned node through ``_repair``, in name order, ``max_unavailable`` at once (greenlets:
     pyinfra's own concurrency); none begun once more than ``max_failures`` failed."""
+
     def stops():  # the failure one too many stops the rollout
         if not rollout.stopped and len(rollout.failures) > max_failures:
             rollout.stopped = rollout.failures[max_failures]
@@ -306,8 +351,10 @@ def _rolled(api, rollout: _Rollout, namespace: str, max_unavailable: int, max_fa
     for name in sorted(rollout.nodes):
         pool.wait_available()
         if stops():
-            logger.error(f"{rollout.nodes[name].host.print_prefix}node {name} untouched: the rollout "
-                         f"stopped at {rollout.stopped}")
+            logger.error(
+                f"{rollout.nodes[name].host.print_prefix}node {name} untouched: the rollout "
+                f"stopped at {rollout.stopped}"
+            )
             continue
         pool.spawn(_repair, api, name, rollout.nodes[name], rollout, namespace, max_failures)
     pool.join()
@@ -351,14 +398,25 @@ class _Steps:
 
     def cordon(self):
         self.ours = nodes.cordon(self.core, self.name, self.rollout.holder)
-        self.say(f"node {self.name}: cordoned" + ("" if self.ours else " already by someone else: it stays so after the repair"))
+        self.say(
+            f"node {self.name}: cordoned"
+            + ("" if self.ours else " already by someone else: it stays so after the repair")
+        )
 
     def drain(self):
         if self.knobs.drain:
-            evicted = nodes.drain(self.api, self.name, self.knobs.drain_timeout_s, self.knobs.drain_unmanaged, self.say,
-                                  self.knobs.drain_delete_emptydir_data)
+            evicted = nodes.drain(
+                self.api,
+                self.name,
+                self.knobs.drain_timeout_s,
+                self.knobs.drain_unmanaged,
+                self.say,
+                self.knobs.drain_delete_emptydir_data,
+            )
             self.rollout.evicted[self.name] = evicted
-            self.say(f"node {self.name}: drained ({len(evicted)} Pod(s) evicted{': ' + ', '.join(evicted) if evicted else ''})")
+            self.say(
+                f"node {self.name}: drained ({len(evicted)} Pod(s) evicted{': ' + ', '.join(evicted) if evicted else ''})"
+            )
         else:
             self.say(f"node {self.name}: not drained (drain=false): its Pods run on through the restart")
 
@@ -369,11 +427,16 @@ class _Steps:
             path = file["path"]
             if file["before"] is not None:
                 kept = self.backups[path] = node_backup_of(path, self.rollout.run)
-                self.on_node("the backup", f"mkdir -p {shlex.quote(posixpath.dirname(kept))} && "
-                                           f"cp -p {shlex.quote(path)} {shlex.quote(kept)}", timeout_s)
+                self.on_node(
+                    "the backup",
+                    f"mkdir -p {shlex.quote(posixpath.dirname(kept))} && cp -p {shlex.quote(path)} {shlex.quote(kept)}",
+                    timeout_s,
+                )
             self.on_node(f"writing {path}", inline_write(path, file["after"], file["mode"]), timeout_s)
-            self.say(f"node {self.name}: {path} written by {file['by']}"
-                     + (f" (the one before kept as {self.backups[path]})" if path in self.backups else ""))
+            self.say(
+                f"node {self.name}: {path} written by {file['by']}"
+                + (f" (the one before kept as {self.backups[path]})" if path in self.backups else "")
+            )
 
     def forecast(self):
         """The node's own binary merges the files as its next start would: no restart into a refusal."""
@@ -383,11 +446,18 @@ class _Steps:
             return
         for file in self.node.plan["files"]:
             path = shlex.quote(file["path"])
-            self.on_node("putting the file back", f"mv -f {shlex.quote(self.backups[file['path']])} {path}"
-                         if file["path"] in self.backups else f"rm -f {path}", self.knobs.node_read_timeout_s)
-        raise nodes.Stalled(f"{view['runtime']} {view['version']}'s own merge of the files says a restart gives "
-                            f"{','.join(view['after_restart']) or 'nothing'} with CRI {view['cri_after_restart']} "
-                            f"({view.get('restart_reason') or ''}): not restarted, the files put back")
+            self.on_node(
+                "putting the file back",
+                f"mv -f {shlex.quote(self.backups[file['path']])} {path}"
+                if file["path"] in self.backups
+                else f"rm -f {path}",
+                self.knobs.node_read_timeout_s,
+            )
+        raise nodes.Stalled(
+            f"{view['runtime']} {view['version']}'s own merge of the files says a restart gives "
+            f"{','.join(view['after_restart']) or 'nothing'} with CRI {view['cri_after_restart']} "
+            f"({view.get('restart_reason') or ''}): not restarted, the files put back"
+        )
 
     def restart(self):
         # CRI-O is restarted, never reloaded: a SIGHUP's new runtimes reach its status, not its
@@ -397,9 +467,13 @@ class _Steps:
         self.beat = nodes.heartbeats(self.api, self.name)  # Ready is proof only in a status the kubelet sent after this
         done, out = self.ran(f"the restart ({command})", command, self.knobs.restart_timeout_s, "restart_timeout_s")
         if not done and self.knobs.reach != "cluster":
-            raise nodes.Stalled(f"the restart ({command}) failed on {self.name}: {out.stderr or out.stdout or 'no words'}")
+            raise nodes.Stalled(
+                f"the restart ({command}) failed on {self.name}: {out.stderr or out.stdout or 'no words'}"
+            )
         if not done:  # through the cluster, the runtime restarted is the one that carries the read Pod's answer
-            self.say(f"node {self.name}: the restart's own answer went with the runtime that carried it; what follows proves it")
+            self.say(
+                f"node {self.name}: the restart's own answer went with the runtime that carried it; what follows proves it"
+            )
 
     def cri(self):
         """A new daemon (the restart happened) whose CRI holds the handler."""
@@ -408,11 +482,18 @@ class _Steps:
         def holds():
             now = self.seen_now()
             pid = (now["daemon"] or {}).get("pid")
-            return (pid not in (None, self.before) and now["loaded_from"] in LIVE and handler in now["loaded"],
-                    f"pid {pid or '-'}{' (not restarted yet)' if pid == self.before else ''}, "
-                    f"loaded {','.join(now['loaded']) or '-'} ({now['loaded_from']})")
-        nodes.wait(f"{self.node.plan['runtime']} on {self.name} to restart and load {handler}", holds,
-                   self.knobs.restart_timeout_s, self.say)
+            return (
+                pid not in (None, self.before) and now["loaded_from"] in LIVE and handler in now["loaded"],
+                f"pid {pid or '-'}{' (not restarted yet)' if pid == self.before else ''}, "
+                f"loaded {','.join(now['loaded']) or '-'} ({now['loaded_from']})",
+            )
+
+        nodes.wait(
+            f"{self.node.plan['runtime']} on {self.name} to restart and load {handler}",
+            holds,
+            self.knobs.restart_timeout_s,
+            self.say,
+        )
 
     def ready(self):
         """kubelet Ready, heard after the restart (``heard_since``: a status from before it names
@@ -426,12 +507,21 @@ class _Steps:
             cond = next((c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), {})
             handlers = api_handlers(node)
             heard = self.beat is None or nodes.heard_since(self.beat, nodes.heartbeats(self.api, self.name, found))
-            return (cond.get("status") == "True" and heard and (handlers is None or handler in handlers),
-                    f"Ready {cond.get('status', 'unknown')} ({cond.get('message', '')})"
-                    f"{'' if heard else ', no heartbeat from the kubelet since the restart'}, "
-                    f"runtime handlers {handlers if handlers is not None else '(none reported)'}")
-        nodes.wait(f"node {self.name} Ready, heard after the restart, with {handler} among its runtime handlers "
-                   "where it reports them", ready, self.knobs.restart_timeout_s, self.say, api_retry_s=REQUEST_DEADLINE_S)
+            return (
+                cond.get("status") == "True" and heard and (handlers is None or handler in handlers),
+                f"Ready {cond.get('status', 'unknown')} ({cond.get('message', '')})"
+                f"{'' if heard else ', no heartbeat from the kubelet since the restart'}, "
+                f"runtime handlers {handlers if handlers is not None else '(none reported)'}",
+            )
+
+        nodes.wait(
+            f"node {self.name} Ready, heard after the restart, with {handler} among its runtime handlers "
+            "where it reports them",
+            ready,
+            self.knobs.restart_timeout_s,
+            self.say,
+            api_retry_s=REQUEST_DEADLINE_S,
+        )
 
     def probe(self):
         """A probe Pod through the handler, asking a GPU where the node has one free: of the device
@@ -440,22 +530,46 @@ class _Steps:
         runtime_class, handler, driver = self.node.runtime_class, self.knobs.gpu_handler, self.knobs.gpu_driver
         if not runtime_class:
             runtime_class = nodes.probe_class(self.api, handler)
-            self.say(f"node {self.name}: no RuntimeClass maps to handler {handler}: the probe runs with "
-                     f"RuntimeClass {runtime_class}, made for it")
+            self.say(
+                f"node {self.name}: no RuntimeClass maps to handler {handler}: the probe runs with "
+                f"RuntimeClass {runtime_class}, made for it"
+            )
         pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.name}").items
-        gpus = min(1, free_gpus(self.api.sanitize_for_serialization(self.core.read_node(self.name)),
-                                [self.api.sanitize_for_serialization(p) for p in pods]))
+        gpus = min(
+            1,
+            free_gpus(
+                self.api.sanitize_for_serialization(self.core.read_node(self.name)),
+                [self.api.sanitize_for_serialization(p) for p in pods],
+            ),
+        )
         free = 0 if gpus else free_devices(self.name, nodes.dra_objects(self.api, self.name), driver)
         device_class = nodes.device_class_of(self.api, driver) if free else ""
         try:
-            nodes.probe(self.api, self.name, runtime_class, self.knobs.node_pod_image, self.namespace,
-                        self.knobs.restart_timeout_s, self.say, gpus, api_retry_s=REQUEST_DEADLINE_S, device_class=device_class)
+            nodes.probe(
+                self.api,
+                self.name,
+                runtime_class,
+                self.knobs.node_pod_image,
+                self.namespace,
+                self.knobs.restart_timeout_s,
+                self.say,
+                gpus,
+                api_retry_s=REQUEST_DEADLINE_S,
+                device_class=device_class,
+            )
         finally:
             if runtime_class != self.node.runtime_class:
                 nodes.probe_class_gone(self.api, runtime_class)
-        given = (", given a GPU" if gpus else f", given a device of DRA driver {driver} (DeviceClass {device_class})"
-                 if device_class else f", asking no GPU: {free} device(s) of DRA driver {driver} free, but no DeviceClass "
-                 f"{driver} to claim one through" if free else ", asking no GPU (none advertised free)")
+        given = (
+            ", given a GPU"
+            if gpus
+            else f", given a device of DRA driver {driver} (DeviceClass {device_class})"
+            if device_class
+            else f", asking no GPU: {free} device(s) of DRA driver {driver} free, but no DeviceClass "
+            f"{driver} to claim one through"
+            if free
+            else ", asking no GPU (none advertised free)"
+        )
         self.say(f"node {self.name}: a probe Pod of RuntimeClass {runtime_class} ran there{given}")
 
     def uncordon(self):
@@ -464,8 +578,14 @@ class _Steps:
             self.say(f"node {self.name}: repaired; it stays cordoned: someone else cordoned it, theirs to put back")
             return
         nodes.uncordon(self.core, self.name)
-        self.say(f"node {self.name}: " + ("repaired and back in service" if repaired else
-                                         "healthy, and still cordoned by an earlier gpuop run: uncordoned"))
+        self.say(
+            f"node {self.name}: "
+            + (
+                "repaired and back in service"
+                if repaired
+                else "healthy, and still cordoned by an earlier gpuop run: uncordoned"
+            )
+        )
 
     def failed(self, step: str, words: str):
         """The node after a failed step: back in service where nothing on it changed and it was in
@@ -476,8 +596,10 @@ class _Steps:
             if step not in self.UNTOUCHED or self.node.left_failed and self.ours:
                 nodes.mark_failed(self.core, self.name, f"{step}: {words}")
                 if step in self.UNTOUCHED:
-                    self.say(f"node {self.name}: stays cordoned: an earlier gpuop run left it failed "
-                             f"({self.node.left_failed}), and this run proved nothing")
+                    self.say(
+                        f"node {self.name}: stays cordoned: an earlier gpuop run left it failed "
+                        f"({self.node.left_failed}), and this run proved nothing"
+                    )
             elif self.ours:
                 nodes.uncordon(self.core, self.name)
         except Exception as e:
@@ -486,9 +608,17 @@ class _Steps:
 
 # A node's repair, step by step: each step's name (in the run's words and its report) and the
 # method of _Steps that takes it.
-STEPS = (("cordon", _Steps.cordon), ("drain", _Steps.drain), ("write", _Steps.write), ("forecast", _Steps.forecast),
-         ("restart", _Steps.restart), ("CRI", _Steps.cri), ("Ready", _Steps.ready), ("probe", _Steps.probe),
-         ("uncordon", _Steps.uncordon))
+STEPS = (
+    ("cordon", _Steps.cordon),
+    ("drain", _Steps.drain),
+    ("write", _Steps.write),
+    ("forecast", _Steps.forecast),
+    ("restart", _Steps.restart),
+    ("CRI", _Steps.cri),
+    ("Ready", _Steps.ready),
+    ("probe", _Steps.probe),
+    ("uncordon", _Steps.uncordon),
+)
 PROVEN = STEPS[-3:]  # a healthy node gpuop left cordoned: Ready, probe, uncordon: proven before it is put back
 
 
@@ -511,10 +641,15 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str, max_
             rollout.failures.append(f"node {name}, step {step}: {words}")
             rollout.outcomes[name] = f"failed at {step}"
             steps.failed(step, words)
-            logger.error(f"{node.host.print_prefix}the repair " + (
-                "stopped" if len(rollout.failures) > max_failures else
-                f"of node {name} failed (the rollout goes on: repair_max_failures {max_failures})")
-                + f": {rollout.failures[-1]}")
+            logger.error(
+                f"{node.host.print_prefix}the repair "
+                + (
+                    "stopped"
+                    if len(rollout.failures) > max_failures
+                    else f"of node {name} failed (the rollout goes on: repair_max_failures {max_failures})"
+                )
+                + f": {rollout.failures[-1]}"
+            )
             return
         phases[step] = round(time.monotonic() - started, 2)
     rollout.outcomes[name] = "uncordoned" if healthy else "repaired"

@@ -46,13 +46,28 @@ class LabDaemon:
 
     def args(self) -> list:
         """The daemon's command line: the lab's config, and its own root, state and socket."""
-        return [self.binary, "--config", self.config, "--root", self.root, "--state", self.state,
-                "--address", self.socket]
+        return [
+            self.binary,
+            "--config",
+            self.config,
+            "--root",
+            self.root,
+            "--state",
+            self.state,
+            "--address",
+            self.socket,
+        ]
 
     def loaded_fact_args(self) -> dict:
         """What ``LabContainerd`` takes to find this daemon and ask it."""
-        return {"pidfile": self.pidfile, "socket": self.socket, "root": self.root, "crictl": self.crictl,
-                "log": self.log, "namespace": self.namespace}
+        return {
+            "pidfile": self.pidfile,
+            "socket": self.socket,
+            "root": self.root,
+            "crictl": self.crictl,
+            "log": self.log,
+            "namespace": self.namespace,
+        }
 
     def loaded(self) -> dict:
         """The loaded view, live (for waits): the daemons on this root and what CRI holds."""
@@ -66,7 +81,8 @@ class LabDaemon:
         if not self.namespace:
             inner = f"echo $$ >{shlex.quote(self.pidfile)}; {daemon}"
             return reads.containerd_changes(
-                StringCommand(f"mkdir -p {shlex.join(dirs)} && setsid -f sh -c {shlex.quote(inner)}"))
+                StringCommand(f"mkdir -p {shlex.join(dirs)} && setsid -f sh -c {shlex.quote(inner)}")
+            )
         # The kubelet node's: its Pods' shims are its own release's, found beside it first. In the
         # node's PID namespace, $$ is not the pid the host sees: the host's is recorded once the
         # daemon runs (the process of this binary holding --root, as LabContainerd finds it),
@@ -74,13 +90,18 @@ class LabDaemon:
         shims = shlex.quote(posixpath.dirname(self.binary))
         inner = f'PATH={shims}:"$PATH"; export PATH; {daemon}'
         pid_ns = posixpath.join(posixpath.dirname(self.namespace), "pid")
-        record = (f"exe=$(readlink -f {shlex.quote(self.binary)}); pid=; for i in $(seq 200); do "
-                  f"for f in $(grep -lxzF -- {shlex.quote(self.root)} /proc/[0-9]*/cmdline 2>/dev/null); do "
-                  'p=${f#/proc/}; p=${p%/cmdline}; [ "$(readlink /proc/$p/exe)" = "$exe" ] && pid=$p; done; '
-                  f'[ -z "$pid" ] || break; sleep 0.1; done; echo "$pid" >{shlex.quote(self.pidfile)}')
-        return reads.containerd_changes(StringCommand(
-            f"mkdir -p {shlex.join(dirs)} && nsenter --mount={shlex.quote(self.namespace)} --pid={shlex.quote(pid_ns)} "
-            f"-- setsid -f sh -c {shlex.quote(inner)} && {record}"))
+        record = (
+            f"exe=$(readlink -f {shlex.quote(self.binary)}); pid=; for i in $(seq 200); do "
+            f"for f in $(grep -lxzF -- {shlex.quote(self.root)} /proc/[0-9]*/cmdline 2>/dev/null); do "
+            'p=${f#/proc/}; p=${p%/cmdline}; [ "$(readlink /proc/$p/exe)" = "$exe" ] && pid=$p; done; '
+            f'[ -z "$pid" ] || break; sleep 0.1; done; echo "$pid" >{shlex.quote(self.pidfile)}'
+        )
+        return reads.containerd_changes(
+            StringCommand(
+                f"mkdir -p {shlex.join(dirs)} && nsenter --mount={shlex.quote(self.namespace)} --pid={shlex.quote(pid_ns)} "
+                f"-- setsid -f sh -c {shlex.quote(inner)} && {record}"
+            )
+        )
 
     def adopt(self, pid: int) -> StringCommand:
         """Record ``pid``, found holding the root, as the lab daemon's in its pid file."""
@@ -91,8 +112,9 @@ class LabDaemon:
         """Send ``signals`` in turn to the daemons ``pids`` (by pid, never by name: the host may
         run a containerd of its own); one already gone is no error."""
         listed = " ".join(str(p) for p in pids)
-        return reads.containerd_changes(StringCommand(
-            "; ".join(f"kill -{s} {listed} 2>/dev/null" for s in signals) + "; true"))
+        return reads.containerd_changes(
+            StringCommand("; ".join(f"kill -{s} {listed} 2>/dev/null" for s in signals) + "; true")
+        )
 
 
 def _pids(seen: dict) -> list:
@@ -112,15 +134,17 @@ def _stop(daemon: LabDaemon, pids, timeout_s: int):
         held, words = poll(host, what, daemon.loaded, done, min(STOP_GRACE_S, timeout_s))
         if not held:
             left = [p for p in pids if p in _pids(daemon.loaded())]
-            logger.warning(f"{host.print_prefix}the lab containerd (pid {', '.join(map(str, left))}) "
-                           f"did not stop on TERM within {STOP_GRACE_S}s ({words}); killing it")
-            host.run_shell_command(daemon.signal(left, "KILL"), _sudo=bool(host.data.get("_sudo")),
-                                   _timeout=host.data.get("_timeout"))
+            logger.warning(
+                f"{host.print_prefix}the lab containerd (pid {', '.join(map(str, left))}) "
+                f"did not stop on TERM within {STOP_GRACE_S}s ({words}); killing it"
+            )
+            host.run_shell_command(
+                daemon.signal(left, "KILL"), _sudo=bool(host.data.get("_sudo")), _timeout=host.data.get("_timeout")
+            )
             held, words = poll(host, what, daemon.loaded, done, timeout_s)
         reads.moved(host)
         if not held:
-            logger.error(f"{host.print_prefix}timed out after {timeout_s}s waiting for {what}; "
-                         f"last seen: {words}")
+            logger.error(f"{host.print_prefix}timed out after {timeout_s}s waiting for {what}; last seen: {words}")
         return held
 
     yield FunctionCommand(gone, (), {})
@@ -165,15 +189,19 @@ def _incident_drift(daemon: LabDaemon, seen: dict, want) -> str:
     if seen["args"][1:] != daemon.args()[1:] or seen["exe"] != posixpath.realpath(daemon.binary):
         return f"pid {seen['pid']} runs another binary or config ({' '.join(seen['args'])}, {seen['exe']})"
     if daemon.namespace and daemons[0]["mnt"] != seen["namespace"]:
-        return (f"pid {seen['pid']} runs outside the kubelet node's namespace {daemon.namespace} "
-                f"(in {daemons[0]['mnt']}, the node's is {seen['namespace'] or 'not there'})")
+        return (
+            f"pid {seen['pid']} runs outside the kubelet node's namespace {daemon.namespace} "
+            f"(in {daemons[0]['mnt']}, the node's is {seen['namespace'] or 'not there'})"
+        )
     if seen["cri"] != "ok":
         if daemons[0]["state"] == "T":
             return f"pid {seen['pid']} is stopped, and its CRI does not answer ({seen['error']})"
         return f"its CRI does not answer ({seen['error']}): it hangs, or was restarted after the drop-in"
     if want is not None and seen["runtimes"] != want:
-        return (f"it holds {','.join(seen['runtimes'])}, not the main config's {','.join(want)}: "
-                "it was restarted after the drop-in")
+        return (
+            f"it holds {','.join(seen['runtimes'])}, not the main config's {','.join(want)}: "
+            "it was restarted after the drop-in"
+        )
     return ""
 
 
@@ -200,8 +228,10 @@ def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: 
     views = reads.containerd()
     if views["restart"] is None:  # the binary is not on this host
         if host.state.is_executing:
-            logger.warning(f"{host.print_prefix}no containerd at {daemon.binary} on this host: the lab "
-                           "runs without a containerd daemon, and what is loaded is the recorded observation")
+            logger.warning(
+                f"{host.print_prefix}no containerd at {daemon.binary} on this host: the lab "
+                "runs without a containerd daemon, and what is loaded is the recorded observation"
+            )
         return
     conf_d = posixpath.dirname(dropin_glob)
     if reads.files((posixpath.join(aside, "*"),)):
@@ -211,34 +241,49 @@ def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: 
     if not why:
         if seen["last_pid"] != seen["pid"]:
             if host.state.is_executing:
-                logger.warning(f"{host.print_prefix}the lab containerd pid {seen['pid']} holds "
-                               f"{daemon.root} and is the incident's, but its pid file says "
-                               f"{seen['last_pid'] or 'nothing'}: adopting it")
+                logger.warning(
+                    f"{host.print_prefix}the lab containerd pid {seen['pid']} holds "
+                    f"{daemon.root} and is the incident's, but its pid file says "
+                    f"{seen['last_pid'] or 'nothing'}: adopting it"
+                )
             yield daemon.adopt(seen["pid"])
         return
     if host.state.is_executing and why == "never started":
-        logger.info(f"{host.print_prefix}starting the lab containerd ({daemon.binary}) with the "
-                    "main config alone, before the drop-in exists")
+        logger.info(
+            f"{host.print_prefix}starting the lab containerd ({daemon.binary}) with the "
+            "main config alone, before the drop-in exists"
+        )
     elif host.state.is_executing:
-        logger.warning(f"{host.print_prefix}the lab containerd is not the incident's: {why}; "
-                       "stopping what holds its root and replaying its start with the main config "
-                       "alone (drop-ins set aside, then put back)")
-    yield reads.containerd_changes(StringCommand(
-        f"mkdir -p {shlex.quote(aside)} && for f in {shell_glob(dropin_glob)}; do "
-        f'[ -f "$f" ] && mv "$f" {shlex.quote(aside)}/; done; true'))
-    yield from _restart(daemon, seen, f"the lab containerd's CRI on {daemon.socket}",
-                        lambda now: (now["cri"] == "ok" and len(now["daemons"]) == 1, describe(now)),
-                        timeout_s)
+        logger.warning(
+            f"{host.print_prefix}the lab containerd is not the incident's: {why}; "
+            "stopping what holds its root and replaying its start with the main config "
+            "alone (drop-ins set aside, then put back)"
+        )
+    yield reads.containerd_changes(
+        StringCommand(
+            f"mkdir -p {shlex.quote(aside)} && for f in {shell_glob(dropin_glob)}; do "
+            f'[ -f "$f" ] && mv "$f" {shlex.quote(aside)}/; done; true'
+        )
+    )
+    yield from _restart(
+        daemon,
+        seen,
+        f"the lab containerd's CRI on {daemon.socket}",
+        lambda now: (now["cri"] == "ok" and len(now["daemons"]) == 1, describe(now)),
+        timeout_s,
+    )
     yield _put_back(aside, conf_d)
 
 
 def _put_back(aside: str, conf_d: str) -> StringCommand:
     """Move set-aside drop-ins back; one whose place was taken meanwhile is kept as a backup."""
-    return reads.containerd_changes(StringCommand(
-        f"for f in {shlex.quote(aside)}/*; do [ -f \"$f\" ] || continue; "
-        f"t={shlex.quote(conf_d)}/$(basename \"$f\"); "
-        f"if [ -e \"$t\" ]; then mv \"$f\" \"{backup_of('$t')}\"; else mv \"$f\" \"$t\"; fi; done"
-    ))
+    return reads.containerd_changes(
+        StringCommand(
+            f'for f in {shlex.quote(aside)}/*; do [ -f "$f" ] || continue; '
+            f't={shlex.quote(conf_d)}/$(basename "$f"); '
+            f'if [ -e "$t" ]; then mv "$f" "{backup_of("$t")}"; else mv "$f" "$t"; fi; done'
+        )
+    )
 
 
 @operation(is_idempotent=False)
@@ -261,9 +306,16 @@ def rebooted(daemon: LabDaemon, moment: str, timeout_s: int = 120):
     when = datetime.now(timezone.utc) if host.state.is_executing else None
     yield from text._inner(path=moment, content=f"{when.isoformat() if when else 'planned'}\n", backup=False)
     # A 1.x whose CRI plugin failed to load still serves containerd's own API: CRI is refused.
-    yield from _restart(daemon, seen, f"the restarted lab containerd to answer on {daemon.socket}",
-                        lambda now: (len(now["daemons"]) == 1 and (now["cri"] == "ok" or "unknown service" in now["error"]),
-                                     describe(now)), timeout_s)
+    yield from _restart(
+        daemon,
+        seen,
+        f"the restarted lab containerd to answer on {daemon.socket}",
+        lambda now: (
+            len(now["daemons"]) == 1 and (now["cri"] == "ok" or "unknown service" in now["error"]),
+            describe(now),
+        ),
+        timeout_s,
+    )
 
 
 @operation()
@@ -284,8 +336,7 @@ def _loads(restart, runtimes) -> bool:
 
 
 @operation()
-def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict, runtimes, nvidia_ctk: str,
-                     scratch: str):
+def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict, runtimes, nvidia_ctk: str, scratch: str):
     """
     Ensure the nvidia drop-in is one this containerd's merge keeps the node whole with: the files
     on disk, merged as this binary merges them at its next start, load ``runtimes`` with CRI ok.
@@ -317,32 +368,47 @@ def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict, runtimes, nvi
     copy = posixpath.join(scratch, "config.toml")
     ctk = shlex.quote(nvidia_ctk)
     # The scratch copy is there only when nvidia-ctk ran: the judge tells the two cases apart by it.
-    yield reads.containerd_changes(StringCommand(
-        f"rm -rf {shlex.quote(scratch)}; command -v {ctk} >/dev/null 2>&1 || exit 0; "
-        f"{keep}mkdir -p {shlex.quote(scratch)} && "
-        f"cp {shlex.quote(daemon.config)} {shlex.quote(copy)} && timeout -k 2 60 {ctk} runtime configure "
-        f"--runtime=containerd --config={shlex.quote(copy)} --drop-in-config={shlex.quote(path)} "
-        "--config-source=file"))
+    yield reads.containerd_changes(
+        StringCommand(
+            f"rm -rf {shlex.quote(scratch)}; command -v {ctk} >/dev/null 2>&1 || exit 0; "
+            f"{keep}mkdir -p {shlex.quote(scratch)} && "
+            f"cp {shlex.quote(daemon.config)} {shlex.quote(copy)} && timeout -k 2 60 {ctk} runtime configure "
+            f"--runtime=containerd --config={shlex.quote(copy)} --drop-in-config={shlex.quote(path)} "
+            "--config-source=file"
+        )
+    )
 
     def judged(state, host):
-        after, scratch_files = host.get_fact(Batch, parts=(
-            (ContainerdRestart, {"binary": daemon.binary, "config": daemon.config}),
-            (Files, {"paths": (copy,)})))  # one round trip
+        after, scratch_files = host.get_fact(
+            Batch,
+            parts=(
+                (ContainerdRestart, {"binary": daemon.binary, "config": daemon.config}),
+                (Files, {"paths": (copy,)}),
+            ),
+        )  # one round trip
         for part in (after, scratch_files):
             if isinstance(part, Exception):  # a part that failed: its own words
                 raise part
         by_ctk = copy in scratch_files
         if by_ctk and _loads(after, runtimes):
-            logger.info(f"{host.print_prefix}{nvidia_ctk} wrote {path}; the restart forecast loads "
-                        f"{','.join(after['runtimes'])} with CRI ok")
+            logger.info(
+                f"{host.print_prefix}{nvidia_ctk} wrote {path}; the restart forecast loads "
+                f"{','.join(after['runtimes'])} with CRI ok"
+            )
             return True
-        why = (f"what {nvidia_ctk} wrote would not load ({after['reason'] or ','.join(after['runtimes'])})"
-               if by_ctk else f"no {nvidia_ctk} on this host")
-        logger.warning(f"{host.print_prefix}{why}: writing gpuop's own drop-in for containerd "
-                       f"{restart['version']} to {path}")
+        why = (
+            f"what {nvidia_ctk} wrote would not load ({after['reason'] or ','.join(after['runtimes'])})"
+            if by_ctk
+            else f"no {nvidia_ctk} on this host"
+        )
+        logger.warning(
+            f"{host.print_prefix}{why}: writing gpuop's own drop-in for containerd {restart['version']} to {path}"
+        )
         status, _ = host.run_shell_command(
             StringCommand(("" if by_ctk else keep) + _inline_write(path, ours, "644")),
-            _sudo=bool(host.data.get("_sudo")), _timeout=host.data.get("_timeout"))
+            _sudo=bool(host.data.get("_sudo")),
+            _timeout=host.data.get("_timeout"),
+        )
         return status
 
     yield FunctionCommand(judged, (), {})
@@ -374,19 +440,29 @@ def restarted_into(daemon: LabDaemon, runtimes, moment: str = "", timeout_s: int
         yield failure(f"no containerd at {daemon.binary} on this host: nothing to restart; nothing was restarted")
         return
     if not restart["cri_ok"]:
-        yield failure(f"the restart forecast fails: {restart['reason']}; a restart would take CRI down, "
-                      f"so nothing was restarted ({describe(seen)})")
+        yield failure(
+            f"the restart forecast fails: {restart['reason']}; a restart would take CRI down, "
+            f"so nothing was restarted ({describe(seen)})"
+        )
         return
     if not want <= set(restart["runtimes"]):
-        yield failure(f"after a restart containerd {restart['version']} would hold "
-                      f"{','.join(restart['runtimes'])}, not {','.join(sorted(want))}; nothing was restarted")
+        yield failure(
+            f"after a restart containerd {restart['version']} would hold "
+            f"{','.join(restart['runtimes'])}, not {','.join(sorted(want))}; nothing was restarted"
+        )
         return
     if host.state.is_executing:
-        logger.info(f"{host.print_prefix}restarting the lab containerd once ({describe(seen)}): its "
-                    f"forecast loads {','.join(restart['runtimes'])} with CRI ok")
+        logger.info(
+            f"{host.print_prefix}restarting the lab containerd once ({describe(seen)}): its "
+            f"forecast loads {','.join(restart['runtimes'])} with CRI ok"
+        )
     if moment:
         when = datetime.now(timezone.utc) if host.state.is_executing else None
         yield from text._inner(path=moment, content=f"{when.isoformat() if when else 'planned'}\n", backup=False)
-    yield from _restart(daemon, seen, f"the restarted lab containerd to hold {','.join(sorted(want))} through CRI",
-                        lambda now: (now["cri"] == "ok" and want <= set(now["runtimes"]), describe(now)),
-                        timeout_s)
+    yield from _restart(
+        daemon,
+        seen,
+        f"the restarted lab containerd to hold {','.join(sorted(want))} through CRI",
+        lambda now: (now["cri"] == "ok" and want <= set(now["runtimes"]), describe(now)),
+        timeout_s,
+    )

@@ -7,8 +7,17 @@ import yaml
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
-from gpuop.judgment.cluster import (GPU, advertised, describe_rollout, node_ready, ready_condition, reported_since,
-                           rollout_complete, rollout_settled, sandbox_failure)
+from gpuop.judgment.cluster import (
+    GPU,
+    advertised,
+    describe_rollout,
+    node_ready,
+    ready_condition,
+    reported_since,
+    rollout_complete,
+    rollout_settled,
+    sandbox_failure,
+)
 from gpuop.judgment.objects import differences, of_kind
 from gpuop.judgment.scheduling import pod_scheduled
 from gpuop.judgment.view import api_handlers
@@ -38,9 +47,14 @@ def namespace(namespace_name: str, context: str = "", timeout_s: int = 120):
 
         namespace(namespace_name="gpu-lab")
     """
+
     def probe(in_wait=True):
-        objects = found((f"namespace/{namespace_name}", "serviceaccount/default"),
-                        namespace=namespace_name, context=context, in_wait=in_wait)
+        objects = found(
+            (f"namespace/{namespace_name}", "serviceaccount/default"),
+            namespace=namespace_name,
+            context=context,
+            in_wait=in_wait,
+        )
         return of_kind(objects, "Namespace"), of_kind(objects, "ServiceAccount")
 
     ns, account = probe(in_wait=False)
@@ -83,8 +97,10 @@ def applied(path: str, context: str = "", live_objects: bool = True):
     if live_objects and host.state.is_executing:
         answer = host.get_fact(ServerAnswer, path=path, context=context)
         if answer["recreate"]:
-            logger.warning(f"{host.print_prefix}the API refuses to update {path} in place "
-                           f"({answer['refused']}); recreating its objects")
+            logger.warning(
+                f"{host.print_prefix}the API refuses to update {path} in place "
+                f"({answer['refused']}); recreating its objects"
+            )
             yield changes(context, "replace", "--force", "--filename", path)
             return
     yield changes(context, "apply", "--filename", path)
@@ -138,8 +154,9 @@ def node_gpus(node: str, count, context: str = ""):
         return
     want = None if count is None else str(count)
     if advertised(have) != {"capacity": want, "allocatable": want}:
-        yield changes(context, "patch", "node", node, "--subresource=status", "--type=merge",
-                      "--patch", gpu_patch(count))
+        yield changes(
+            context, "patch", "node", node, "--subresource=status", "--type=merge", "--patch", gpu_patch(count)
+        )
 
 
 def _pod_state(pod):
@@ -164,10 +181,13 @@ def pod_scheduling_decided(pod: str, namespace: str, context: str = "", timeout_
 
         pod_scheduling_decided(pod="cuda-probe", namespace="gpu-lab")
     """
-    yield from awaited(f"the scheduler's decision on Pod {namespace}/{pod}",
-                       live_object(f"pod/{pod}", namespace, context),
-                       lambda: live_object(f"pod/{pod}", namespace, context, in_wait=True),
-                       lambda seen: (bool(seen and pod_scheduled(seen)), _pod_state(seen)), timeout_s)
+    yield from awaited(
+        f"the scheduler's decision on Pod {namespace}/{pod}",
+        live_object(f"pod/{pod}", namespace, context),
+        lambda: live_object(f"pod/{pod}", namespace, context, in_wait=True),
+        lambda seen: (bool(seen and pod_scheduled(seen)), _pod_state(seen)),
+        timeout_s,
+    )
 
 
 @operation()
@@ -179,10 +199,13 @@ def pod_running(pod: str, namespace: str, context: str = "", timeout_s: int = 12
 
         pod_running(pod="cuda-probe", namespace="gpu-lab")
     """
-    yield from awaited(f"Pod {namespace}/{pod} Running", live_object(f"pod/{pod}", namespace, context),
-                       lambda: live_object(f"pod/{pod}", namespace, context, in_wait=True),
-                       lambda seen: (bool(seen and seen["status"].get("phase") == "Running"),
-                                     _pod_state(seen)), timeout_s)
+    yield from awaited(
+        f"Pod {namespace}/{pod} Running",
+        live_object(f"pod/{pod}", namespace, context),
+        lambda: live_object(f"pod/{pod}", namespace, context, in_wait=True),
+        lambda seen: (bool(seen and seen["status"].get("phase") == "Running"), _pod_state(seen)),
+        timeout_s,
+    )
 
 
 @operation()
@@ -195,9 +218,13 @@ def node_takes_pods(node: str, context: str = "", timeout_s: int = 120):
 
         node_takes_pods(node="lab-node-0")
     """
-    yield from awaited(f"node {node} Ready and taking Pods", live_object(f"node/{node}", context=context),
-                       lambda: live_object(f"node/{node}", context=context, in_wait=True),
-                       node_ready, timeout_s)
+    yield from awaited(
+        f"node {node} Ready and taking Pods",
+        live_object(f"node/{node}", context=context),
+        lambda: live_object(f"node/{node}", context=context, in_wait=True),
+        node_ready,
+        timeout_s,
+    )
 
 
 @operation()
@@ -219,10 +246,16 @@ def node_reports_handler(node: str, handler: str, moment: str = "", context: str
         handlers = api_handlers(seen) if seen else []
         fresh = since is None or (bool(seen) and reported_since(seen, since))
         return handlers is None or (handler in handlers and fresh), f"it reports {handlers}" + (
-            "" if fresh else f" in a status from before the restart at {since.isoformat()} settled")
+            "" if fresh else f" in a status from before the restart at {since.isoformat()} settled"
+        )
 
-    yield from awaited(f"node {node}'s kubelet to report handler {handler}", live_object(f"node/{node}", context=context),
-                       lambda: live_object(f"node/{node}", context=context, in_wait=True), reported, timeout_s)
+    yield from awaited(
+        f"node {node}'s kubelet to report handler {handler}",
+        live_object(f"node/{node}", context=context),
+        lambda: live_object(f"node/{node}", context=context, in_wait=True),
+        reported,
+        timeout_s,
+    )
 
 
 def moment_of(path: str):
@@ -256,8 +289,12 @@ def node_reports_restart(node: str, moment: str, context: str = "", timeout_s: i
         words = f"Ready {cond.get('status', 'unset')} ({cond.get('reason', '')}: {cond.get('message', '')})"
         return bool(live) and reported_since(live, since) and cond.get("status") == want, words
 
-    yield until(f"{node}'s kubelet to report Ready {want} after the restart, as forecast",
-                lambda: live_object(f"node/{node}", context=context, in_wait=True), said, timeout_s)
+    yield until(
+        f"{node}'s kubelet to report Ready {want} after the restart, as forecast",
+        lambda: live_object(f"node/{node}", context=context, in_wait=True),
+        said,
+        timeout_s,
+    )
 
 
 def pod_and_events(pod: str, namespace: str, context: str = "", in_wait: bool = False):
@@ -278,14 +315,19 @@ def pod_sandbox_failed(pod: str, namespace: str, context: str = "", timeout_s: i
 
         pod_sandbox_failed(pod="cuda-probe", namespace="gpu-lab")
     """
+
     def failed(seen):
         live, events = seen
         event = sandbox_failure(events, live) if live else None
         return bool(event), (event["message"] if event else _pod_state(live))
 
-    yield from awaited(f"the kubelet's sandbox failure for Pod {namespace}/{pod}",
-                       pod_and_events(pod, namespace, context),
-                       lambda: pod_and_events(pod, namespace, context, in_wait=True), failed, timeout_s)
+    yield from awaited(
+        f"the kubelet's sandbox failure for Pod {namespace}/{pod}",
+        pod_and_events(pod, namespace, context),
+        lambda: pod_and_events(pod, namespace, context, in_wait=True),
+        failed,
+        timeout_s,
+    )
 
 
 def deleted(resources: str, namespace=None, context: str = "", timeout_s: int = 120) -> StringCommand:
@@ -293,9 +335,19 @@ def deleted(resources: str, namespace=None, context: str = "", timeout_s: int = 
     until they are gone; one that is not gone by then fails, and kubectl names it."""
     ns = ("--namespace", namespace) if namespace else ()
     deadline_s = timeout_s + KUBECTL_DEADLINE_S
-    return StringCommand(changes(context, "delete", *resources.split(), *ns, "--ignore-not-found",
-                                 "--wait=true", f"--timeout={timeout_s}s", deadline_s=deadline_s),
-                         _timeout=deadline_s + 10)
+    return StringCommand(
+        changes(
+            context,
+            "delete",
+            *resources.split(),
+            *ns,
+            "--ignore-not-found",
+            "--wait=true",
+            f"--timeout={timeout_s}s",
+            deadline_s=deadline_s,
+        ),
+        _timeout=deadline_s + 10,
+    )
 
 
 def daemonset_and_pods(name, namespace, context="", in_wait=False):
@@ -314,11 +366,13 @@ def daemonset_ready(daemonset: str, namespace: str, context: str = "", timeout_s
 
         daemonset_ready(daemonset="nvidia-container-toolkit", namespace="gpu-operator")
     """
-    yield from awaited(f"all Pods of DaemonSet {namespace}/{daemonset} Ready",
-                       daemonset_and_pods(daemonset, namespace, context),
-                       lambda: daemonset_and_pods(daemonset, namespace, context, in_wait=True),
-                       lambda seen: (bool(seen[0]) and rollout_complete(seen[0]), describe_rollout(*seen)),
-                       timeout_s)
+    yield from awaited(
+        f"all Pods of DaemonSet {namespace}/{daemonset} Ready",
+        daemonset_and_pods(daemonset, namespace, context),
+        lambda: daemonset_and_pods(daemonset, namespace, context, in_wait=True),
+        lambda seen: (bool(seen[0]) and rollout_complete(seen[0]), describe_rollout(*seen)),
+        timeout_s,
+    )
 
 
 @operation()
@@ -331,8 +385,10 @@ def daemonset_settled(daemonset: str, namespace: str, context: str = "", timeout
 
         daemonset_settled(daemonset="nvidia-container-toolkit", namespace="gpu-operator")
     """
-    yield from awaited(f"the rollout of DaemonSet {namespace}/{daemonset} to complete or stall",
-                       daemonset_and_pods(daemonset, namespace, context),
-                       lambda: daemonset_and_pods(daemonset, namespace, context, in_wait=True),
-                       lambda seen: (bool(seen[0]) and rollout_settled(*seen), describe_rollout(*seen)),
-                       timeout_s)
+    yield from awaited(
+        f"the rollout of DaemonSet {namespace}/{daemonset} to complete or stall",
+        daemonset_and_pods(daemonset, namespace, context),
+        lambda: daemonset_and_pods(daemonset, namespace, context, in_wait=True),
+        lambda seen: (bool(seen[0]) and rollout_settled(*seen), describe_rollout(*seen)),
+        timeout_s,
+    )

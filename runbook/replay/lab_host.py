@@ -1,6 +1,6 @@
 """The lab host as a target: its knobs, where its files live, its containerd, and what its runs read.
 
-    lab, at = lab_host.checked(host)   # first thing of deploy.py, fix.py and audit.py on a lab host
+lab, at = lab_host.checked(host)   # first thing of deploy.py, fix.py and audit.py on a lab host
 """
 
 import posixpath
@@ -19,14 +19,21 @@ from runbook.run import reads
 def lab_daemon(lab, at: Layout):
     """The lab node's own containerd daemon, or None where the knobs say the lab runs none.
 
-        lab_daemon(lab, Layout("/root/gpuop")).socket -> "/root/gpuop/run/containerd/containerd.sock"
+    lab_daemon(lab, Layout("/root/gpuop")).socket -> "/root/gpuop/run/containerd/containerd.sock"
     """
     if not lab.containerd_binary:
         return None
-    return LabDaemon(binary=lab.containerd_binary, crictl=lab.crictl_binary, config=at.config_toml,
-                     socket=at.containerd_socket, state=at.containerd_state,
-                     root=at.containerd_root, pidfile=at.containerd_pid, log=at.containerd_log,
-                     namespace=at.kubelet_node_namespace if lab.kubelet_node else "")
+    return LabDaemon(
+        binary=lab.containerd_binary,
+        crictl=lab.crictl_binary,
+        config=at.config_toml,
+        socket=at.containerd_socket,
+        state=at.containerd_state,
+        root=at.containerd_root,
+        pidfile=at.containerd_pid,
+        log=at.containerd_log,
+        namespace=at.kubelet_node_namespace if lab.kubelet_node else "",
+    )
 
 
 def lab_config(lab, at: Layout) -> dict:
@@ -56,8 +63,11 @@ def checked(host):
     for notice in renamed(host.data):
         logger.warning(f"{host.print_prefix}{notice}")
     at = Layout(lab.gpuop_root)
-    lab_files = (*at.owned_files(MANIFESTS, REPORTS + KUBELET_NODE_REPORTS), at.report("audit.json"),
-                 posixpath.join(posixpath.dirname(at.dropin_glob), "*"),  # the drop-ins and what else conf.d holds
-                 posixpath.join(at.dropins_aside, "*"))
+    lab_files = (
+        *at.owned_files(MANIFESTS, REPORTS + KUBELET_NODE_REPORTS),
+        at.report("audit.json"),
+        posixpath.join(posixpath.dirname(at.dropin_glob), "*"),  # the drop-ins and what else conf.d holds
+        posixpath.join(at.dropins_aside, "*"),
+    )
     reads.declare(host, files=lab_files, context=lab.kube_context, daemon=lab_daemon(lab, at))
     return lab, at

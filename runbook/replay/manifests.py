@@ -1,6 +1,6 @@
 """The incident's objects by name, and the manifests and scripts rendered from templates/.
 
-    manifest("runtimeclass.yaml", runtime_class="nvidia", handler="nvidia")
+manifest("runtimeclass.yaml", runtime_class="nvidia", handler="nvidia")
 """
 
 import os
@@ -41,6 +41,11 @@ def runtime_class() -> str:
 
 def toolkit(lab, version: str, memory: str) -> str:
     """The toolkit DaemonSet at an image tag, asking ``memory``."""
-    return manifest("toolkit-ds.yaml", daemonset=TOOLKIT, namespace=OPERATOR_NAMESPACE,
-                    image=f"{lab.toolkit_image}:{version}", memory=memory,
-                    max_unavailable=lab.max_unavailable)
+    return manifest(
+        "toolkit-ds.yaml",
+        daemonset=TOOLKIT,
+        namespace=OPERATOR_NAMESPACE,
+        image=f"{lab.toolkit_image}:{version}",
+        memory=memory,
+        max_unavailable=lab.max_unavailable,
+    )

@@ -112,6 +112,7 @@ def _toml(path: str, content: str) -> dict:
 @dataclass(frozen=True)
 class ContainerdViews:
     """The three views of a lab node's runtimes, read on the target now (see ``containerd_views``)."""
+
     main_doc: dict
     dropin_docs: list
     loaded: list
@@ -149,15 +150,33 @@ def containerd_views(config: str, observed, daemon: LabDaemon | None) -> Contain
     views = reads.containerd() if daemon else {"restart": None}
     restart = views["restart"]
     if restart is None:
-        return ContainerdViews(main_doc, dropin_docs, list(observed), "recorded", "none", None,
-                               lab_view(config, files, None, None, observed))
+        return ContainerdViews(
+            main_doc,
+            dropin_docs,
+            list(observed),
+            "recorded",
+            "none",
+            None,
+            lab_view(config, files, None, None, observed),
+        )
     loaded = views["loaded"]
     forecast = Forecast(**{k: restart[k] for k in ("runtimes", "default_runtime", "cri_ok", "reason", "starts")})
-    running = {"pid": loaded.get("pid"), "exe": loaded.get("exe") or daemon.binary, "config": daemon.config,
-               "address": daemon.socket, "binary": daemon.binary}
-    return ContainerdViews(main_doc, dropin_docs, loaded["runtimes"],
-                           "cri" if loaded["cri"] == "ok" else "cri-down", restart["version"], forecast,
-                           lab_view(config, files, loaded, restart, observed, running))
+    running = {
+        "pid": loaded.get("pid"),
+        "exe": loaded.get("exe") or daemon.binary,
+        "config": daemon.config,
+        "address": daemon.socket,
+        "binary": daemon.binary,
+    }
+    return ContainerdViews(
+        main_doc,
+        dropin_docs,
+        loaded["runtimes"],
+        "cri" if loaded["cri"] == "ok" else "cri-down",
+        restart["version"],
+        forecast,
+        lab_view(config, files, loaded, restart, observed, running),
+    )
 
 
 @operation()

@@ -28,8 +28,9 @@ def _drop(stamp: str):
 
 
 @operation()
-def before_pending_pod(report: str, stamp: str, inputs: dict, pod_manifest: str, nodes,
-                       context: str = "", timeout_s: int = 120):
+def before_pending_pod(
+    report: str, stamp: str, inputs: dict, pod_manifest: str, nodes, context: str = "", timeout_s: int = 120
+):
     """
     Rewind to before the GPU Pod was created when its Pending moment must be seen again: its
     report's stamp no longer holds, or the Pod itself is gone or must be replaced (a new Pod
@@ -54,8 +55,7 @@ def before_pending_pod(report: str, stamp: str, inputs: dict, pod_manifest: str,
 
 
 @operation()
-def before_gpus_advertised(report: str, stamp: str, inputs: dict, gpu_node: str, nodes,
-                           context: str = ""):
+def before_gpus_advertised(report: str, stamp: str, inputs: dict, gpu_node: str, nodes, context: str = ""):
     """
     Rewind to before step 6 when the GPU table must be captured again: only ``gpu_node`` will
     advertise GPUs, so the time-sliced node goes back to none.
@@ -74,8 +74,9 @@ def before_gpus_advertised(report: str, stamp: str, inputs: dict, gpu_node: str,
 
 
 @operation()
-def before_toolkit_upgrade(report: str, stamp: str, inputs: dict, path: str, initial: str,
-                           upgrade: str, context: str = ""):
+def before_toolkit_upgrade(
+    report: str, stamp: str, inputs: dict, path: str, initial: str, upgrade: str, context: str = ""
+):
     """
     Rewind the toolkit DaemonSet to its initial spec when the stalled rollout must be observed
     again: the report or its stamp changed, the live spec is not the upgrade, or the live rollout
@@ -93,8 +94,12 @@ def before_toolkit_upgrade(report: str, stamp: str, inputs: dict, path: str, ini
     report_text, stamp_text = recorded(report, stamp)
     want = yaml.safe_load(upgrade)
     ds, pods = daemonset_and_pods(want["metadata"]["name"], want["metadata"]["namespace"], context)
-    if (stamp_holds(stamp_text, report_text, inputs) and ds is not None and not differences(want, ds)
-            and stamp_holds(stamp_text, render(rollout_lines(ds, pods)), inputs)):
+    if (
+        stamp_holds(stamp_text, report_text, inputs)
+        and ds is not None
+        and not differences(want, ds)
+        and stamp_holds(stamp_text, render(rollout_lines(ds, pods)), inputs)
+    ):
         return  # the live DaemonSet runs the upgrade, and its rollout reads as the one stamped
     yield from text._inner(path=path, content=initial, backup=False)
     yield from applied(path, context, live_objects=ds is not None)
@@ -102,8 +107,7 @@ def before_toolkit_upgrade(report: str, stamp: str, inputs: dict, path: str, ini
 
 
 @operation(is_idempotent=False)
-def reset(files: list, namespaces: list, cluster_objects: list, nodes, context: str = "",
-          timeout_s: int = 120):
+def reset(files: list, namespaces: list, cluster_objects: list, nodes, context: str = "", timeout_s: int = 120):
     """
     Reset the lab to before step 1: remove the files the playbook wrote, delete its namespaces
     and cluster-scoped objects (waiting until they are gone), and withdraw every lab node's GPU
@@ -126,8 +130,9 @@ def reset(files: list, namespaces: list, cluster_objects: list, nodes, context: 
         yield "rm -f " + " ".join(shlex.quote(p) for p in sorted(present))
     live_ns = found([f"namespace/{n}" for n in namespaces], context=context)
     if live_ns:
-        yield deleted(" ".join(f"namespace/{n['metadata']['name']}" for n in live_ns), context=context,
-                      timeout_s=timeout_s)
+        yield deleted(
+            " ".join(f"namespace/{n['metadata']['name']}" for n in live_ns), context=context, timeout_s=timeout_s
+        )
     for obj in cluster_objects:
         if live_object(obj, context=context):
             yield deleted(obj, context=context, timeout_s=timeout_s)

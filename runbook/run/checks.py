@@ -37,14 +37,18 @@ def lab_reachable(nodes, context: str = ""):
     have = [o["metadata"]["name"] for o in answer if o["kind"] == "Node"]
     missing = [n for n in nodes if n not in have]
     if missing:
-        yield failure(f"preflight: lab nodes {', '.join(missing)} not in the cluster of {where} "
-                      f"(it has: {', '.join(have) or 'none'}); nothing was changed")
+        yield failure(
+            f"preflight: lab nodes {', '.join(missing)} not in the cluster of {where} "
+            f"(it has: {', '.join(have) or 'none'}); nothing was changed"
+        )
         return
     stalled = stalled_components(answer, nodes, datetime.now(timezone.utc))
     if stalled:
-        yield failure(f"preflight: the cluster of {where} answers, but a component is down: "
-                      f"{'; '.join(stalled)}. `make lab-up` on the lab host starts what stopped; "
-                      "nothing was changed")
+        yield failure(
+            f"preflight: the cluster of {where} answers, but a component is down: "
+            f"{'; '.join(stalled)}. `make lab-up` on the lab host starts what stopped; "
+            "nothing was changed"
+        )
 
 
 @operation()
@@ -63,9 +67,11 @@ def containerd_askable(binary: str, crictl: str):
     """
     views = reads.containerd() if binary else None
     if views and views["restart"] is not None and not views["loaded"]["crictl"]:
-        yield failure(f"preflight: {crictl} not found, and it is what asks the lab containerd "
-                      f"({binary}) what it holds; install cri-tools, or set containerd_binary= to "
-                      "run on the recorded observation; nothing was changed")
+        yield failure(
+            f"preflight: {crictl} not found, and it is what asks the lab containerd "
+            f"({binary}) what it holds; install cri-tools, or set containerd_binary= to "
+            "run on the recorded observation; nothing was changed"
+        )
 
 
 @operation()
@@ -79,9 +85,11 @@ def kubelet_node_held(node: str, namespace: str):
         kubelet_node_held(node="lab-node-0", namespace="/root/gpuop/var/node/mnt")
     """
     if not reads.containerd()["loaded"]["namespace"]:
-        yield failure(f"preflight: kubelet_node={node}, but its namespace {namespace} is not there; "
-                      "`make lab-up NODE=kubelet` (lab/kubeletnode.sh up) makes it and starts its kubelet; "
-                      "nothing was changed")
+        yield failure(
+            f"preflight: kubelet_node={node}, but its namespace {namespace} is not there; "
+            "`make lab-up NODE=kubelet` (lab/kubeletnode.sh up) makes it and starts its kubelet; "
+            "nothing was changed"
+        )
 
 
 @operation()
@@ -95,8 +103,10 @@ def lab_containerd_present(binary: str):
         lab_containerd_present(binary="/usr/bin/containerd")
     """
     if not binary or reads.containerd()["restart"] is None:
-        yield failure(f"preflight: the repair restarts the lab's own containerd, and this host has "
-                      f"none (containerd_binary={binary!r}); nothing was changed")
+        yield failure(
+            f"preflight: the repair restarts the lab's own containerd, and this host has "
+            f"none (containerd_binary={binary!r}); nothing was changed"
+        )
 
 
 @operation()
@@ -116,5 +126,7 @@ def memory_fits(knob: str, memory: str, nodes, context: str = ""):
     small = nodes_too_small(found("nodes", context=context), nodes, memory)
     if small:
         compared = ", ".join(f"{name} {have}" for name, have in small)
-        yield failure(f"preflight: {knob}={memory} does not fit every lab node: compared against each "
-                      f"node's allocatable memory, {compared} cannot take it; nothing was changed")
+        yield failure(
+            f"preflight: {knob}={memory} does not fit every lab node: compared against each "
+            f"node's allocatable memory, {compared} cannot take it; nothing was changed"
+        )

@@ -42,8 +42,7 @@ def text(path: str, content: str, mode: str = "644", backup: bool = True):
     if current and backup:
         kept = backup_of(path)
         if host.state.is_executing:
-            logger.warning(f"{host.print_prefix}{path} differs from what the playbook writes; "
-                           f"keeping it as {kept}")
+            logger.warning(f"{host.print_prefix}{path} differs from what the playbook writes; keeping it as {kept}")
         keep = f"cp -p {shlex.quote(path)} {shlex.quote(kept)} && "
     yield from _written(path, content, mode, keep)
 
@@ -53,8 +52,10 @@ def inline_write(path: str, content: str, mode: str) -> str:
     base64 (any byte survives the shell) into a file beside it with its mode, renamed over it."""
     tmp = shlex.quote(f"{path}.gpuop-tmp")
     body = base64.b64encode(content.encode()).decode()
-    return (f"mkdir -p {shlex.quote(posixpath.dirname(path))} && printf %s {body} | base64 -d > {tmp} "
-            f"&& chmod {mode} {tmp} && mv -f {tmp} {shlex.quote(path)}")
+    return (
+        f"mkdir -p {shlex.quote(posixpath.dirname(path))} && printf %s {body} | base64 -d > {tmp} "
+        f"&& chmod {mode} {tmp} && mv -f {tmp} {shlex.quote(path)}"
+    )
 
 
 def _written(path: str, content: str, mode: str, before: str = ""):

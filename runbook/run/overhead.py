@@ -67,8 +67,7 @@ def operation_order(state) -> list:
             if frame.f_code.co_filename == state.current_deploy_filename:
                 break
     order = [state.current_op_file_number] if pyinfra.is_cli else []
-    return order + [f.f_lineno for f in frames[start:]
-                    if not f.f_code.co_filename.startswith(PYINFRA_INSTALL_DIR)]
+    return order + [f.f_lineno for f in frames[start:] if not f.f_code.co_filename.startswith(PYINFRA_INSTALL_DIR)]
 
 
 _own_global_arguments = arguments.all_global_arguments
@@ -111,8 +110,10 @@ def install() -> bool:
     """
     freeze_at_exit()
     if pyinfra.__version__ != PROVEN_ON:
-        logger.warning(f"gpuop: pyinfra is {pyinfra.__version__}, and the faster planning was "
-                       f"proven on {PROVEN_ON} only: pyinfra's own is kept (planning is slower)")
+        logger.warning(
+            f"gpuop: pyinfra is {pyinfra.__version__}, and the faster planning was "
+            f"proven on {PROVEN_ON} only: pyinfra's own is kept (planning is slower)"
+        )
         return False
     sys.modules["pyinfra.api.operation"].get_operation_order_from_stack = operation_order
     # pyinfra.api.facts imported the name: both places call it

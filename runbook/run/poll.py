@@ -63,8 +63,9 @@ def until(what: str, probe, done, timeout_s: int) -> FunctionCommand:
             logger.info(f"{host.print_prefix}{what}: after {time.monotonic() - start:.1f}s ({words})")
         else:
             step = ", ".join(state.get_op_meta(host.executing_op_hash).names)
-            logger.error(f"{host.print_prefix}{step}: timed out after {timeout_s}s waiting for "
-                         f"{what}; last seen: {words}")
+            logger.error(
+                f"{host.print_prefix}{step}: timed out after {timeout_s}s waiting for {what}; last seen: {words}"
+            )
         return held
 
     wait.__name__ = f"wait for {what}"

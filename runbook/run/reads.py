@@ -95,8 +95,10 @@ def _parts(reads: _Reads, scope: _Scope, want: str) -> dict:
     if want == "files" or (reads.first and reads.files is None):
         parts["files"] = (Files, {"paths": scope.files})
     if want == "cluster" or (reads.first and reads.cluster is None):
-        parts["cluster"] = (KubeObjects, {"resources": CLUSTER_KINDS, "all_namespaces": True,
-                                          "context": scope.context, "unanswered_raises": True})
+        parts["cluster"] = (
+            KubeObjects,
+            {"resources": CLUSTER_KINDS, "all_namespaces": True, "context": scope.context, "unanswered_raises": True},
+        )
     if scope.daemon and (want == "containerd" or (reads.first and reads.containerd is None)):
         d = scope.daemon
         parts["loaded"] = (LabContainerd, d.loaded_fact_args())
@@ -302,12 +304,20 @@ def found(resources, namespace=None, context="", in_wait=False, all_namespaces=F
     """
     wanted = list(_wanted(resources))
     if in_wait or not all(in_scope(kind, context) for kind, _ in wanted):
-        return host.get_fact(KubeObjects, resources=resources, namespace=namespace, context=context,
-                             all_namespaces=all_namespaces, unanswered_raises=in_wait)
-    return [o for o in objects()
-            if (all_namespaces or o["metadata"].get("namespace") in (None, namespace))
-            and any(_plural(o["kind"].lower()) == kind and name in (None, o["metadata"]["name"])
-                    for kind, name in wanted)]
+        return host.get_fact(
+            KubeObjects,
+            resources=resources,
+            namespace=namespace,
+            context=context,
+            all_namespaces=all_namespaces,
+            unanswered_raises=in_wait,
+        )
+    return [
+        o
+        for o in objects()
+        if (all_namespaces or o["metadata"].get("namespace") in (None, namespace))
+        and any(_plural(o["kind"].lower()) == kind and name in (None, o["metadata"]["name"]) for kind, name in wanted)
+    ]
 
 
 def live_object(resource, namespace=None, context="", in_wait=False):

@@ -57,8 +57,9 @@ def _each(hosts, fn) -> list:
 
 
 def _run(host, command):
-    status, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")),
-                                            _timeout=host.data.get("_timeout"))
+    status, output = host.run_shell_command(
+        command, _sudo=bool(host.data.get("_sudo")), _timeout=host.data.get("_timeout")
+    )
     return status, "\n".join(output.stdout_lines).strip()
 
 
@@ -79,10 +80,13 @@ def _acquire(host, path, timeout_s) -> bool:
         return said
 
     # A lock held by this very run ends the wait at once: waiting on ourselves would never end.
-    held, said = poll(host, f"the lab lock {path}", try_take,
-                      lambda said: (said == "taken" or said.startswith(ours),
-                                    said if said == "taken" else f"held by {said}"),
-                      timeout_s)
+    held, said = poll(
+        host,
+        f"the lab lock {path}",
+        try_take,
+        lambda said: (said == "taken" or said.startswith(ours), said if said == "taken" else f"held by {said}"),
+        timeout_s,
+    )
     # The first read stands if the first try ended with the lock ours (taken, or taken over from
     # a run that is gone, which kept every other run out until then); else another run may have
     # been changing the lab while it was read.
@@ -91,11 +95,15 @@ def _acquire(host, path, timeout_s) -> bool:
     if said == "taken":
         return True
     if held:
-        logger.error(f"{host.print_prefix}another host of this run already drives this lab "
-                     f"({path}); give each host its own kube_context")
+        logger.error(
+            f"{host.print_prefix}another host of this run already drives this lab "
+            f"({path}); give each host its own kube_context"
+        )
     else:
-        logger.error(f"{host.print_prefix}another gpuop run holds {path} ({said.removeprefix('held by ')}); "
-                     f"gave up after {timeout_s}s. If no run is active, remove {path} on the host.")
+        logger.error(
+            f"{host.print_prefix}another gpuop run holds {path} ({said.removeprefix('held by ')}); "
+            f"gave up after {timeout_s}s. If no run is active, remove {path} on the host."
+        )
     return False
 
 

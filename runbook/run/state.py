@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 class Run:
     scopes: dict = field(default_factory=dict)  # host name -> what its batched read covers (reads._Scope)
     reads: dict = field(default_factory=dict)  # host name -> its batched reads (reads._Reads)
-    reports_seen: dict = field(default_factory=dict)  # host name -> {report file name: text}, as this run wrote or found it
+    reports_seen: dict = field(
+        default_factory=dict
+    )  # host name -> {report file name: text}, as this run wrote or found it
     node_audit: object = None  # the node audit's cluster read and entries (node_audit.NodeAudit), once a node asks
     rollout: object = None  # the fleet repair's plans and rollout (node_repair.Rollout), once a node plans
 
@@ -26,6 +28,6 @@ _RUNS = weakref.WeakKeyDictionary()  # pyinfra's State -> its Run
 def run_of(state) -> Run:
     """The Run of pyinfra's ``state``, made at its first ask.
 
-        run_of(host.state).reports_seen.setdefault(host.name, {})
+    run_of(host.state).reports_seen.setdefault(host.name, {})
     """
     return _RUNS.setdefault(state, Run())

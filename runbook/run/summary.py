@@ -14,6 +14,7 @@ from gpuop.outputs.reports import incident_summary
 
 from runbook.run.state import run_of
 
+
 def seen(host, path: str, content: str):
     """Note a report's text as this run leaves it (while executing: planning sees the old state)."""
     if host.state.is_executing:

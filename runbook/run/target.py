@@ -1,6 +1,6 @@
 """A host as a target: a lab host (``runbook.replay.lab_host``) or a real GPU node, and a node's knobs.
 
-    node = target.node_checked(host) if target.in_fleet(host) else None
+node = target.node_checked(host) if target.in_fleet(host) else None
 """
 
 from pyinfra.api.exceptions import DeployError
@@ -17,7 +17,7 @@ def in_fleet(host) -> bool:
 def node_checked(host):
     """A real node's knobs, parsed and checked (a bad one stops the run naming host and key).
 
-        node = node_checked(host)   # node.node_name -> "" (its hostname), node.gpu_handler -> "nvidia"
+    node = node_checked(host)   # node.node_name -> "" (its hostname), node.gpu_handler -> "nvidia"
     """
     try:
         return parse_node_knobs(host.data)

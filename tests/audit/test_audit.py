@@ -20,23 +20,35 @@ def audit(root, *data, env=None):
 
 def cluster_snapshot():
     found = {}
-    for resource, ns in (("runtimeclasses", None), ("nodes", None), ("namespaces", None),
-                         ("pods", "gpu-lab"), ("pods", "gpu-operator"), ("daemonsets", "gpu-operator"),
-                         ("configmaps", "gpu-operator")):
+    for resource, ns in (
+        ("runtimeclasses", None),
+        ("nodes", None),
+        ("namespaces", None),
+        ("pods", "gpu-lab"),
+        ("pods", "gpu-operator"),
+        ("daemonsets", "gpu-operator"),
+        ("configmaps", "gpu-operator"),
+    ):
         for item in (get(resource, ns) or {"items": []})["items"]:
             meta = item["metadata"]
             # resourceVersion moves with kwok's heartbeats on nodes; spec and GPU status must not.
             key = (resource, meta.get("namespace"), meta["name"])
-            found[key] = (meta["uid"], json.dumps(item.get("spec"), sort_keys=True),
-                          json.dumps(item.get("data"), sort_keys=True),
-                          json.dumps((item.get("status") or {}).get("allocatable"), sort_keys=True))
+            found[key] = (
+                meta["uid"],
+                json.dumps(item.get("spec"), sort_keys=True),
+                json.dumps(item.get("data"), sort_keys=True),
+                json.dumps((item.get("status") or {}).get("allocatable"), sort_keys=True),
+            )
     return found
 
 
 def without_audit_json(root):
     """Every file but the audit's own report, and every directory's mode (``out/`` gains an entry)."""
-    return {k: (mode, mtime if body is not None else None, body)
-            for k, (mode, mtime, body) in tree(root).items() if k != "out/audit.json"}
+    return {
+        k: (mode, mtime if body is not None else None, body)
+        for k, (mode, mtime, body) in tree(root).items()
+        if k != "out/audit.json"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +68,27 @@ def test_incident_end_state_names_exactly_its_four_gaps(incident):
         ("runtimeclass-handler-not-loaded", "nvidia"),
         ("rollout-stalled", "gpu-operator/nvidia-container-toolkit"),
     ]
-    assert result["handlers"] == {"written": ["runc", "nvidia"], "loaded": ["runc"],
-                                  "loaded_source": "live", "containerd_version": "1.6.20",
-                                  "after_restart": ["nvidia"], "restart_cri": "fails"}
-    assert result["runtimeclasses"] == [{"name": "nvidia", "handler": "nvidia", "loaded": False,
-                                         "pods": ["gpu-lab/cuda-probe"]}]
+    assert result["handlers"] == {
+        "written": ["runc", "nvidia"],
+        "loaded": ["runc"],
+        "loaded_source": "live",
+        "containerd_version": "1.6.20",
+        "after_restart": ["nvidia"],
+        "restart_cri": "fails",
+    }
+    assert result["runtimeclasses"] == [
+        {"name": "nvidia", "handler": "nvidia", "loaded": False, "pods": ["gpu-lab/cuda-probe"]}
+    ]
     assert result["gaps"][0]["detail"].startswith(
-        'a restart of containerd on this node takes CRI down: default_runtime_name "runc" has no runtime')
+        'a restart of containerd on this node takes CRI down: default_runtime_name "runc" has no runtime'
+    )
     assert "cuda-probe" in result["gaps"][2]["detail"]
     assert "insufficient-memory" in result["gaps"][3]["detail"]
     assert {n["name"]: (n["advertised"], n["requested"]) for n in result["nodes"]} == {
-        "lab-node-0": (4, 1), "lab-node-1": (20, 0), "lab-node-2": (0, 0)}
+        "lab-node-0": (4, 1),
+        "lab-node-1": (20, 0),
+        "lab-node-2": (0, 0),
+    }
     assert list(result["pending"]) == ["Insufficient memory", "node(s) didn't satisfy plugin(s) [NodeAffinity]"]
     # The table a person reads first, each line naming its view, and the verdict.
     assert re.search(r"\[@local\] written +runc,nvidia \(the main config and its drop-ins\)", run.log)
@@ -90,21 +112,36 @@ def test_a_lab_host_s_textfile_holds_the_fleet_s_series_for_its_audit(incident):
     root, prom = incident, incident / "out/gpuop.prom"
     try:
         assert audit(root, f"textfile={prom}").code != 0
-        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                   for f in text_string_to_metric_families(prom.read_text()) for s in f.samples}
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(prom.read_text())
+            for s in f.samples
+        }
         assert samples[("gpuop_node_gap_count", (("node", "@local"),))] == 4
-        for kind in ("restart-takes-cri-down", "handler-not-loaded", "runtimeclass-handler-not-loaded",
-                     "rollout-stalled"):
+        for kind in (
+            "restart-takes-cri-down",
+            "handler-not-loaded",
+            "runtimeclass-handler-not-loaded",
+            "rollout-stalled",
+        ):
             assert samples[("gpuop_node_gaps", (("kind", kind), ("node", "@local")))] == 1
-        assert samples[("gpuop_node_runtime_handler", (("handler", "nvidia"), ("node", "@local"), ("view", "written")))] == 1
-        assert ("gpuop_node_runtime_handler", (("handler", "nvidia"), ("node", "@local"), ("view", "loaded"))) not in samples
+        assert (
+            samples[("gpuop_node_runtime_handler", (("handler", "nvidia"), ("node", "@local"), ("view", "written")))]
+            == 1
+        )
+        assert (
+            "gpuop_node_runtime_handler",
+            (("handler", "nvidia"), ("node", "@local"), ("view", "loaded")),
+        ) not in samples
         assert samples[("gpuop_node_cri_after_restart", (("node", "@local"), ("state", "fails")))] == 1
         assert samples[("gpuop_node_containerd_info", (("node", "@local"), ("version", "1.6.20")))] == 1
         mtime = prom.stat().st_mtime_ns
         assert "[@local] Error: executed 0 commands" in audit(root, f"textfile={prom}").log
         assert prom.stat().st_mtime_ns == mtime
         refused = audit(root, "textfile=gpuop.prom")
-        assert refused.code != 0 and "textfile" in refused.log and "an absolute file path on the lab host" in refused.log
+        assert (
+            refused.code != 0 and "textfile" in refused.log and "an absolute file path on the lab host" in refused.log
+        )
     finally:
         prom.unlink(missing_ok=True)
 
@@ -134,9 +171,14 @@ def test_healthy_variant_finds_nothing(tmp_path):
     assert run.code == 0, run.log
     result = json.loads((root / "out/audit.json").read_text())
     assert result["gaps"] == []
-    assert result["handlers"] == {"written": ["runc", "nvidia"], "loaded": ["nvidia", "runc"],
-                                  "loaded_source": "live", "containerd_version": "1.6.20",
-                                  "after_restart": ["nvidia", "runc"], "restart_cri": "ok"}
+    assert result["handlers"] == {
+        "written": ["runc", "nvidia"],
+        "loaded": ["nvidia", "runc"],
+        "loaded_source": "live",
+        "containerd_version": "1.6.20",
+        "after_restart": ["nvidia", "runc"],
+        "restart_cri": "ok",
+    }
     assert "no gap: written is loaded is scheduled" in run.log
 
 

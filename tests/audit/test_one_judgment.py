@@ -28,17 +28,34 @@ pytestmark = [pytest.mark.beside, pytest.mark.every_containerd]  # see pytest.in
 
 SEED_DROPIN = tomli_w.dumps(nvidia_dropin())
 V4_DROPIN = tomli_w.dumps({"version": 4, **nvidia_dropin()})  # what nvidia-ctk 1.19+ writes beside containerd 2.3
-RUNTIME_KINDS = ("restart-refuses-start", "restart-takes-cri-down", "second-containerd", "config-unreadable",
-                 "dropin-not-imported", "cri-down", "handler-not-loaded", "lost-at-regeneration")
+RUNTIME_KINDS = (
+    "restart-refuses-start",
+    "restart-takes-cri-down",
+    "second-containerd",
+    "config-unreadable",
+    "dropin-not-imported",
+    "cri-down",
+    "handler-not-loaded",
+    "lost-at-regeneration",
+)
 
 # state -> (containerd version, the findings of its runtime, the binary's own words in the restart's finding)
 STATES = {
-    "incident-1-6": ("1.6.20", [("restart-takes-cri-down", "containerd"), ("handler-not-loaded", "nvidia")],
-                     'default_runtime_name "runc" has no runtime'),
-    "v4-dropin-2-2": ("2.2.9", [("restart-refuses-start", "containerd"), ("handler-not-loaded", "nvidia")],
-                      "expected containerd config version equal to or less than `3`, got `4`"),
-    "v4-dropin-2-3": ("2.3.3", [("restart-refuses-start", "containerd"), ("handler-not-loaded", "nvidia")],
-                      "drop-in config version 4 higher than root config version 2"),
+    "incident-1-6": (
+        "1.6.20",
+        [("restart-takes-cri-down", "containerd"), ("handler-not-loaded", "nvidia")],
+        'default_runtime_name "runc" has no runtime',
+    ),
+    "v4-dropin-2-2": (
+        "2.2.9",
+        [("restart-refuses-start", "containerd"), ("handler-not-loaded", "nvidia")],
+        "expected containerd config version equal to or less than `3`, got `4`",
+    ),
+    "v4-dropin-2-3": (
+        "2.3.3",
+        [("restart-refuses-start", "containerd"), ("handler-not-loaded", "nvidia")],
+        "drop-in config version 4 higher than root config version 2",
+    ),
     "ctk-unrestarted-1-7": ("1.7.35", [("handler-not-loaded", "nvidia")], None),
     "missed-import-2-2": ("2.2.9", [("dropin-not-imported", "conf.d/99-nvidia.toml")], None),
 }
@@ -65,8 +82,18 @@ def plant_on_lab(root, state: str):
         dropin.write_text(V4_DROPIN)
     elif state.startswith("ctk-unrestarted"):
         dropin.unlink()
-        run([nvidia_ctk(), "runtime", "configure", "--runtime=containerd", f"--config={config}",
-             f"--drop-in-config={dropin}"], timeout_s=60, check=True)
+        run(
+            [
+                nvidia_ctk(),
+                "runtime",
+                "configure",
+                "--runtime=containerd",
+                f"--config={config}",
+                f"--drop-in-config={dropin}",
+            ],
+            timeout_s=60,
+            check=True,
+        )
         assert dropin.exists()
     elif state.startswith("missed-import"):
         config.write_text(tomli_w.dumps(seed_config(str(root / "etc/containerd" / MISSED_IMPORTS))))
@@ -75,8 +102,11 @@ def plant_on_lab(root, state: str):
 def runtime_findings(gaps: list, config: str) -> list:
     """The runtime's own findings, each subject that is a path read from the config's folder."""
     here = posixpath.dirname(config)
-    return sorted((g["kind"], posixpath.relpath(g["subject"], here) if g["subject"].startswith("/") else g["subject"])
-                  for g in gaps if g["kind"] in RUNTIME_KINDS)
+    return sorted(
+        (g["kind"], posixpath.relpath(g["subject"], here) if g["subject"].startswith("/") else g["subject"])
+        for g in gaps
+        if g["kind"] in RUNTIME_KINDS
+    )
 
 
 @pytest.fixture(scope="module")
@@ -136,5 +166,5 @@ def test_fix_replaces_a_drop_in_the_binary_refuses_and_never_restarts_into_the_r
     assert dropin.get("version", 1) <= 2  # no higher than the root config's
     audit = json.loads((lab_root / "out/audit.json").read_text())
     assert (audit["gaps"], audit["cri_after_restart"], sorted(audit["loaded"])) == ([], "ok", ["nvidia", "runc"])
-    said = log.read_text()[len(before):]
+    said = log.read_text()[len(before) :]
     assert "higher than root config version" not in said and "equal to or less than" not in said, said[-2000:]

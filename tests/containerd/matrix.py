@@ -25,6 +25,7 @@ from gpuop.judgment import containerd
 from runbook.reach.containerd import ContainerdRestart
 from tests.helpers.proc import run
 
+
 def _listed(name: str) -> list:
     """A list of lab/versions.env, as lab/build.sh reads it."""
     text = open(os.path.join(os.path.dirname(__file__), "../../lab/versions.env")).read()
@@ -33,20 +34,25 @@ def _listed(name: str) -> list:
 
 VERSIONS = ("1.6.20", *_listed("CONTAINERD_VERSIONS"))
 CTK_VERSIONS = tuple(_listed("NVIDIA_CTK_VERSIONS"))
-NVIDIA = {"runtime_type": "io.containerd.runc.v2",
-          "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True}}
+NVIDIA = {
+    "runtime_type": "io.containerd.runc.v2",
+    "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True},
+}
 
 # The drop-ins of the matrix, by name: their text, or (nvidia-ctk's version, its config source) for
 # the one that nvidia-ctk writes.
 DROPINS = {
     "seed": tomli_w.dumps(containerd.nvidia_dropin()),
     **{f"ctk-{v}-{source}": (v, source) for v in CTK_VERSIONS for source in ("file", "command")},
-    "version-3": tomli_w.dumps({"version": 3, "plugins": {"io.containerd.cri.v1.runtime": {
-        "containerd": {"runtimes": {"nvidia": NVIDIA}}}}}),
-    "version-4": tomli_w.dumps({"version": 4, "plugins": {"io.containerd.cri.v1.runtime": {
-        "containerd": {"runtimes": {"nvidia": NVIDIA}}}}}),
-    "default-unconfigured": tomli_w.dumps({"version": 2, "plugins": {"io.containerd.grpc.v1.cri": {
-        "containerd": {"default_runtime_name": "crun"}}}}),
+    "version-3": tomli_w.dumps(
+        {"version": 3, "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {"nvidia": NVIDIA}}}}}
+    ),
+    "version-4": tomli_w.dumps(
+        {"version": 4, "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {"nvidia": NVIDIA}}}}}
+    ),
+    "default-unconfigured": tomli_w.dumps(
+        {"version": 2, "plugins": {"io.containerd.grpc.v1.cri": {"containerd": {"default_runtime_name": "crun"}}}}
+    ),
     "invalid-toml": "this is [not valid toml\n",
 }
 START_DEADLINE_S = 20  # a daemon that neither answers nor exits by then fails the cell
@@ -78,8 +84,20 @@ def nvidia_ctk_dropin(nvidia_ctk: str, source: str, binary: str, main: str, drop
     """The drop-in (and main config) the real toolkit CLI writes, as an operator would run it;
     ``source`` ``command``: from ``binary``'s own ``config dump`` (the one on its PATH)."""
     env = {**os.environ, "PATH": f"{os.path.dirname(binary)}:{os.environ['PATH']}"}
-    run([nvidia_ctk, "runtime", "configure", "--runtime=containerd", f"--config={main}",
-         f"--drop-in-config={dropin}", f"--config-source={source}"], timeout_s=60, check=True, env=env)
+    run(
+        [
+            nvidia_ctk,
+            "runtime",
+            "configure",
+            "--runtime=containerd",
+            f"--config={main}",
+            f"--drop-in-config={dropin}",
+            f"--config-source={source}",
+        ],
+        timeout_s=60,
+        check=True,
+        env=env,
+    )
 
 
 def forecast_of(binary: str, config: str) -> tuple:
@@ -95,17 +113,42 @@ def restarted(binary: str, crictl: str, d: str) -> tuple:
     sock = f"{d}/run/containerd.sock"
     log_path = f"{d}/containerd.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([binary, "--config", f"{d}/etc/containerd/config.toml", "--root",
-                                 f"{d}/root", "--state", f"{d}/run", "--address", sock],
-                                stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                binary,
+                "--config",
+                f"{d}/etc/containerd/config.toml",
+                "--root",
+                f"{d}/root",
+                "--state",
+                f"{d}/run",
+                "--address",
+                sock,
+            ],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + START_DEADLINE_S
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return "refuses-start", last_error(log_path)
             if os.path.exists(sock):
-                asked = run([crictl, "--config", "/dev/null", "--runtime-endpoint", f"unix://{sock}",
-                             "--timeout", "3s", "info"], timeout_s=15)
+                asked = run(
+                    [
+                        crictl,
+                        "--config",
+                        "/dev/null",
+                        "--runtime-endpoint",
+                        f"unix://{sock}",
+                        "--timeout",
+                        "3s",
+                        "info",
+                    ],
+                    timeout_s=15,
+                )
                 if asked.returncode == 0:
                     handlers = json.loads(asked.stdout)["config"]["containerd"]["runtimes"]
                     return f"ok {','.join(sorted(handlers))}", ""
@@ -124,8 +167,11 @@ def restarted(binary: str, crictl: str, d: str) -> tuple:
 
 
 def last_error(log_path: str) -> str:
-    lines = [line for line in open(log_path).read().splitlines()
-             if "level=error" in line or "level=fatal" in line or "failed" in line]
+    lines = [
+        line
+        for line in open(log_path).read().splitlines()
+        if "level=error" in line or "level=fatal" in line or "failed" in line
+    ]
     return lines[-1][-300:] if lines else ""
 
 
@@ -154,8 +200,16 @@ def cell(version: str, dropin: str, binary: str, crictl: str, nvidia_ctk, base: 
             f.write(DROPINS[dropin])
     forecast, read = forecast_of(binary, main)
     observed, said = restarted(binary, crictl, d)
-    return Cell(version, dropin, outcome(forecast), forecast["reason"], observed, said,
-                read.replace(d, "/root/gpuop"), written_version(path))
+    return Cell(
+        version,
+        dropin,
+        outcome(forecast),
+        forecast["reason"],
+        observed,
+        said,
+        read.replace(d, "/root/gpuop"),
+        written_version(path),
+    )
 
 
 def table(cells) -> list:
@@ -184,6 +238,7 @@ if __name__ == "__main__":  # the table, as the README shows it; --record: the u
     import tempfile
 
     from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk_of
+
     base = tempfile.mkdtemp(prefix="gpuop-matrix-")
     cells = [cell(v, n, binary(v), crictl(), nvidia_ctk_of, base) for v in VERSIONS for n in DROPINS]
     print(f"containerd restart matrix, {time.strftime('%Y-%m-%d')}: observed outcome per cell")

@@ -11,23 +11,38 @@ import pytest
 
 from tests.helpers.expected import MERGE
 from tests.helpers.kube import lab_up, reset_lab
-from tests.helpers.labcontainerd import (binary, check_loaded, crictl_info, kill, loaded, restart,
-                                         write_dropin_keeping_runc)
+from tests.helpers.labcontainerd import (
+    binary,
+    check_loaded,
+    crictl_info,
+    kill,
+    loaded,
+    restart,
+    write_dropin_keeping_runc,
+)
 from tests.helpers.playbook import deploy, lab_daemon_pid, tree
 
 pytestmark = [pytest.mark.beside, pytest.mark.every_containerd]  # see pytest.ini
 
 # What a restart of each version's daemon loads, with the incident's files on disk.
-ONE_X_FAILS = ("RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails",
-               'RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes '
-               "(configured: nvidia); containerd {minor}: the runtimes an imported file names replace "
-               "the main config's whole")
+ONE_X_FAILS = (
+    "RESTART_RUNTIMES=nvidia",
+    "RESTART_CRI=fails",
+    'RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes '
+    "(configured: nvidia); containerd {minor}: the runtimes an imported file names replace "
+    "the main config's whole",
+)
 FORECAST = {
-    "1.6.20": [*ONE_X_FAILS[:2], ONE_X_FAILS[2].format(minor="1.6")
-               + "; a version above 2 is not checked (1.6.32 and 1.7.17 stop the daemon on it)"],
+    "1.6.20": [
+        *ONE_X_FAILS[:2],
+        ONE_X_FAILS[2].format(minor="1.6")
+        + "; a version above 2 is not checked (1.6.32 and 1.7.17 stop the daemon on it)",
+    ],
     "1.7.35": [*ONE_X_FAILS[:2], ONE_X_FAILS[2].format(minor="1.7") + " and a version above 2 stops the daemon"],
-    **{v: ["RESTART_RUNTIMES=nvidia,runc", "RESTART_CRI=ok"]
-       for v in ("2.0.5", "2.0.14", "2.1.9", "2.2.9", "2.3.3", "2.4.2")},
+    **{
+        v: ["RESTART_RUNTIMES=nvidia,runc", "RESTART_CRI=ok"]
+        for v in ("2.0.5", "2.0.14", "2.1.9", "2.2.9", "2.3.3", "2.4.2")
+    },
 }
 
 
@@ -68,19 +83,17 @@ def report(root, name):
 
 
 def files(root):
-    return {rel: body for rel, (_, _, body) in tree(root).items()
-            if body is not None and ".gpuop-bak." not in rel}
+    return {rel: body for rel, (_, _, body) in tree(root).items() if body is not None and ".gpuop-bak." not in rel}
 
 
 def restart_lines(version):
-    return [f"CONTAINERD_VERSION={version}", "LOADED_RUNTIMES=runc", "LOADED_FROM=cri",
-            *FORECAST[version]]
+    return [f"CONTAINERD_VERSION={version}", "LOADED_RUNTIMES=runc", "LOADED_FROM=cri", *FORECAST[version]]
 
 
 def assert_incident_daemon(root, version):
     """The daemon holds runc alone while the drop-in declaring nvidia is on disk; the reports say so."""
     assert loaded(root) == ["runc"]
-    assert 'runtimes.nvidia]' in (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
+    assert "runtimes.nvidia]" in (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
     assert report(root, "merge.txt") == MERGE
     assert report(root, "restart.txt").splitlines() == restart_lines(version)
 
@@ -176,7 +189,8 @@ def test_without_a_lab_containerd_loaded_is_the_recorded_observation(tmp_path, c
     assert report(root, "merge.txt").splitlines()[-1] == "LOADED_RUNTIMES=runc,bogus"
     assert report(root, "restart.txt") == (
         "CONTAINERD_VERSION=none\nLOADED_RUNTIMES=runc,bogus\nLOADED_FROM=recorded\nRESTART_RUNTIMES=\n"
-        "RESTART_CRI=unknown\nRESTART_REASON=no lab containerd on this host to ask\n")
+        "RESTART_CRI=unknown\nRESTART_REASON=no lab containerd on this host to ask\n"
+    )
     assert lab_daemon_pid(root) is None
     again = deploy(root, *data)
     assert again.code == 0 and again.changed == 0, again.changed_ops()

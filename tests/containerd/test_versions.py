@@ -29,8 +29,9 @@ def tools():
 @pytest.mark.parametrize("version,dropin", CELLS, ids=[f"{v}-{d}" for v, d in CELLS])
 def test_the_forecast_equals_what_the_restart_did(tools, version, dropin):
     got = cell(version, dropin, binary(version), tools["crictl"], nvidia_ctk_of, tools["base"])
-    assert got.forecast == got.observed, (f"{version} {dropin}: forecast {got.forecast} ({got.reason}), "
-                                          f"the restart: {got.observed} ({got.said})")
+    assert got.forecast == got.observed, (
+        f"{version} {dropin}: forecast {got.forecast} ({got.reason}), the restart: {got.observed} ({got.said})"
+    )
     if not got.observed.startswith("ok "):
         assert f"containerd {'.'.join(version.split('.')[:2])}:" in got.reason  # its version's rule
     seen = dict(zip(SEEN_DROPINS, OBSERVED[version]))[dropin]  # as recorded for the unit tests

@@ -149,15 +149,19 @@ def test_without_nvidia_ctk_or_with_one_whose_drop_in_would_not_load_gpuop_write
     # A toolkit CLI that writes a drop-in the restart would not load: judged before any restart.
     root, data = incident(lab, "1.6.20")
     bad = tmp_path / "bad-nvidia-ctk"
-    bad.write_text("#!/bin/sh\nfor a; do case $a in --drop-in-config=*) f=${a#*=};; esac; done\n"
-                   "printf 'version = 2\\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\\n"
-                   "default_runtime_name = \"crun\"\\n' >\"$f\"\n")
+    bad.write_text(
+        "#!/bin/sh\nfor a; do case $a in --drop-in-config=*) f=${a#*=};; esac; done\n"
+        'printf \'version = 2\\n[plugins."io.containerd.grpc.v1.cri".containerd]\\n'
+        'default_runtime_name = "crun"\\n\' >"$f"\n'
+    )
     bad.chmod(0o755)
     pid = lab_daemon_pid(root)
     run = deploy(root, *data, f"nvidia_ctk_binary={bad}", script="fix.py")
     assert run.code == 0, run.log
-    assert (f"what {bad} wrote would not load (default_runtime_name \"crun\" has no runtime in "
-            "containerd.runtimes (configured: runc)") in run.log
+    assert (
+        f'what {bad} wrote would not load (default_runtime_name "crun" has no runtime in '
+        "containerd.runtimes (configured: runc)"
+    ) in run.log
     assert lab_daemon_pid(root) != pid  # restarted once, on gpuop's drop-in
     assert_healthy(root)
 
@@ -167,9 +171,11 @@ def test_bad_input_is_refused_before_any_change(lab):
     before = tree(root)
     run = fix(root, *data, "toolkit_memory_fix=40Gi")
     assert run.code != 0
-    assert ("preflight: toolkit_memory_fix=40Gi does not fit every lab node: compared against each node's "
-            "allocatable memory, lab-node-0 32Gi, lab-node-1 32Gi, lab-node-2 32Gi cannot take it; "
-            "nothing was changed") in run.log
+    assert (
+        "preflight: toolkit_memory_fix=40Gi does not fit every lab node: compared against each node's "
+        "allocatable memory, lab-node-0 32Gi, lab-node-1 32Gi, lab-node-2 32Gi cannot take it; "
+        "nothing was changed"
+    ) in run.log
     run = fix(root, "containerd_binary=/nonexistent/containerd")
     assert run.code != 0
     assert "preflight: the repair restarts the lab's own containerd, and this host has none" in run.log
@@ -179,7 +185,15 @@ def test_bad_input_is_refused_before_any_change(lab):
 
 def test_a_fix_interrupted_after_the_restart_is_completed_by_the_next(lab):
     root, data = incident(lab, "1.6.20")
-    args = [PYINFRA, "inventory.py", "fix.py", "-y", "--data", f"gpuop_root={root}", *sum((["--data", d] for d in data), [])]
+    args = [
+        PYINFRA,
+        "inventory.py",
+        "fix.py",
+        "-y",
+        "--data",
+        f"gpuop_root={root}",
+        *sum((["--data", d] for d in data), []),
+    ]
     proc = Started(args)
     proc.until("the restarted lab containerd to hold nvidia,runc through CRI: after", RUN_DEADLINE_S)
     proc.proc.send_signal(signal.SIGINT)

@@ -62,8 +62,10 @@ def test_each_stage_did_what_its_state_does(proof):
     _, out, _ = proof
     [incident] = observed(out, "1-incident")
     assert incident.startswith("pod gpu-pod refused ") and 'no runtime for \\"nvidia\\" is configured' in incident
-    assert observed(out, "2-restarted") == ["restart back", "pod gpu-pod gpu GPU 0: gpuop stand-in GPU "
-                                            "(UUID: GPU-00000000-0000-0000-0000-000000000000)"]
+    assert observed(out, "2-restarted") == [
+        "restart back",
+        "pod gpu-pod gpu GPU 0: gpuop stand-in GPU (UUID: GPU-00000000-0000-0000-0000-000000000000)",
+    ]
     cdi, plain = observed(out, "3-cdi")
     assert cdi.startswith("pod cdi-pod gpu GPU 0: ") and plain == "pod plain-pod none /bin/sh: nvidia-smi: not found"
     assert observed(out, "4-cdi-off") == ["pod cdi-pod none /bin/sh: nvidia-smi: not found"]

@@ -9,23 +9,61 @@ from tests.helpers.playbook import PYINFRA
 from tests.helpers.proc import run
 
 CASES = [
-    ("inventory.py", "deploy.py", "GPUOP_HOSTS", None,
-     "{f}: no such file; list the lab hosts in one (see hosts.example.yaml), or point GPUOP_HOSTS at one"),
-    ("nodes.py", "audit.py", "GPUOP_NODES", None,
-     "{f}: no such file; list the nodes to audit in one (see nodes.example.yaml), or point GPUOP_NODES at one"),
-    ("nodes.py", "audit.py", "GPUOP_NODES", "hosts: [",
-     "{f}: not valid YAML at line 1, column 9: expected the node content, but found '<stream end>'"),
-    ("nodes.py", "audit.py", "GPUOP_NODES", "hosts:\n  gpu-a: {ssh_hostname: 10.0.0.5, ssh_password: x}\n",
-     "{f}: host gpu-a: key ssh_password is refused: no password or secret in a file; use an SSH key "
-     "(ssh_key) and passwordless sudo"),
-    ("nodes.py", "audit.py", "GPUOP_NODES", "hosts:\n  a: {ssh_hostname: x}\noverrides: {a: {ssh_port: 2}}\n",
-     "{f}: overrides and node_selector apply to the nodes the cluster lists; with hosts listed, set each host's own keys"),
+    (
+        "inventory.py",
+        "deploy.py",
+        "GPUOP_HOSTS",
+        None,
+        "{f}: no such file; list the lab hosts in one (see hosts.example.yaml), or point GPUOP_HOSTS at one",
+    ),
+    (
+        "nodes.py",
+        "audit.py",
+        "GPUOP_NODES",
+        None,
+        "{f}: no such file; list the nodes to audit in one (see nodes.example.yaml), or point GPUOP_NODES at one",
+    ),
+    (
+        "nodes.py",
+        "audit.py",
+        "GPUOP_NODES",
+        "hosts: [",
+        "{f}: not valid YAML at line 1, column 9: expected the node content, but found '<stream end>'",
+    ),
+    (
+        "nodes.py",
+        "audit.py",
+        "GPUOP_NODES",
+        "hosts:\n  gpu-a: {ssh_hostname: 10.0.0.5, ssh_password: x}\n",
+        "{f}: host gpu-a: key ssh_password is refused: no password or secret in a file; use an SSH key "
+        "(ssh_key) and passwordless sudo",
+    ),
+    (
+        "nodes.py",
+        "audit.py",
+        "GPUOP_NODES",
+        "hosts:\n  a: {ssh_hostname: x}\noverrides: {a: {ssh_port: 2}}\n",
+        "{f}: overrides and node_selector apply to the nodes the cluster lists; with hosts listed, set each host's own keys",
+    ),
     # no hosts: the cluster lists them, and one that cannot be read says so, and the way out
-    ("nodes.py", "audit.py", "GPUOP_NODES", "defaults: {kube_context: no-such-context}\n",
-     ("Expected object with name no-such-context in ", "/contexts list; with no hosts in a nodes file, the GPU "
-      "nodes are listed from the cluster (or list them: see nodes.example.yaml, GPUOP_NODES)")),
-    ("inventory.py", "deploy.py", "GPUOP_HOSTS", "hosts:\n  lab-a: {ssh_hostname: 10.0.0.5, node_name: x}\n",
-     "{f}: host lab-a: unknown key node_name; expected one of "),
+    (
+        "nodes.py",
+        "audit.py",
+        "GPUOP_NODES",
+        "defaults: {kube_context: no-such-context}\n",
+        (
+            "Expected object with name no-such-context in ",
+            "/contexts list; with no hosts in a nodes file, the GPU "
+            "nodes are listed from the cluster (or list them: see nodes.example.yaml, GPUOP_NODES)",
+        ),
+    ),
+    (
+        "inventory.py",
+        "deploy.py",
+        "GPUOP_HOSTS",
+        "hosts:\n  lab-a: {ssh_hostname: 10.0.0.5, node_name: x}\n",
+        "{f}: host lab-a: unknown key node_name; expected one of ",
+    ),
 ]
 
 

@@ -10,9 +10,12 @@ from tests.helpers.proc import run
 def test_a_cluster_that_does_not_answer_fails_its_part_alone(tmp_path):
     (tmp_path / "a").write_text("kept\n")
     batch = Batch()
-    command = batch.command((
-        (KubeObjects, {"resources": "nodes", "context": "gpuop-no-such-context", "unanswered_raises": True}),
-        (Files, {"paths": (str(tmp_path / "a"),)})))
+    command = batch.command(
+        (
+            (KubeObjects, {"resources": "nodes", "context": "gpuop-no-such-context", "unanswered_raises": True}),
+            (Files, {"paths": (str(tmp_path / "a"),)}),
+        )
+    )
     unanswered, files = batch.process(run(["sh", "-c", command], timeout_s=60, check=True).stdout.splitlines())
     assert isinstance(unanswered, ClusterUnanswered)
     assert "gpuop-no-such-context" in str(unanswered)  # kubectl's own words

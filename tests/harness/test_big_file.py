@@ -12,8 +12,17 @@ LIMIT = 128 * 1024
 @pytest.mark.parametrize("size", [1000, 300 * 1024])
 def test_a_file_of_any_size_is_written_whole_and_a_rerun_leaves_it(tmp_path, size):
     path = tmp_path / "out" / "big.txt"
-    args = [PYINFRA, "@local", "tests/harness/big_file.py", "-y", "--debug",
-            "--data", f"path={path}", "--data", f"size={size}"]
+    args = [
+        PYINFRA,
+        "@local",
+        "tests/harness/big_file.py",
+        "-y",
+        "--debug",
+        "--data",
+        f"path={path}",
+        "--data",
+        f"size={size}",
+    ]
     wrote = run(args, timeout_s=120)
     assert wrote.returncode == 0, wrote.stderr
     body = path.read_text()

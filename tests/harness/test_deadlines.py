@@ -50,15 +50,18 @@ def test_a_kubectl_that_hangs_fails_the_run_naming_it(tmp_path, kubectl_that_han
     result = deploy(root, env=kubectl_that_hangs, timeout_s=120)
     took = time.monotonic() - started
     assert result.code != 0
-    assert (f"[@local] preflight: the cluster of {CLUSTER_WORDS} is unreachable: "
-            "kubectl gave no answer within 30s (it said: gpuop-test-kubectl-that-hangs: asked); "
-            "nothing was changed") in result.log, result.log
+    assert (
+        f"[@local] preflight: the cluster of {CLUSTER_WORDS} is unreachable: "
+        "kubectl gave no answer within 30s (it said: gpuop-test-kubectl-that-hangs: asked); "
+        "nothing was changed"
+    ) in result.log, result.log
     assert took < 60, took
     assert not (root / "etc").exists()
 
 
 def test_a_test_that_hangs_fails_and_the_suite_goes_on(pytester):
-    pytester.makepyfile(test_inner="""
+    pytester.makepyfile(
+        test_inner="""
         import time
         import pytest
 
@@ -68,7 +71,8 @@ def test_a_test_that_hangs_fails_and_the_suite_goes_on(pytester):
 
         def test_after_it():
             assert True
-    """)
+    """
+    )
     started = time.monotonic()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     assert time.monotonic() - started < 60

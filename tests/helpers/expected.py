@@ -8,8 +8,10 @@ LOADED_RUNTIMES=runc
 """
 # unscheduled.txt: the PodScheduled condition as the lab's scheduler (Kubernetes 1.36) words it;
 # the seed's example is an older scheduler's ("3 No preemption victims found for incoming pod.").
-UNSCHEDULED = ("Unschedulable\n0/3 nodes are available: 3 Insufficient nvidia.com/gpu. no new claims to deallocate, "
-               "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.\n")
+UNSCHEDULED = (
+    "Unschedulable\n0/3 nodes are available: 3 Insufficient nvidia.com/gpu. no new claims to deallocate, "
+    "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.\n"
+)
 NODE_GPU = "NAME GPU\nlab-node-0 4\nlab-node-1 0\nlab-node-2 0\n"
 SLOTS = """PHYSICAL_GPUS=4
 REPLICAS=5
@@ -28,8 +30,10 @@ BLOCKER=insufficient-memory
 """
 
 # A `containerd config dump` in which the nvidia handler is loaded (for a fake containerd).
-LOADED_NVIDIA = ('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
-                 '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n')
+LOADED_NVIDIA = (
+    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+)
 
 # restart.txt on the incident lab with Debian's containerd 1.6.20: the drop-in replaces the CRI
 # section at the next start, runc is gone, and the CRI plugin refuses to load.

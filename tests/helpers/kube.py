@@ -24,9 +24,12 @@ REQUEST_TIMEOUT_S = 30  # one request of the test's own; a stalled API server fa
 
 # kubectl's resource names the tests use -> (API prefix, plural, namespaced)
 _RESOURCES = {
-    "pod": ("/api/v1", "pods", True), "node": ("/api/v1", "nodes", False),
-    "namespace": ("/api/v1", "namespaces", False), "configmap": ("/api/v1", "configmaps", True),
-    "event": ("/api/v1", "events", True), "runtimeclass": ("/apis/node.k8s.io/v1", "runtimeclasses", False),
+    "pod": ("/api/v1", "pods", True),
+    "node": ("/api/v1", "nodes", False),
+    "namespace": ("/api/v1", "namespaces", False),
+    "configmap": ("/api/v1", "configmaps", True),
+    "event": ("/api/v1", "events", True),
+    "runtimeclass": ("/apis/node.k8s.io/v1", "runtimeclasses", False),
     "daemonset": ("/apis/apps/v1", "daemonsets", True),
     "lease": ("/apis/coordination.k8s.io/v1", "leases", True),
     "poddisruptionbudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
@@ -49,16 +52,23 @@ def api_client(context=None) -> client.ApiClient:
     return api
 
 
-def request(method, path, body=None, context=None, content_type="application/json", query=None,
-            timeout_s=REQUEST_TIMEOUT_S):
+def request(
+    method, path, body=None, context=None, content_type="application/json", query=None, timeout_s=REQUEST_TIMEOUT_S
+):
     """One API request of the test's own: the response's JSON; None where a GET or DELETE finds
     nothing (404). Any other refusal fails the test with the server's words."""
     api = api_client(context)
     try:
-        answer = api.call_api(path, method, query_params=list((query or {}).items()), body=body,
-                              header_params={"Accept": "application/json", "Content-Type": content_type},
-                              auth_settings=["BearerToken"], _preload_content=False,
-                              _request_timeout=timeout_s)
+        answer = api.call_api(
+            path,
+            method,
+            query_params=list((query or {}).items()),
+            body=body,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout_s,
+        )
     except ApiException as e:
         if e.status == 404 and method in ("GET", "DELETE"):
             return None
@@ -129,8 +139,11 @@ def reset_lab(context=None, extra_namespaces=()):
     request("DELETE", path_of("runtimeclass/nvidia"), context=context)
     for node in LAB_NODES:
         set_gpus(node, None, context)
-    eventually(f"namespaces {', '.join(namespaces)} gone",
-               lambda: not any(get(f"namespace/{ns}", context=context) for ns in namespaces), timeout=120)
+    eventually(
+        f"namespaces {', '.join(namespaces)} gone",
+        lambda: not any(get(f"namespace/{ns}", context=context) for ns in namespaces),
+        timeout=120,
+    )
 
 
 def component_pidfile(component: str) -> str:
@@ -226,8 +239,9 @@ def control_plane_faults() -> list:
         leases = request("GET", path_of("leases", "kube-system"), context=f"kwok-{LAB}", timeout_s=5)
     except Exception as e:  # noqa: BLE001 (a refusal, a timeout or a connection error alike: the API is not whole)
         return [f"kube-apiserver: no answer about the leases ({type(e).__name__}: {str(e)[:200]})"]
-    return stalled_components([{**lease, "kind": "Lease"} for lease in leases["items"]], [],
-                              datetime.now(timezone.utc), held=True)
+    return stalled_components(
+        [{**lease, "kind": "Lease"} for lease in leases["items"]], [], datetime.now(timezone.utc), held=True
+    )
 
 
 def heal_lab() -> str:

@@ -19,7 +19,9 @@ from tests.helpers.ssh import free_port
 CLUSTER_DIR = os.path.expanduser(f"~/.kwok/clusters/{LAB}")  # the lab's CA and admin kubeconfig
 
 
-READ_IMAGE = "docker.io/library/busybox:1.37"  # the cluster reach's default image (node_pod_image), as the lab imports it
+READ_IMAGE = (
+    "docker.io/library/busybox:1.37"  # the cluster reach's default image (node_pod_image), as the lab imports it
+)
 
 
 def host_ip() -> str:
@@ -43,7 +45,9 @@ def kubelet(dir_: str, endpoint: str, layout: str = "yaml", register: str = "") 
     sysctls it sets (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops are not namespaced)
     land in files bound over them, and /var/log is an overlay like /var/lib."""
     if register:
-        config = labcluster.kubelet_config(endpoint, free_port(), f"{CLUSTER_DIR}/pki/ca.crt", **labcluster.KUBELET_NODE)
+        config = labcluster.kubelet_config(
+            endpoint, free_port(), f"{CLUSTER_DIR}/pki/ca.crt", **labcluster.KUBELET_NODE
+        )
     else:
         config = labcluster.kubelet_config(endpoint, free_port())
     head = {k: config[k] for k in ("apiVersion", "kind")}
@@ -53,8 +57,12 @@ def kubelet(dir_: str, endpoint: str, layout: str = "yaml", register: str = "") 
         rest = {k: v for k, v in config.items() if k != "containerRuntimeEndpoint"}
         # kubelet defaults what a drop-in leaves out before it merges (enforceNodeAllocatable
         # "pods", which needs QoS cgroups): the drop-in says "none" again.
-        dropin = {**head, "containerRuntimeEndpoint": endpoint, "cgroupsPerQOS": False,
-                  "enforceNodeAllocatable": ["none"]}
+        dropin = {
+            **head,
+            "containerRuntimeEndpoint": endpoint,
+            "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": ["none"],
+        }
         files = {"config.json": json.dumps(rest), "config.json.d/00-nodeadm.conf": json.dumps(dropin, indent=2)}
         flags = f"--config {dir_}/config.json --config-dir {dir_}/config.json.d"
     elif layout == "rke2":
@@ -62,19 +70,29 @@ def kubelet(dir_: str, endpoint: str, layout: str = "yaml", register: str = "") 
         flags = f"--config-dir={dir_}/kubelet.conf.d"
     else:
         raise ValueError(f"kubelet layout {layout}: expected yaml, eks or rke2")
-    masks = [f"cat /proc/sys/{f} >{dir_}/sysctl-{f.replace('/', '.')}; "
-             f"mount --bind {dir_}/sysctl-{f.replace('/', '.')} /proc/sys/{f}"
-             for f in ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")]
-    writes = [line for name, text in files.items()
-              for line in (f"mkdir -p {os.path.dirname(f'{dir_}/{name}')}", write_file(f"{dir_}/{name}", text + "\n"))]
+    masks = [
+        f"cat /proc/sys/{f} >{dir_}/sysctl-{f.replace('/', '.')}; "
+        f"mount --bind {dir_}/sysctl-{f.replace('/', '.')} /proc/sys/{f}"
+        for f in ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+    ]
+    writes = [
+        line
+        for name, text in files.items()
+        for line in (f"mkdir -p {os.path.dirname(f'{dir_}/{name}')}", write_file(f"{dir_}/{name}", text + "\n"))
+    ]
     if register:
-        flags += (f" --kubeconfig {CLUSTER_DIR}/kubeconfig.yaml --hostname-override {register} --node-ip {host_ip()}"
-                  f" --node-labels {MARK}=true --register-with-taints {MARK}=true:NoSchedule")
-    return [*masks, *writes,
-            f"mkdir -p {dir_}/varlog/upper {dir_}/varlog/work",
-            f"mount -t overlay overlay -o lowerdir=/var/log,upperdir={dir_}/varlog/upper,workdir={dir_}/varlog/work /var/log",
-            f"setsid {built('kubelet', 'kubelet')} {flags} --root-dir /var/lib/kubelet "
-            f"</dev/null >{dir_}/kubelet.log 2>&1 &"]
+        flags += (
+            f" --kubeconfig {CLUSTER_DIR}/kubeconfig.yaml --hostname-override {register} --node-ip {host_ip()}"
+            f" --node-labels {MARK}=true --register-with-taints {MARK}=true:NoSchedule"
+        )
+    return [
+        *masks,
+        *writes,
+        f"mkdir -p {dir_}/varlog/upper {dir_}/varlog/work",
+        f"mount -t overlay overlay -o lowerdir=/var/log,upperdir={dir_}/varlog/upper,workdir={dir_}/varlog/work /var/log",
+        f"setsid {built('kubelet', 'kubelet')} {flags} --root-dir /var/lib/kubelet "
+        f"</dev/null >{dir_}/kubelet.log 2>&1 &",
+    ]
 
 
 def pod_network(node) -> str:
@@ -89,7 +107,9 @@ def pod_network(node) -> str:
     if not os.path.lexists(os.path.join(cni, "bin/loopback")):
         os.symlink("/usr/lib/cni/loopback", os.path.join(cni, "bin/loopback"))
     with open(os.path.join(cni, "net.d/10-gpuop-lab.conflist"), "w") as f:
-        json.dump({"cniVersion": "1.0.0", "name": "gpuop-lab", "plugins": [{"type": "gpuop-lab", "subnet": "10.89.0"}]}, f)
+        json.dump(
+            {"cniVersion": "1.0.0", "name": "gpuop-lab", "plugins": [{"type": "gpuop-lab", "subnet": "10.89.0"}]}, f
+        )
     return cni
 
 
@@ -110,8 +130,12 @@ def crio_images(node) -> list:
     store = "containers-storage:[vfs@/var/lib/containers/storage+/run/containers/storage]"
     policy = json.dumps({"default": [{"type": "insecureAcceptAnything"}]})
     importer = built("crio-import", "crio-import")
-    return ["mkdir -p /etc/containers", f"echo '{policy}' >/etc/containers/policy.json",
-            f"{importer} oci-archive:{sandbox} '{store}{pause}'", f"{importer} oci-archive:{reader} '{store}{READ_IMAGE}'"]
+    return [
+        "mkdir -p /etc/containers",
+        f"echo '{policy}' >/etc/containers/policy.json",
+        f"{importer} oci-archive:{sandbox} '{store}{pause}'",
+        f"{importer} oci-archive:{reader} '{store}{READ_IMAGE}'",
+    ]
 
 
 def crio_network(node) -> str:
@@ -135,14 +159,22 @@ def pod_ready(node) -> tuple:
     if not os.path.exists(os.path.join(os.path.dirname(containerd), "containerd-shim-runc-v2")):
         run([os.path.join(HERE, "lab/build.sh"), "shim", node.version], timeout_s=1800, check=True)
     default = run([containerd, "config", "default"], timeout_s=30, check=True).stdout
-    sandbox = next(line.split("=", 1)[1].strip().strip("'\"") for line in default.splitlines()
-                   if line.strip().startswith(("sandbox_image", "sandbox ")) and "=" in line)
+    sandbox = next(
+        line.split("=", 1)[1].strip().strip("'\"")
+        for line in default.splitlines()
+        if line.strip().startswith(("sandbox_image", "sandbox ")) and "=" in line
+    )
     images = os.path.join(HERE, "lab/standin/images.py")
     pause, reader = os.path.join(node.dir, "pause.tar"), os.path.join(node.dir, "read.tar")
     run(["python3", images, pause, built("standin", "standin"), f"{sandbox}=pause"], timeout_s=60, check=True)
     run(["python3", images, "--busybox", reader, "/bin/busybox", READ_IMAGE], timeout_s=60, check=True)
     ctr = "ctr --address /run/containerd/containerd.sock --namespace k8s.io --timeout 20s"
     store = os.path.join(node.dir, "containerd-root")
-    return (kubelet_node_cri(f"{cni}/bin", f"{cni}/net.d"),
-            [f"mkdir -p {store} /var/lib/containerd", f"mount --bind {store} /var/lib/containerd"],
-            [f"{ctr} images import --all-platforms {pause} >/dev/null", f"{ctr} images import --all-platforms {reader} >/dev/null"])
+    return (
+        kubelet_node_cri(f"{cni}/bin", f"{cni}/net.d"),
+        [f"mkdir -p {store} /var/lib/containerd", f"mount --bind {store} /var/lib/containerd"],
+        [
+            f"{ctr} images import --all-platforms {pause} >/dev/null",
+            f"{ctr} images import --all-platforms {reader} >/dev/null",
+        ],
+    )

@@ -14,6 +14,7 @@ from tests.helpers.playbook import lab_daemon_pid, wait_gone
 from tests.helpers.proc import run
 
 from tests.helpers import ROOT as HERE  # the project
+
 DEBIAN = "/usr/bin/containerd"
 
 
@@ -63,8 +64,10 @@ def socket(root):
 
 def crictl_info(root):
     """``crictl info`` against the lab daemon: (exit code, parsed JSON or crictl's error text)."""
-    asked = run(["crictl", "--config", "/dev/null", "--runtime-endpoint", f"unix://{socket(root)}",
-                 "--timeout", "3s", "info"], timeout_s=15)
+    asked = run(
+        ["crictl", "--config", "/dev/null", "--runtime-endpoint", f"unix://{socket(root)}", "--timeout", "3s", "info"],
+        timeout_s=15,
+    )
     return asked.returncode, (json.loads(asked.stdout) if asked.returncode == 0 else asked.stderr)
 
 
@@ -89,12 +92,19 @@ def restart(root, containerd_binary):
     if pid:
         os.kill(pid, 15)
         wait_gone(pid)
-    args = [containerd_binary, "--config", f"{root}/etc/containerd/config.toml",
-            "--root", f"{root}/var/lib/containerd", "--state", f"{root}/run/containerd",
-            "--address", str(socket(root))]
+    args = [
+        containerd_binary,
+        "--config",
+        f"{root}/etc/containerd/config.toml",
+        "--root",
+        f"{root}/var/lib/containerd",
+        "--state",
+        f"{root}/run/containerd",
+        "--address",
+        str(socket(root)),
+    ]
     with open(root / "var/log/containerd.log", "a") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     (root / "run/containerd.pid").write_text(f"{proc.pid}\n")
     for _ in range(300):
         if socket(root).exists() and "connect: " not in str(crictl_info(root)[1]):  # dialled

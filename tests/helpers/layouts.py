@@ -19,14 +19,17 @@ DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
 
 # A CDI spec of GPU devices, where the node's containerd reads specs (/var/run/cdi: inside the
 # node's own /run), as the toolkit's nvidia-cdi-refresh writes it.
-CDI_SPEC = ["mkdir -p /var/run/cdi",
-            "printf 'cdiVersion: 0.6.0\\nkind: nvidia.com/gpu\\ndevices:\\n- name: \"0\"\\n' >/var/run/cdi/nvidia.yaml"]
+CDI_SPEC = [
+    "mkdir -p /var/run/cdi",
+    "printf 'cdiVersion: 0.6.0\\nkind: nvidia.com/gpu\\ndevices:\\n- name: \"0\"\\n' >/var/run/cdi/nvidia.yaml",
+]
 
 
 def nvidia_ctk_configure() -> str:
     """The real toolkit CLI configuring the node's own containerd, as the GPU Operator does."""
-    return (f"{nvidia_ctk()} runtime configure --runtime=containerd --config={CONFIG} "
-            f"--drop-in-config={DROPIN} >/dev/null")
+    return (
+        f"{nvidia_ctk()} runtime configure --runtime=containerd --config={CONFIG} --drop-in-config={DROPIN} >/dev/null"
+    )
 
 
 def aks_config() -> str:
@@ -48,14 +51,22 @@ def another_containerd(version: str, name: str, nvidia: bool = False) -> list:
     (/run/containerd-NAME/containerd.sock), as nodes that run two have; with ``nvidia``, the
     nvidia runtime is loaded in it (the one a ``kubelet`` is pointed at)."""
     cfg = seed_config(f"/etc/containerd/{name}.d/*.toml")
-    cfg.update({"root": f"/var/lib/containerd-{name}", "state": f"/run/containerd-{name}",
-                "grpc": {"address": f"/run/containerd-{name}/containerd.sock"}})
+    cfg.update(
+        {
+            "root": f"/var/lib/containerd-{name}",
+            "state": f"/run/containerd-{name}",
+            "grpc": {"address": f"/run/containerd-{name}/containerd.sock"},
+        }
+    )
     if nvidia:
         cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"].update(
-            nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"])
-    return [write_file(f"/etc/containerd/{name}.toml", tomli_w.dumps(cfg)),
-            f"setsid {binary(version)} --config /etc/containerd/{name}.toml </dev/null >/dev/null 2>&1 &",
-            f"n=0; until [ -S /run/containerd-{name}/containerd.sock ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
+            nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+        )
+    return [
+        write_file(f"/etc/containerd/{name}.toml", tomli_w.dumps(cfg)),
+        f"setsid {binary(version)} --config /etc/containerd/{name}.toml </dev/null >/dev/null 2>&1 &",
+        f"n=0; until [ -S /run/containerd-{name}/containerd.sock ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done",
+    ]
 
 
 K3S_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own containerd (docs/fleets.md)
@@ -72,40 +83,51 @@ def _distro_containerd(containerd: str, data: str, program: str, files: dict | N
     in it, FILES beside it, its socket, state and root as flags (docs/fleets.md)."""
     cfg = seed_config(f"{data}/etc/containerd/conf.d/*.toml")
     cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"].update(
-        nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"])
+        nvidia_dropin()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    )
     written = {"config.toml": generated_header(program) + tomli_w.dumps(cfg), **(files or {})}
-    return [f"mkdir -p {data}/etc/containerd",
-            *(write_file(f"{data}/etc/containerd/{name}", text) for name, text in written.items()),
-            f"setsid {containerd} -c {data}/etc/containerd/config.toml -a {K3S_SOCKET} "
-            f"--state /run/k3s/containerd --root {data}/containerd </dev/null >/dev/null 2>&1 &",
-            f"n=0; until [ -S {K3S_SOCKET} ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done"]
+    return [
+        f"mkdir -p {data}/etc/containerd",
+        *(write_file(f"{data}/etc/containerd/{name}", text) for name, text in written.items()),
+        f"setsid {containerd} -c {data}/etc/containerd/config.toml -a {K3S_SOCKET} "
+        f"--state /run/k3s/containerd --root {data}/containerd </dev/null >/dev/null 2>&1 &",
+        f"n=0; until [ -S {K3S_SOCKET} ]; do n=$((n+1)); [ $n -lt 200 ]; sleep 0.1; done",
+    ]
 
 
 # An operator's template for RKE2 that extends the built-in one with a registry setting only: the
 # nvidia runtime the toolkit wrote into config.toml is not in it.
-RKE2_TEMPLATE = ('{{ template "base" . }}\n'
-                 '[plugins."io.containerd.cri.v1.images".registry]\n  config_path = "/etc/containerd/certs.d"\n')
+RKE2_TEMPLATE = (
+    '{{ template "base" . }}\n'
+    '[plugins."io.containerd.cri.v1.images".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+)
 
 
 def rke2_containerd(version: str) -> list:
     """RKE2's containerd: a real containerd binary, RKE2's flags (its kubelet is a process), its
     config.toml edited by the toolkit beside an operator's config-v3.toml.tmpl, and no NVIDIA
     runtime binary where RKE2 looks at start: its next start loses the nvidia runtime."""
-    return _distro_containerd(binary(version), "/var/lib/rancher/rke2/agent", "rke2",
-                              {"config-v3.toml.tmpl": RKE2_TEMPLATE})
+    return _distro_containerd(
+        binary(version), "/var/lib/rancher/rke2/agent", "rke2", {"config-v3.toml.tmpl": RKE2_TEMPLATE}
+    )
 
 
 # The node's own /usr/local, where the GPU Operator installs the toolkit: an overlay whose
 # writes land in the node's own /run.
-_USR_LOCAL = ["mkdir -p /run/usrlocal/upper /run/usrlocal/work",
-              "mount -t overlay overlay -o lowerdir=/usr/local,upperdir=/run/usrlocal/upper,"
-              "workdir=/run/usrlocal/work /usr/local"]
+_USR_LOCAL = [
+    "mkdir -p /run/usrlocal/upper /run/usrlocal/work",
+    "mount -t overlay overlay -o lowerdir=/usr/local,upperdir=/run/usrlocal/upper,"
+    "workdir=/run/usrlocal/work /usr/local",
+]
 
 
 # The toolkit's runtime where k3s looks for it at start (gpuop.judgment.regen).
-TOOLKIT_RUNTIME = [*_USR_LOCAL, "mkdir -p /usr/local/nvidia/toolkit",
-                   "printf '#!/bin/sh\\nexit 1\\n' >/usr/local/nvidia/toolkit/nvidia-container-runtime",
-                   "chmod 755 /usr/local/nvidia/toolkit/nvidia-container-runtime"]
+TOOLKIT_RUNTIME = [
+    *_USR_LOCAL,
+    "mkdir -p /usr/local/nvidia/toolkit",
+    "printf '#!/bin/sh\\nexit 1\\n' >/usr/local/nvidia/toolkit/nvidia-container-runtime",
+    "chmod 755 /usr/local/nvidia/toolkit/nvidia-container-runtime",
+]
 
 
 # What the toolkit's image carries for its installer (--toolkit-source-root): the libraries and
@@ -116,8 +138,15 @@ _ARTIFACTS = "/run/toolkit-artifacts"
 _ARTIFACT_LIBS = ("libnvidia-container.so.1", "libnvidia-container-go.so.1")
 
 
-_ARTIFACT_BINS = ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-cli", "nvidia-container-runtime-hook",
-                  "nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
+_ARTIFACT_BINS = (
+    "nvidia-ctk",
+    "nvidia-cdi-hook",
+    "nvidia-container-cli",
+    "nvidia-container-runtime-hook",
+    "nvidia-container-runtime",
+    "nvidia-container-runtime.cdi",
+    "nvidia-container-runtime.legacy",
+)
 
 
 def nvidia_ctk_installer(restart_mode: str) -> list:
@@ -136,24 +165,33 @@ def nvidia_ctk_installer(restart_mode: str) -> list:
     ended itself ("Signal received, exiting early", non-zero: seen under a cold build's load) is
     one more miss, not a failure."""
     lib, usr_bin = f"{_ARTIFACTS}/usr/lib/x86_64-linux-gnu", f"{_ARTIFACTS}/usr/bin"
-    once = (f"setsid -w {nvidia_ctk('nvidia-ctk-installer')} --runtime=containerd --no-daemon "
-            f"--restart-mode={restart_mode} --toolkit-source-root={_ARTIFACTS} >>/run/toolkit-installer.log 2>&1")
+    once = (
+        f"setsid -w {nvidia_ctk('nvidia-ctk-installer')} --runtime=containerd --no-daemon "
+        f"--restart-mode={restart_mode} --toolkit-source-root={_ARTIFACTS} >>/run/toolkit-installer.log 2>&1"
+    )
     install = f"{once} || {{ cat /run/toolkit-installer.log; exit 1; }}"
     if restart_mode == "signal":
-        install = ("old=$(pgrep -o -x containerd); n=0; while kill -0 \"$old\" 2>/dev/null; do n=$((n+1)); "
-                   "[ $n -le 20 ] || { echo \"the installer's SIGHUP missed containerd $((n-1)) times\"; "
-                   f"tail -n 5 /run/toolkit-installer.log; exit 1; }}; {once}; sleep 0.3; done")
-    return [*_USR_LOCAL, f"mkdir -p {lib} {usr_bin}",
-            *(f": >{lib}/{name}" for name in _ARTIFACT_LIBS),
-            *(f"printf '#!/bin/sh\\nexit 0\\n' >{usr_bin}/{name}; chmod 755 {usr_bin}/{name}"
-              for name in _ARTIFACT_BINS),
-            *cri_back(), install]
+        install = (
+            'old=$(pgrep -o -x containerd); n=0; while kill -0 "$old" 2>/dev/null; do n=$((n+1)); '
+            '[ $n -le 20 ] || { echo "the installer\'s SIGHUP missed containerd $((n-1)) times"; '
+            f"tail -n 5 /run/toolkit-installer.log; exit 1; }}; {once}; sleep 0.3; done"
+        )
+    return [
+        *_USR_LOCAL,
+        f"mkdir -p {lib} {usr_bin}",
+        *(f": >{lib}/{name}" for name in _ARTIFACT_LIBS),
+        *(f"printf '#!/bin/sh\\nexit 0\\n' >{usr_bin}/{name}; chmod 755 {usr_bin}/{name}" for name in _ARTIFACT_BINS),
+        *cri_back(),
+        install,
+    ]
 
 
 def cri_back() -> list:
     """Wait (20 s at most) until the node's containerd answers CRI again."""
-    return [f"n=0; until {crictl()} --config /dev/null --runtime-endpoint unix:///run/containerd/containerd.sock "
-            "--timeout 2s info >/dev/null 2>&1; do n=$((n+1)); [ $n -lt 100 ]; sleep 0.2; done"]
+    return [
+        f"n=0; until {crictl()} --config /dev/null --runtime-endpoint unix:///run/containerd/containerd.sock "
+        "--timeout 2s info >/dev/null 2>&1; do n=$((n+1)); [ $n -lt 100 ]; sleep 0.2; done"
+    ]
 
 
 def k3s(version: str) -> list:
@@ -162,14 +200,17 @@ def k3s(version: str) -> list:
     k3s process that embeds kubelet (there is no kubelet process), whose endpoint is in the
     kubelet.conf.d drop-in under its data directory, as k3s 1.32+ writes it; the GPU Operator's
     toolkit installed where k3s finds it at start, so its next start keeps the nvidia runtime."""
-    multicall = run([os.path.join(HERE, "lab/build.sh"), "multicall", version], timeout_s=1800,
-                    check=True).stdout.strip()
+    multicall = run(
+        [os.path.join(HERE, "lab/build.sh"), "multicall", version], timeout_s=1800, check=True
+    ).stdout.strip()
     data = "/var/lib/rancher/k3s"
     dropin = f"containerRuntimeEndpoint: unix://{K3S_SOCKET}\n"
-    return [f"mkdir -p {data}/agent/etc/kubelet.conf.d",
-            write_file(f"{data}/agent/etc/kubelet.conf.d/00-k3s-defaults.conf", dropin),
-            f"setsid {multicall}/k3s server --data-dir {data} </dev/null >/dev/null 2>&1 &",
-            *TOOLKIT_RUNTIME,
-            *_distro_containerd(f"{multicall}/containerd", f"{data}/agent", "k3s"),
-            # what the embedded kubelet does first: ask its runtime's CRI status (see start())
-            f"{crictl()} --config /dev/null --runtime-endpoint unix://{K3S_SOCKET} --timeout 3s info >/dev/null 2>&1 || true"]
+    return [
+        f"mkdir -p {data}/agent/etc/kubelet.conf.d",
+        write_file(f"{data}/agent/etc/kubelet.conf.d/00-k3s-defaults.conf", dropin),
+        f"setsid {multicall}/k3s server --data-dir {data} </dev/null >/dev/null 2>&1 &",
+        *TOOLKIT_RUNTIME,
+        *_distro_containerd(f"{multicall}/containerd", f"{data}/agent", "k3s"),
+        # what the embedded kubelet does first: ask its runtime's CRI status (see start())
+        f"{crictl()} --config /dev/null --runtime-endpoint unix://{K3S_SOCKET} --timeout 3s info >/dev/null 2>&1 || true",
+    ]

@@ -45,8 +45,16 @@ class Run:
 RUN_DEADLINE_S = 300  # a whole pyinfra run in a test; the product's own waits end at wait_timeout_s
 
 
-def deploy(root, *data, env=None, dry=False, script="deploy.py", inventory="inventory.py",
-           debug=False, timeout_s=RUN_DEADLINE_S) -> Run:
+def deploy(
+    root,
+    *data,
+    env=None,
+    dry=False,
+    script="deploy.py",
+    inventory="inventory.py",
+    debug=False,
+    timeout_s=RUN_DEADLINE_S,
+) -> Run:
     """Run the playbook with extra ``key=value`` data: against @local with ``gpuop_root=root``,
     or (root None) against the hosts of ``GPUOP_HOSTS`` in ``env`` with their own roots.
     ``debug``: pyinfra's --debug, whose log shows every command run on a target. A run that

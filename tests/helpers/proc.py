@@ -29,8 +29,10 @@ def _tail(text) -> str:
 
 def hung(args, timeout_s, out="", err="") -> AssertionError:
     """The failure of a process that did not finish in time: what it ran and what it said last."""
-    return AssertionError(f"did not finish within {timeout_s}s: {' '.join(map(str, args))}\n"
-                          f"--- its last output:\n{_tail(out)}\n--- its last errors:\n{_tail(err)}")
+    return AssertionError(
+        f"did not finish within {timeout_s}s: {' '.join(map(str, args))}\n"
+        f"--- its last output:\n{_tail(out)}\n--- its last errors:\n{_tail(err)}"
+    )
 
 
 @dataclass
@@ -46,9 +48,16 @@ def run(args, timeout_s: float, stdin: str | None = None, env=None, cwd=None, ch
 
         run(["kubectl", "get", "nodes"], timeout_s=60).stdout
     """
-    proc = subprocess.Popen(args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=cwd, start_new_session=True)
+    proc = subprocess.Popen(
+        args,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(stdin, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -70,8 +79,9 @@ class Started:
 
     def __init__(self, args, env=None):
         self.args = args
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+        )
         self.lines: list = []
         self.times: list = []  # when each line was read (time.monotonic())
         self._new = queue.Queue()
@@ -102,8 +112,9 @@ class Started:
 
     def last_seen(self, *markers: str):
         """When the last line holding any of ``markers`` was read, None if none was."""
-        return next((t for t, line in zip(reversed(self.times), reversed(self.lines))
-                     if any(m in line for m in markers)), None)
+        return next(
+            (t for t, line in zip(reversed(self.times), reversed(self.lines)) if any(m in line for m in markers)), None
+        )
 
     def until(self, marker: str, timeout_s: float) -> str:
         """Wait for a line holding ``marker``; the log so far. Fails (killing the process) if the
@@ -114,9 +125,11 @@ class Started:
                 line = self._new.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 _killed(self.proc)
-                raise AssertionError(f"no line with {marker!r} within {timeout_s}s from "
-                                     f"{' '.join(map(str, self.args))}\n--- its last errors:\n"
-                                     f"{_tail(self.log())}") from None
+                raise AssertionError(
+                    f"no line with {marker!r} within {timeout_s}s from "
+                    f"{' '.join(map(str, self.args))}\n--- its last errors:\n"
+                    f"{_tail(self.log())}"
+                ) from None
             if line is None:
                 raise AssertionError(f"the run ended before {marker!r}:\n{_tail(self.log())}")
             if marker in line:

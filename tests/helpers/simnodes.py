@@ -30,6 +30,7 @@ NODE_SH = os.path.join(HERE, "lab/simnode.sh")
 @dataclass
 class Node:
     """One simulated node: its version, files and hooks, as an operator left it."""
+
     name: str
     version: str
     hostname: str = ""  # the node's own hostname; empty: its Node's name
@@ -45,7 +46,9 @@ class Node:
     knobs: dict = field(default_factory=dict)  # its own keys in the nodes file (gpu_handler...)
     registered: bool = False  # its kubelet (on its own containerd) registers it in the lab cluster: Pods run on it
     files: dict = field(default_factory=dict)  # /etc/containerd files written before anything
-    nvidia_runtime: bool = False  # a stand-in /usr/bin/nvidia-container-runtime (logs each call, runs runc), and its hook
+    nvidia_runtime: bool = (
+        False  # a stand-in /usr/bin/nvidia-container-runtime (logs each call, runs runc), and its hook
+    )
     nvidia_ctk: str = ""  # the real nvidia-ctk of this release in its /usr/bin, as the toolkit's package installs it
     crio: dict = field(default_factory=dict)  # /etc/crio files: the node runs the lab's CRI-O (crio.conf: CRIO_CONF)
     containerd_too: bool = False  # a CRI-O node whose containerd of ``version`` runs beside it
@@ -80,11 +83,25 @@ SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # wh
 def host_files() -> dict:
     """What a kubelet and its containerd would write on the host if their namespace leaked:
     the node paths' trees, the stand-in runtime's place, and the global sysctls kubelet sets."""
-    found = {p: tree(p) if os.path.isdir(p) else os.path.exists(p)
-             for p in ("/etc/containerd", "/var/lib/containerd", "/var/lib/kubelet", "/var/log/pods",
-                       "/var/lib/cni", "/run/containerd", "/usr/bin/nvidia-container-runtime", "/usr/local/nvidia",
-                       "/etc/crio", "/var/lib/crio", "/var/lib/containers", "/var/log/crio", "/run/crio",
-                       "/usr/share/containers")}
+    found = {
+        p: tree(p) if os.path.isdir(p) else os.path.exists(p)
+        for p in (
+            "/etc/containerd",
+            "/var/lib/containerd",
+            "/var/lib/kubelet",
+            "/var/log/pods",
+            "/var/lib/cni",
+            "/run/containerd",
+            "/usr/bin/nvidia-container-runtime",
+            "/usr/local/nvidia",
+            "/etc/crio",
+            "/var/lib/crio",
+            "/var/lib/containers",
+            "/var/log/crio",
+            "/run/crio",
+            "/usr/share/containers",
+        )
+    }
     for s in SYSCTLS:
         with open(f"/proc/sys/{s}") as f:
             found[s] = f.read()
@@ -104,8 +121,11 @@ def k3s_like(node: Node, files: dict) -> dict:
     with open(restart, "w") as f:
         f.write(f"#!/bin/sh\nexec {render} render {base} /etc/containerd/config.toml.tmpl {CONFIG}\n")
     os.chmod(restart, 0o755)
-    return {**files, CONFIG: generated_header("k3s") + files[CONFIG],
-            "/etc/containerd/config.toml.tmpl": files[CONFIG] + node.k3s_template}
+    return {
+        **files,
+        CONFIG: generated_header("k3s") + files[CONFIG],
+        "/etc/containerd/config.toml.tmpl": files[CONFIG] + node.k3s_template,
+    }
 
 
 def start(node: Node, root: str, pubkey: str) -> Node:
@@ -114,10 +134,19 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     os.makedirs(os.path.join(node.dir, "etc", "conf.d"), exist_ok=True)
     node_cri, store, imports = pod_ready(node) if node.registered and not node.crio else (None, [], [])
     store += crio_images(node) if node.registered and node.crio else []
-    crio_files = {**node.crio, **({"/etc/crio/crio.conf.d/20-network.conf": crio_network(node)}
-                                  if node.registered and node.crio else {})}
-    after = node.after + imports + (kubelet(node.dir, node.kubelet, node.kubelet_layout, node.name if node.registered else "")
-                                    if node.kubelet else [])
+    crio_files = {
+        **node.crio,
+        **({"/etc/crio/crio.conf.d/20-network.conf": crio_network(node)} if node.registered and node.crio else {}),
+    }
+    after = (
+        node.after
+        + imports
+        + (
+            kubelet(node.dir, node.kubelet, node.kubelet_layout, node.name if node.registered else "")
+            if node.kubelet
+            else []
+        )
+    )
     config = seed_config(node.imports, node_cri=node_cri)
     if not node.imports:
         del config["imports"]
@@ -146,8 +175,10 @@ def start(node: Node, root: str, pubkey: str) -> Node:
             f.write(text)
     # kubelet asks a new containerd for its CRI status within seconds of its start, and 1.7+
     # then writes its introspection uuid once, for good: a real node has it before any audit.
-    first_status = (f"{crictl()} --config /dev/null --runtime-endpoint unix:///run/containerd/containerd.sock "
-                    "--timeout 3s info >/dev/null 2>&1 || true")
+    first_status = (
+        f"{crictl()} --config /dev/null --runtime-endpoint unix:///run/containerd/containerd.sock "
+        "--timeout 3s info >/dev/null 2>&1 || true"
+    )
     for hook, lines in (("before.sh", store + node.before), ("after.sh", after + [first_status])):
         if lines:
             path = os.path.join(node.dir, hook)
@@ -164,8 +195,7 @@ def start(node: Node, root: str, pubkey: str) -> Node:
     if node.containerd_too:
         env["SIMNODE_ALSO"] = binary(node.version)
     runtime = crio_binary() if node.crio else binary(node.version)
-    run([NODE_SH, "start", node.dir, runtime, node.hostname or node.name, LAB], timeout_s=60,
-        check=True, env=env)
+    run([NODE_SH, "start", node.dir, runtime, node.hostname or node.name, LAB], timeout_s=60, check=True, env=env)
     return node
 
 
@@ -189,10 +219,13 @@ def running(nodes, root: str):
         delete_cluster_objects(nodes)
     after = host_files()
     assert after == host_before, "changed on the host: " + "; ".join(
-        f"{k}: {host_before.get(k)!r} -> {after.get(k)!r}" if not isinstance(after.get(k), dict) else
-        f"{k}: {sorted(set(after[k]) ^ set(host_before.get(k) or {}))} added or removed, "
+        f"{k}: {host_before.get(k)!r} -> {after.get(k)!r}"
+        if not isinstance(after.get(k), dict)
+        else f"{k}: {sorted(set(after[k]) ^ set(host_before.get(k) or {}))} added or removed, "
         f"{sorted(p for p in after[k] if p in (host_before.get(k) or {}) and after[k][p] != host_before[k][p])} changed"
-        for k in sorted(set(after) | set(host_before)) if after.get(k) != host_before.get(k))
+        for k in sorted(set(after) | set(host_before))
+        if after.get(k) != host_before.get(k)
+    )
 
 
 @contextlib.contextmanager
@@ -248,8 +281,13 @@ def tree(path: str) -> dict:
             if stat.S_ISREG(st.st_mode):
                 with open(p, "rb") as f:
                     digest = hashlib.sha256(f.read()).hexdigest()
-            found[os.path.relpath(p, path)] = (stat.S_IFMT(st.st_mode), st.st_mode & 0o7777, st.st_size,
-                                               st.st_mtime_ns, digest)
+            found[os.path.relpath(p, path)] = (
+                stat.S_IFMT(st.st_mode),
+                st.st_mode & 0o7777,
+                st.st_size,
+                st.st_mtime_ns,
+                digest,
+            )
     return found
 
 
@@ -263,12 +301,20 @@ def node_files(node: Node) -> dict:
     /run as the node sees them, and everything written to its /var/lib and /var/log (a CRI-O
     node's: its /etc/crio and /etc too)."""
     root = f"/proc/{ns_pid(node)}/root"
-    found = {"/etc/containerd": etc_containerd(node), "/run": tree(root + "/run"),
-             "/var/lib": tree(os.path.join(node.dir, "varlib", "upper")),
-             "/var/log": tree(os.path.join(node.dir, "varlog", "upper"))}
+    found = {
+        "/etc/containerd": etc_containerd(node),
+        "/run": tree(root + "/run"),
+        "/var/lib": tree(os.path.join(node.dir, "varlib", "upper")),
+        "/var/log": tree(os.path.join(node.dir, "varlog", "upper")),
+    }
     if node.crio:  # its /etc/crio, what it wrote in /etc, and its private /var/log
-        found.update({"/etc/crio": tree(root + "/etc/crio"), "/etc": tree(os.path.join(node.dir, "etc-upper")),
-                      "/var/log": tree(root + "/var/log")})
+        found.update(
+            {
+                "/etc/crio": tree(root + "/etc/crio"),
+                "/etc": tree(os.path.join(node.dir, "etc-upper")),
+                "/var/log": tree(root + "/var/log"),
+            }
+        )
     return found
 
 

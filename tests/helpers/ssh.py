@@ -56,8 +56,9 @@ class Sshd:
         with open(config, "w") as f:
             f.write(sshd_config(self.port, f"{self.dir}/host_ed25519", self.authorized, f"{self.dir}/sshd.pid"))
         os.makedirs("/run/sshd", exist_ok=True)
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", config],
-                                     stderr=open(os.path.join(self.dir, "sshd.log"), "w"))
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", config], stderr=open(os.path.join(self.dir, "sshd.log"), "w")
+        )
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -65,8 +66,9 @@ class Sshd:
                 return self
             except OSError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise AssertionError(f"sshd on port {self.port} did not start: "
-                                         + open(os.path.join(self.dir, "sshd.log")).read())
+                    raise AssertionError(
+                        f"sshd on port {self.port} did not start: " + open(os.path.join(self.dir, "sshd.log")).read()
+                    )
                 time.sleep(0.1)
 
     def stop(self):

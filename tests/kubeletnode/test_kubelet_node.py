@@ -33,8 +33,10 @@ SANDBOX_ERROR = {
 
 # What kubelet copies to Node.status.runtimeHandlers from its runtime's CRI status: containerd
 # 2.x names its handlers ("" the default one), 1.x none.
-API_HANDLERS = {"1.6.20": {"incident": None, "fixed": None},
-                "2.4.2": {"incident": ["", "runc"], "fixed": ["", "nvidia", "runc"]}}
+API_HANDLERS = {
+    "1.6.20": {"incident": None, "fixed": None},
+    "2.4.2": {"incident": ["", "runc"], "fixed": ["", "nvidia", "runc"]},
+}
 
 
 @dataclass
@@ -56,8 +58,7 @@ class RealLab:
 
     def up(self):
         """`make lab-up NODE=kubelet`: the cluster, and the kubelet node on this root."""
-        env = {**os.environ, "LAB_KUBELET_NODE": NODE, "LAB_ROOT": self.root,
-               "LAB_CONTAINERD": binary(self.version)}
+        env = {**os.environ, "LAB_KUBELET_NODE": NODE, "LAB_ROOT": self.root, "LAB_CONTAINERD": binary(self.version)}
         result = run(["lab/lab.sh", "up", LAB], timeout_s=600, env=env)
         assert result.returncode == 0, result.stderr
 
@@ -88,8 +89,11 @@ def node_namespace_pids(lab: RealLab) -> list:
 
 def sandbox_events(pod) -> list:
     events = get("events", "gpu-lab")["items"]
-    return [e for e in events if e["reason"] == "FailedCreatePodSandBox"
-            and e["involvedObject"].get("uid") == pod["metadata"]["uid"]]
+    return [
+        e
+        for e in events
+        if e["reason"] == "FailedCreatePodSandBox" and e["involvedObject"].get("uid") == pod["metadata"]["uid"]
+    ]
 
 
 def node_ready(name=NODE):
@@ -129,8 +133,9 @@ def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(kubelet
         reason, message, handler, where = f.read().splitlines()
     assert reason == "FailedCreatePodSandBox" and handler == "handler nvidia" and where == f"node {NODE}"
     assert message in [e["message"] for e in events]  # the kubelet's own live event
-    assert re.fullmatch(r"Failed to create pod sandbox: rpc error: code = Unknown desc = "
-                        + SANDBOX_ERROR[kubelet_lab.version], message)
+    assert re.fullmatch(
+        r"Failed to create pod sandbox: rpc error: code = Unknown desc = " + SANDBOX_ERROR[kubelet_lab.version], message
+    )
     with open(os.path.join(kubelet_lab.root, "out", "rollout.txt")) as f:
         rollout = f.read()
     assert "READY=2\n" in rollout and "BLOCKER=insufficient-memory" in rollout  # step 8 stalls as before
@@ -152,8 +157,9 @@ def test_incident_pod_binds_and_its_sandbox_fails_with_containerds_words(kubelet
     # makes one (the GPU Pod cannot start), not judged at all on 1.x
     nodes = os.path.join(kubelet_lab.root, "nodes.yaml")
     with open(nodes, "w") as f:
-        f.write(f"hosts:\n  unreachable:\n    ssh_hostname: 127.0.0.1\n    ssh_port: {free_port()}\n"
-                f"    node_name: {NODE}\n")
+        f.write(
+            f"hosts:\n  unreachable:\n    ssh_hostname: 127.0.0.1\n    ssh_port: {free_port()}\n    node_name: {NODE}\n"
+        )
     report = os.path.join(kubelet_lab.root, "fleet.json")
     fleet_run = deploy(None, f"report={report}", env={"GPUOP_NODES": nodes}, inventory="nodes.py", script="audit.py")
     assert fleet_run.code != 0
@@ -189,9 +195,11 @@ def test_the_readme_s_one_line_cluster_reach_reads_the_kubelet_node(kubelet_lab)
     assert (runtime, version) == ("containerd", kubelet_lab.version), row
     assert (loaded, after, cri) == INCIDENT_ROW[kubelet_lab.version], row
     assert f"GAP {NODE}: [handler-not-loaded]" in log and f"GAP {NODE}: [sandbox-fails] " in log
-    kwok_gpu_nodes = sorted(n["metadata"]["name"] for n in get("nodes")["items"]
-                            if int((n["status"].get("allocatable") or {}).get("nvidia.com/gpu", "0")) > 0
-                            and n["metadata"]["name"] != NODE)
+    kwok_gpu_nodes = sorted(
+        n["metadata"]["name"]
+        for n in get("nodes")["items"]
+        if int((n["status"].get("allocatable") or {}).get("nvidia.com/gpu", "0")) > 0 and n["metadata"]["name"] != NODE
+    )
     assert kwok_gpu_nodes  # the lab's time-sliced node at least
     for name in kwok_gpu_nodes:
         (ended,) = [line for line in log.splitlines() if f"on node {name} ended before its command ran" in line]
@@ -214,8 +222,11 @@ def test_reboot_takes_the_node_where_restart_txt_said(kubelet_lab):
     else:  # 1.x: the drop-in replaced the runtimes, CRI does not load, the node goes down for real
         assert ready["status"] == "False" and "container runtime is down" in ready["message"]
         assert 0 <= int(said["CHANGED_AFTER_S"]) <= 60
-        eventually("the not-ready taint", lambda: "node.kubernetes.io/not-ready" in [
-            t["key"] for t in get(f"node/{NODE}")["spec"].get("taints", [])], timeout=60)
+        eventually(
+            "the not-ready taint",
+            lambda: "node.kubernetes.io/not-ready" in [t["key"] for t in get(f"node/{NODE}")["spec"].get("taints", [])],
+            timeout=60,
+        )
     # the next plain run brings the incident back: the daemon restarted with the main config alone
     kubelet_lab.run()
     assert len(lab_daemons(kubelet_lab.root)) == 1
@@ -240,7 +251,9 @@ def test_fix_runs_the_gpu_pod_through_the_nvidia_runtime(kubelet_lab):
 
 
 def test_kubelet_killed_comes_back(kubelet_lab):
-    service = run(["pgrep", "-f", "--", f"kubelet-service {kubelet_lab.kubelet_node_dir}/"], timeout_s=10).stdout.split()
+    service = run(
+        ["pgrep", "-f", "--", f"kubelet-service {kubelet_lab.kubelet_node_dir}/"], timeout_s=10
+    ).stdout.split()
     kubelet = run([REALNODE_SH, "kubelet", kubelet_lab.root], timeout_s=10).stdout.split()
     assert service and kubelet
     for pid in service + kubelet:
@@ -260,13 +273,21 @@ def test_namespace_gone_comes_back_with_the_incident(kubelet_lab):
     assert len(daemons) == 1 and int(daemons[0]) in node_namespace_pids(kubelet_lab)
     # the GPU Pod's sandbox died with the node, and its new one fails: the incident again
     pod = get("pod/cuda-probe", "gpu-lab")
-    eventually("a new sandbox failure of the GPU Pod", lambda: [
-        e for e in sandbox_events(pod)
-        if e["message"].endswith('no runtime for "nvidia" is configured') and e["lastTimestamp"] >= gone_at],
-        timeout=60)
+    eventually(
+        "a new sandbox failure of the GPU Pod",
+        lambda: [
+            e
+            for e in sandbox_events(pod)
+            if e["message"].endswith('no runtime for "nvidia" is configured') and e["lastTimestamp"] >= gone_at
+        ],
+        timeout=60,
+    )
     # kubelet reports the container's end at its next status sync: wait for it, within a deadline
-    eventually("the GPU Pod's container not ready", lambda: not get(
-        "pod/cuda-probe", "gpu-lab")["status"]["containerStatuses"][0]["ready"], timeout=60)
+    eventually(
+        "the GPU Pod's container not ready",
+        lambda: not get("pod/cuda-probe", "gpu-lab")["status"]["containerStatuses"][0]["ready"],
+        timeout=60,
+    )
 
 
 def test_stand_in_image_removed_comes_back(kubelet_lab):

@@ -1,6 +1,5 @@
 """The lab cluster itself: real kube-apiserver, scheduler, controller-manager and kwok (issue 2)."""
 
-
 import fcntl
 import os
 import time
@@ -9,8 +8,19 @@ import pytest
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
-from tests.helpers.kube import (GPU, LAB_NODES, apps, component_pidfile, control_plane_faults, core, etcd_stopped,
-                                eventually, exited, reset_lab, set_gpus)
+from tests.helpers.kube import (
+    GPU,
+    LAB_NODES,
+    apps,
+    component_pidfile,
+    control_plane_faults,
+    core,
+    etcd_stopped,
+    eventually,
+    exited,
+    reset_lab,
+    set_gpus,
+)
 from tests.helpers.proc import Started, run
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
@@ -22,8 +32,10 @@ NS = "lab-probe"
 def lab():
     reset_lab(extra_namespaces=(NS,))
     core().create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
-    eventually("default ServiceAccount", lambda: core().list_namespaced_service_account(
-        NS, field_selector="metadata.name=default").items)
+    eventually(
+        "default ServiceAccount",
+        lambda: core().list_namespaced_service_account(NS, field_selector="metadata.name=default").items,
+    )
     yield core()
     reset_lab(extra_namespaces=(NS,))
 
@@ -39,7 +51,10 @@ def test_three_ready_nodes_with_the_lab_capacity(lab):
         assert condition(node, "Ready").status == "True"
         for resources in (node.status.capacity, node.status.allocatable):
             assert {k: parse_quantity(v) for k, v in resources.items()} == {
-                "cpu": 8, "memory": parse_quantity("32Gi"), "pods": 110}
+                "cpu": 8,
+                "memory": parse_quantity("32Gi"),
+                "pods": 110,
+            }
         assert not node.spec.taints
         assert node.metadata.annotations["kwok.x-k8s.io/node"] == "fake"
 
@@ -47,9 +62,12 @@ def test_three_ready_nodes_with_the_lab_capacity(lab):
 def gpu_pod():
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name="gpu-probe"),
-        spec=client.V1PodSpec(containers=[client.V1Container(
-            name="c", image="cuda:x",
-            resources=client.V1ResourceRequirements(limits={GPU: "1"}))]))
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(name="c", image="cuda:x", resources=client.V1ResourceRequirements(limits={GPU: "1"}))
+            ]
+        ),
+    )
 
 
 def test_gpu_pod_pends_then_binds_after_status_patch(lab):
@@ -60,8 +78,19 @@ def test_gpu_pod_pends_then_binds_after_status_patch(lab):
     assert "Insufficient nvidia.com/gpu" in scheduled.message
 
     # A plain patch does not reach status: the node still advertises nothing.
-    run(["kubectl", "patch", "node", "lab-node-0", "--type=merge", "-p",
-         '{"status":{"capacity":{"nvidia.com/gpu":"4"}}}'], timeout_s=60, check=True)
+    run(
+        [
+            "kubectl",
+            "patch",
+            "node",
+            "lab-node-0",
+            "--type=merge",
+            "-p",
+            '{"status":{"capacity":{"nvidia.com/gpu":"4"}}}',
+        ],
+        timeout_s=60,
+        check=True,
+    )
     assert GPU not in (lab.read_node("lab-node-0").status.capacity or {})
 
     set_gpus("lab-node-0", 4)
@@ -79,13 +108,20 @@ def daemonset(memory, image):
         spec=client.V1DaemonSetSpec(
             selector=client.V1LabelSelector(match_labels=labels),
             update_strategy=client.V1DaemonSetUpdateStrategy(
-                type="RollingUpdate",
-                rolling_update=client.V1RollingUpdateDaemonSet(max_unavailable=1)),
+                type="RollingUpdate", rolling_update=client.V1RollingUpdateDaemonSet(max_unavailable=1)
+            ),
             template=client.V1PodTemplateSpec(
                 metadata=client.V1ObjectMeta(labels=labels),
-                spec=client.V1PodSpec(containers=[client.V1Container(
-                    name="c", image=image,
-                    resources=client.V1ResourceRequirements(requests={"memory": memory}))]))))
+                spec=client.V1PodSpec(
+                    containers=[
+                        client.V1Container(
+                            name="c", image=image, resources=client.V1ResourceRequirements(requests={"memory": memory})
+                        )
+                    ]
+                ),
+            ),
+        ),
+    )
 
 
 def test_daemonset_rollout_stalls_on_memory(lab):
@@ -100,8 +136,7 @@ def test_daemonset_rollout_stalls_on_memory(lab):
         pods = lab.list_namespaced_pod(NS).items
         pending = [p for p in pods if p.status.phase == "Pending" and not p.metadata.deletion_timestamp]
         s = status()
-        return (s.observed_generation == 2 and s.updated_number_scheduled == 1
-                and s.number_ready == 2 and pending)
+        return s.observed_generation == 2 and s.updated_number_scheduled == 1 and s.number_ready == 2 and pending
 
     pending = eventually("the stall", stalled)
     cond = condition(pending[0], "PodScheduled")
@@ -167,8 +202,9 @@ def test_a_second_lab_runs_beside_the_first_and_goes_away():
         run(["pkill", "-9", "-f", "/clusters/gpuop-lab-second/"], timeout_s=10, check=True)
         eventually("the processes gone", lambda: not apiserver_pids("gpuop-lab-second"))
         said = lab_sh("up", "gpuop-lab-second").stderr
-        assert ("not running: etcd kube-apiserver kube-controller-manager kube-scheduler "
-                "kwok-controller; starting them") in said, said
+        assert (
+            "not running: etcd kube-apiserver kube-controller-manager kube-scheduler kwok-controller; starting them"
+        ) in said, said
         assert sorted(n.metadata.name for n in core("kwok-gpuop-lab-second").list_node().items) == list(LAB_NODES)
     finally:
         lab_sh("down", "gpuop-lab-second")
@@ -185,8 +221,9 @@ def test_etcd_stopped_until_the_controllers_give_up_is_left_unhealed():
     pids = {c: int(open(component_pidfile(c)).read()) for c in ("kube-scheduler", "kube-controller-manager")}
     with etcd_stopped():
         for component, pid in pids.items():
-            eventually(f"{component} (pid {pid}) to exit once its lease lapsed", lambda pid=pid: exited(pid),
-                       timeout=90)
+            eventually(
+                f"{component} (pid {pid}) to exit once its lease lapsed", lambda pid=pid: exited(pid), timeout=90
+            )
     assert control_plane_faults() == ["kube-controller-manager: not running", "kube-scheduler: not running"]
 
 
@@ -195,9 +232,14 @@ def test_the_next_test_finds_the_lab_whole(lab_healed, lab):
     the controller-manager), named; the scheduler binds a Pod again."""
     assert lab_healed == ["kube-controller-manager: not running", "kube-scheduler: not running"]
     assert control_plane_faults() == []
-    lab.create_namespaced_pod(NS, client.V1Pod(
-        metadata=client.V1ObjectMeta(name="after-heal"),
-        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")])))
-    bound = eventually("the Pod bound by the healed scheduler",
-                       lambda: lab.read_namespaced_pod("after-heal", NS).spec.node_name)
+    lab.create_namespaced_pod(
+        NS,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="after-heal"),
+            spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]),
+        ),
+    )
+    bound = eventually(
+        "the Pod bound by the healed scheduler", lambda: lab.read_namespaced_pod("after-heal", NS).spec.node_name
+    )
     assert bound in LAB_NODES

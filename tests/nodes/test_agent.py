@@ -32,10 +32,12 @@ pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: se
 
 INTERVAL_S = 2
 COMMON = {"kubelet": ENDPOINT, "registered": True, "supervised": True, "nvidia_runtime": True, "knobs": RESTART}
-NODES = [Node("agent-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], **COMMON),
-         Node("agent-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))], **COMMON),
-         # nvidia-ctk 1.19+'s version-4 drop-in beside a 2.3 root: the running daemon holds nvidia, its restart refuses
-         Node("agent-v4", "2.3.3", after=[write_file(DROPIN, tomli_w.dumps({"version": 4, **nvidia_dropin()}))], **COMMON)]
+NODES = [
+    Node("agent-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], **COMMON),
+    Node("agent-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))], **COMMON),
+    # nvidia-ctk 1.19+'s version-4 drop-in beside a 2.3 root: the running daemon holds nvidia, its restart refuses
+    Node("agent-v4", "2.3.3", after=[write_file(DROPIN, tomli_w.dumps({"version": 4, **nvidia_dropin()}))], **COMMON),
+]
 
 
 class Agents:
@@ -48,9 +50,24 @@ class Agents:
         self.ports.setdefault(node.name, free_port())
         with open(os.path.join(self.root, f"agent-{node.name}.log"), "a") as log:
             self.running[node.name] = subprocess.Popen(
-                [sys.executable, "-m", "gpuop.agent", "--node", node.name, "--interval-s", str(INTERVAL_S),
-                 "--port", str(self.ports[node.name]), "--enter", f"nsenter -t {simnodes.ns_pid(node)} -m -u -p --",
-                 "--kubeconfig", os.environ["KUBECONFIG"]], stdout=log, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuop.agent",
+                    "--node",
+                    node.name,
+                    "--interval-s",
+                    str(INTERVAL_S),
+                    "--port",
+                    str(self.ports[node.name]),
+                    "--enter",
+                    f"nsenter -t {simnodes.ns_pid(node)} -m -u -p --",
+                    "--kubeconfig",
+                    os.environ["KUBECONFIG"],
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def stop(self, name: str):
         agent = self.running.pop(name)
@@ -81,8 +98,9 @@ def condition(node: str) -> dict:
 def true_as_over_ssh(node: str, reason: str, path: str, root: str) -> dict:
     """``node``'s condition once True: its ``reason``, and in its message exactly the gap kinds
     the fleet audit gives over SSH on the same node (nodes file ``path``)."""
-    seen = eventually(f"{node}'s condition True", lambda: condition(node).get("status") == "True" and condition(node),
-                      timeout=60)
+    seen = eventually(
+        f"{node}'s condition True", lambda: condition(node).get("status") == "True" and condition(node), timeout=60
+    )
     assert seen["reason"] == reason, seen
     report = os.path.join(root, f"audit-{node}.json")
     run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
@@ -105,10 +123,15 @@ def agent_events(node: str) -> list:
 def test_a_healthy_node_is_false_and_the_incident_true_with_the_ssh_audit_s_gaps(agents):
     path, running, root = agents
     ports = running.ports
-    healthy = eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False"
-                         and condition("agent-healthy"), timeout=60)
+    healthy = eventually(
+        "agent-healthy's condition False",
+        lambda: condition("agent-healthy").get("status") == "False" and condition("agent-healthy"),
+        timeout=60,
+    )
     assert (healthy["reason"], healthy["message"]) == (
-        "NoGap", "the runtime loads what is written, and a restart would load it too")
+        "NoGap",
+        "the runtime loads what is written, and a restart would load it too",
+    )
     true_as_over_ssh("agent-incident", "RestartTakesCriDown", path, root)
     assert agent_events("agent-incident") == ["RestartTakesCriDown"]
     assert agent_events("agent-healthy") == ["NoGap"]
@@ -123,8 +146,11 @@ def test_a_healthy_node_is_false_and_the_incident_true_with_the_ssh_audit_s_gaps
 def test_a_runtime_its_next_start_refuses_is_true(agents):
     """A version-4 drop-in beside containerd 2.3.3's version-2 root: the running daemon is fine, its
     next start is not: True, in the binary's own words (before the repair, which fixes it)."""
-    seen = eventually("agent-v4's condition True", lambda: condition("agent-v4").get("status") == "True"
-                      and condition("agent-v4"), timeout=60)
+    seen = eventually(
+        "agent-v4's condition True",
+        lambda: condition("agent-v4").get("status") == "True" and condition("agent-v4"),
+        timeout=60,
+    )
     assert seen["reason"] == "RestartRefusesStart", seen
     assert "drop-in config version 4 higher than root config version 2" in seen["message"], seen
 
@@ -134,15 +160,25 @@ def test_the_fleet_audit_from_the_agents_alone_says_the_ssh_audit_s_gaps_and_nam
     as its agent's condition says them, the same kinds as over SSH; a GPU node no agent judges is
     named, not judged."""
     path, running, root = agents
-    eventually("agent-incident's condition True", lambda: condition("agent-incident").get("status") == "True", timeout=60)
-    eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60)
+    eventually(
+        "agent-incident's condition True", lambda: condition("agent-incident").get("status") == "True", timeout=60
+    )
+    eventually(
+        "agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60
+    )
     missing = labcluster.kwok_node("agent-missing", capacity={"nvidia.com/gpu": "8"})
     kubectl("apply", "-f", "-", stdin=json.dumps(missing))
     try:
         ssh_report, agents_report = os.path.join(root, "ssh.json"), os.path.join(root, "agents.json")
         deploy(None, f"report={ssh_report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
-        run = deploy(None, f"report={agents_report}", "reach=agent", env={"GPUOP_NODES": path}, inventory="nodes.py",
-                     script="audit.py")
+        run = deploy(
+            None,
+            f"report={agents_report}",
+            "reach=agent",
+            env={"GPUOP_NODES": path},
+            inventory="nodes.py",
+            script="audit.py",
+        )
     finally:
         kubectl("delete", "node", "agent-missing", "--ignore-not-found")
     assert run.code != 0, run.log[-3000:]
@@ -151,7 +187,9 @@ def test_the_fleet_audit_from_the_agents_alone_says_the_ssh_audit_s_gaps_and_nam
         over_ssh, said = json.load(f)["nodes"], json.load(g)
     for name in ("agent-healthy", "agent-incident"):
         assert said["nodes"][name]["agent"] == "ok"
-        assert sorted(gap["kind"] for gap in said["nodes"][name]["gaps"]) == sorted(gap["kind"] for gap in over_ssh[name]["gaps"])
+        assert sorted(gap["kind"] for gap in said["nodes"][name]["gaps"]) == sorted(
+            gap["kind"] for gap in over_ssh[name]["gaps"]
+        )
     assert said["nodes"]["agent-incident"]["status"] == "True" and said["nodes"]["agent-healthy"]["status"] == "False"
     assert "agent-missing (agent missing)" in said["unread"]
     assert re.search(r"--> the fleet as its agents say it \(one list of \d+ Nodes\):", run.log), run.log[-3000:]
@@ -163,8 +201,11 @@ def test_the_repair_turns_it_false_its_transition_moved_once_more(agents):
     repaired, the healthy one not touched; the incident's condition False again."""
     path, running, root = agents
     ports = running.ports
-    true = eventually("agent-incident's condition True", lambda: condition("agent-incident").get("status") == "True"
-                      and condition("agent-incident"), timeout=60)
+    true = eventually(
+        "agent-incident's condition True",
+        lambda: condition("agent-incident").get("status") == "True" and condition("agent-incident"),
+        timeout=60,
+    )
     # the nodes taken from their agents: those whose condition says a gap, the healthy one left alone
     run = deploy(None, "nodes_from=agents", env={"GPUOP_NODES": path}, inventory="nodes.py", script="fix.py")
     assert run.code == 0, run.log[-3000:]
@@ -172,8 +213,11 @@ def test_the_repair_turns_it_false_its_transition_moved_once_more(agents):
     assert taken and taken.group(1) == "ssh-agent-incident, ssh-agent-v4", run.log[:3000]
     assert "not taken: ssh-agent-healthy: its agent says False (NoGap)" in run.log
     assert "[ssh-agent-healthy]" not in run.log, run.log[-3000:]  # not a host of the run
-    false = eventually("agent-incident's condition False", lambda: condition("agent-incident").get("status") == "False"
-                       and condition("agent-incident"), timeout=3 * INTERVAL_S + 30)
+    false = eventually(
+        "agent-incident's condition False",
+        lambda: condition("agent-incident").get("status") == "False" and condition("agent-incident"),
+        timeout=3 * INTERVAL_S + 30,
+    )
     assert false["lastTransitionTime"] != true["lastTransitionTime"]
     assert agent_events("agent-incident")[0] == "RestartTakesCriDown" and agent_events("agent-incident")[-1] == "NoGap"
     assert 'gpuop_agent_gap{kind="restart-takes-cri-down"} 0.0' in metrics(ports["agent-incident"])
@@ -186,14 +230,18 @@ def test_a_runtime_whose_socket_is_gone_is_unknown_never_false(agents):
     kept = socket + ".away"
     os.rename(socket, kept)
     try:
-        seen = eventually("agent-healthy's condition Unknown", lambda: condition("agent-healthy").get("status") == "Unknown"
-                          and condition("agent-healthy"), timeout=60)
+        seen = eventually(
+            "agent-healthy's condition Unknown",
+            lambda: condition("agent-healthy").get("status") == "Unknown" and condition("agent-healthy"),
+            timeout=60,
+        )
         assert seen["reason"] == "RuntimeNotAnswering", seen
         assert seen["message"].startswith("the runtime's own answer was not had (loaded from "), seen
     finally:
         os.rename(kept, socket)
-    eventually("agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False",
-               timeout=60)
+    eventually(
+        "agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False", timeout=60
+    )
 
 
 def judgments(port: int) -> float:
@@ -204,13 +252,19 @@ def test_an_agent_restarted_keeps_the_condition_s_transition_and_says_nothing_ne
     """The agent's Pod deleted and back (here: its process): the condition it finds is the one it
     would write, so neither its lastTransitionTime nor the Node's Events move."""
     path, running, root = agents
-    before = eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False"
-                        and condition("agent-healthy"), timeout=60)
+    before = eventually(
+        "agent-healthy's condition False",
+        lambda: condition("agent-healthy").get("status") == "False" and condition("agent-healthy"),
+        timeout=60,
+    )
     said = agent_events("agent-healthy")
     running.stop("agent-healthy")
     running.start(next(n for n in NODES if n.name == "agent-healthy"))
-    eventually("the restarted agent's second judgment",
-               lambda: _answers(running.ports["agent-healthy"]) and judgments(running.ports["agent-healthy"]) >= 2, timeout=60)
+    eventually(
+        "the restarted agent's second judgment",
+        lambda: _answers(running.ports["agent-healthy"]) and judgments(running.ports["agent-healthy"]) >= 2,
+        timeout=60,
+    )
     after = condition("agent-healthy")
     assert (after["status"], after["lastTransitionTime"]) == ("False", before["lastTransitionTime"])
     assert agent_events("agent-healthy") == said
@@ -219,17 +273,32 @@ def test_an_agent_restarted_keeps_the_condition_s_transition_and_says_nothing_ne
 def test_a_runtimeclass_deleted_and_made_again_reaches_the_judgment_through_the_watch(agents):
     """The RuntimeClasses are listed once, then watched (no cluster-wide read each judgment): the
     class of agent-healthy's GPU Pod deleted, its sandbox cannot start (True); made again, False."""
-    nvidia = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-nvidia"}, "handler": "nvidia"}
+    nvidia = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "fleet-nvidia"},
+        "handler": "nvidia",
+    }
     assert get("runtimeclass/fleet-nvidia")["handler"] == "nvidia"
-    eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60)
+    eventually(
+        "agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60
+    )
     kubectl("delete", "runtimeclass", "fleet-nvidia")
     try:
-        gone = eventually("agent-healthy's condition True", lambda: condition("agent-healthy").get("status") == "True"
-                          and condition("agent-healthy"), timeout=60)
-        assert "[sandbox-fails] Pod " in gone["message"] and "(RuntimeClass fleet-nvidia, handler fleet-nvidia)" in gone["message"]
+        gone = eventually(
+            "agent-healthy's condition True",
+            lambda: condition("agent-healthy").get("status") == "True" and condition("agent-healthy"),
+            timeout=60,
+        )
+        assert (
+            "[sandbox-fails] Pod " in gone["message"]
+            and "(RuntimeClass fleet-nvidia, handler fleet-nvidia)" in gone["message"]
+        )
     finally:
         kubectl("apply", "-f", "-", stdin=json.dumps(nvidia))
-    eventually("agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False", timeout=60)
+    eventually(
+        "agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False", timeout=60
+    )
 
 
 def _answers(port: int) -> bool:
@@ -257,5 +326,11 @@ def test_an_api_server_stalled_for_30_s_is_waited_out(agents):
     resumed = time.time()
     assert running.running["agent-incident"].poll() is None  # alive
     assert re.search(r'^gpuop_agent_read_failures_total\{what="cluster"\} [1-9]', metrics(port), re.M), metrics(port)
-    eventually("a judgment after the API server came back", lambda: float(re.search(
-        r"^gpuop_agent_last_judgment_timestamp_seconds (\S+)$", metrics(port), re.M).group(1)) > resumed, timeout=60)
+    eventually(
+        "a judgment after the API server came back",
+        lambda: (
+            float(re.search(r"^gpuop_agent_last_judgment_timestamp_seconds (\S+)$", metrics(port), re.M).group(1))
+            > resumed
+        ),
+        timeout=60,
+    )

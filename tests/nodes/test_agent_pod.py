@@ -24,8 +24,16 @@ from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.proc import run
 from tests.helpers.simnodes import Node
 from tests.helpers.ssh import free_port
-from tests.nodes.test_agent import (COMMON, INTERVAL_S, _answers, agent_events, condition, judgments, metrics,
-                                    true_as_over_ssh)
+from tests.nodes.test_agent import (
+    COMMON,
+    INTERVAL_S,
+    _answers,
+    agent_events,
+    condition,
+    judgments,
+    metrics,
+    true_as_over_ssh,
+)
 from tests.nodes.test_node_repair import registered
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
@@ -42,26 +50,56 @@ def image() -> str:
 
 def overlay(where: str, port: int) -> str:
     """A kustomization of deploy/agent for the lab: the API server on loopback, a short interval."""
-    server = urllib.parse.urlparse(json.loads(kubectl("config", "view", "--minify", "-o", "json"))
-                                   ["clusters"][0]["cluster"]["server"])
+    server = urllib.parse.urlparse(
+        json.loads(kubectl("config", "view", "--minify", "-o", "json"))["clusters"][0]["cluster"]["server"]
+    )
     container = "/spec/template/spec/containers/0"
-    patch = [{"op": "replace", "path": f"{container}/args",
-              "value": ["--enter", "nsenter -t 1 -m -u -i -p --", "--interval-s", str(INTERVAL_S),
-                        "--port", str(port), "--crictl", crictl()]},
-             {"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True},
-             {"op": "add", "path": f"{container}/env/-", "value": {"name": "KUBERNETES_SERVICE_HOST", "value": server.hostname}},
-             {"op": "add", "path": f"{container}/env/-", "value": {"name": "KUBERNETES_SERVICE_PORT", "value": str(server.port)}}]
+    patch = [
+        {
+            "op": "replace",
+            "path": f"{container}/args",
+            "value": [
+                "--enter",
+                "nsenter -t 1 -m -u -i -p --",
+                "--interval-s",
+                str(INTERVAL_S),
+                "--port",
+                str(port),
+                "--crictl",
+                crictl(),
+            ],
+        },
+        {"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True},
+        {
+            "op": "add",
+            "path": f"{container}/env/-",
+            "value": {"name": "KUBERNETES_SERVICE_HOST", "value": server.hostname},
+        },
+        {
+            "op": "add",
+            "path": f"{container}/env/-",
+            "value": {"name": "KUBERNETES_SERVICE_PORT", "value": str(server.port)},
+        },
+    ]
     os.makedirs(where, exist_ok=True)
     with open(os.path.join(where, "kustomization.yaml"), "w") as f:
-        json.dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                   "resources": [os.path.relpath(os.path.join(ROOT, "deploy/agent"), where)],
-                   "patches": [{"target": {"kind": "DaemonSet", "name": "gpuop-agent"}, "patch": json.dumps(patch)}]}, f)
+        json.dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(os.path.join(ROOT, "deploy/agent"), where)],
+                "patches": [{"target": {"kind": "DaemonSet", "name": "gpuop-agent"}, "patch": json.dumps(patch)}],
+            },
+            f,
+        )
     return where
 
 
 def agent_pod() -> dict:
     pods = get("pods", NAMESPACE, labelSelector="app.kubernetes.io/name=gpuop-agent")["items"]
-    return next((p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")), {})
+    return next(
+        (p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")), {}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +137,18 @@ def test_the_daemonset_s_pod_says_the_incident_with_the_ssh_audit_s_gaps(deploye
 
 def test_the_pod_deleted_and_back_keeps_the_condition_s_transition(deployed):
     _, _, port = deployed
-    before = eventually("agent-pod's condition True", lambda: condition("agent-pod").get("status") == "True"
-                        and condition("agent-pod"), timeout=60)
+    before = eventually(
+        "agent-pod's condition True",
+        lambda: condition("agent-pod").get("status") == "True" and condition("agent-pod"),
+        timeout=60,
+    )
     first = agent_pod()["metadata"]["uid"]
     kubectl("delete", "pod", "-n", NAMESPACE, agent_pod()["metadata"]["name"], "--wait=false")
-    back = eventually("the DaemonSet's new Pod running", lambda: (agent_pod().get("metadata") or {}).get("uid") not in (None, first)
-                      and agent_pod(), timeout=120)
+    back = eventually(
+        "the DaemonSet's new Pod running",
+        lambda: (agent_pod().get("metadata") or {}).get("uid") not in (None, first) and agent_pod(),
+        timeout=120,
+    )
     assert back["spec"]["nodeName"] == "agent-pod"
     eventually("the new Pod's second judgment", lambda: _answers(port) and judgments(port) >= 2, timeout=60)
     after = condition("agent-pod")

@@ -30,23 +30,34 @@ READS = nodepod.NODE_LABEL  # every read Pod carries it
 def planted():
     """The incident's node (the seed's drop-in on 1.6, not loaded; its restart is fatal) and a
     healthy one (2.4.2 configured by the real nvidia-ctk before it started)."""
-    return [Node("reach-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))],
-                 kubelet=ENDPOINT, registered=True),
-            Node("reach-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], kubelet=ENDPOINT, registered=True)]
+    return [
+        Node(
+            "reach-incident",
+            "1.6.20",
+            after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))],
+            kubelet=ENDPOINT,
+            registered=True,
+        ),
+        Node("reach-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], kubelet=ENDPOINT, registered=True),
+    ]
 
 
 EXPECTED = {
-    "reach-incident": [("gpu-advertised-not-loaded", "reach-incident"), ("handler-not-loaded", "nvidia"),
-                       ("restart-takes-cri-down", "containerd"),
-                       ("sandbox-fails", "gpuop-fleet/gpu-reach-incident")],
+    "reach-incident": [
+        ("gpu-advertised-not-loaded", "reach-incident"),
+        ("handler-not-loaded", "nvidia"),
+        ("restart-takes-cri-down", "containerd"),
+        ("sandbox-fails", "gpuop-fleet/gpu-reach-incident"),
+    ],
     "reach-healthy": [],
 }
 
 
 def ready(name) -> bool:
     node = get(f"node/{name}")
-    return bool(node) and any(c["type"] == "Ready" and c["status"] == "True"
-                              for c in node["status"].get("conditions") or [])
+    return bool(node) and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or []
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +75,9 @@ def reach(tmp_path_factory):
 
 def audit(path, root, *data, name="fleet.json", debug=False):
     report = os.path.join(root, name)
-    run = deploy(None, f"report={report}", *data, env={"GPUOP_NODES": path}, inventory="nodes.py",
-                 script="audit.py", debug=debug)
+    run = deploy(
+        None, f"report={report}", *data, env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py", debug=debug
+    )
     assert os.path.exists(report), run.log[-4000:]
     with open(report) as f:
         return run, json.load(f)
@@ -91,8 +103,7 @@ def node_state(n: Node) -> dict:
     """What a read must leave as it was on the node: its containerd's files, its processes (by
     command line), and the Pods its kubelet keeps."""
     pods = sorted(os.listdir(os.path.join(n.dir, "varlib/upper/kubelet/pods")))
-    return {"etc": simnodes.etc_containerd(n),
-            "processes": sorted(args for _, args in in_node(n)), "pods": pods}
+    return {"etc": simnodes.etc_containerd(n), "processes": sorted(args for _, args in in_node(n)), "pods": pods}
 
 
 def _found(doc):
@@ -113,11 +124,15 @@ def test_the_cluster_reach_reports_what_ssh_reports_field_for_field(reach):
     assert through["nodes"]["reach-incident"]["runtime_handlers"] is None
     # one command per node, each in one read Pod; none left, and nothing else changed on the nodes
     assert sorted((host, fact.split(" ")[0]) for host, fact in target_commands(run.log)) == sorted(
-        (f"@kubenode/{n.name}", "runbook.reach.node.NodeRuntime") for n in nodes), run.log[-3000:]
+        (f"@kubenode/{n.name}", "runbook.reach.node.NodeRuntime") for n in nodes
+    ), run.log[-3000:]
     assert read_pods() == []
     for n in nodes:
-        eventually(f"node {n.name} as before the read (its read Pod's containers and files gone)",
-                   lambda: node_state(n) == before[n.name], timeout=90)
+        eventually(
+            f"node {n.name} as before the read (its read Pod's containers and files gone)",
+            lambda: node_state(n) == before[n.name],
+            timeout=90,
+        )
 
 
 def test_one_line_audits_the_clusters_gpu_nodes_through_the_cluster(reach, tmp_path):
@@ -127,8 +142,13 @@ def test_one_line_audits_the_clusters_gpu_nodes_through_the_cluster(reach, tmp_p
     nodes, _, _ = reach
     report = tmp_path / "fleet.json"
     env = {k: v for k, v in os.environ.items() if k != "GPUOP_NODES"}
-    started = subprocess.run([PYINFRA, "nodes.py", "audit.py", "-y", "--data", "reach=cluster",
-                              "--data", f"report={report}"], env=env, capture_output=True, text=True, timeout=300)
+    started = subprocess.run(
+        [PYINFRA, "nodes.py", "audit.py", "-y", "--data", "reach=cluster", "--data", f"report={report}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert started.returncode != 0, started.stderr[-3000:]  # gaps fail the run
     doc = json.loads(report.read_text())
     assert _found(doc) == {n: sorted(g) for n, g in EXPECTED.items()}, started.stderr[-3000:]
@@ -138,9 +158,13 @@ def test_one_line_audits_the_clusters_gpu_nodes_through_the_cluster(reach, tmp_p
 
 def test_a_read_pod_left_by_a_killed_run_is_removed_by_the_next(reach):
     nodes, path, root = reach
-    proc = subprocess.Popen([PYINFRA, "nodes.py", "audit.py", "-y", "--data", "reach=cluster"],
-                            env={**os.environ, "GPUOP_NODES": path}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [PYINFRA, "nodes.py", "audit.py", "-y", "--data", "reach=cluster"],
+        env={**os.environ, "GPUOP_NODES": path},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         eventually("a read Pod of the run", read_pods, timeout=120)
     finally:
@@ -161,8 +185,9 @@ def test_a_node_whose_read_pod_cannot_start_is_named_with_its_event(reach, tmp_p
     other node is reported."""
     nodes, _, root = reach
     key = os.path.join(root, "id_ed25519")
-    path = nodesfiles.defaults_file(nodes, key, str(tmp_path / "nodes.yaml"),
-                                    knobs={"reach-incident": {"node_pod_image": "gpuop.invalid/none:1"}})
+    path = nodesfiles.defaults_file(
+        nodes, key, str(tmp_path / "nodes.yaml"), knobs={"reach-incident": {"node_pod_image": "gpuop.invalid/none:1"}}
+    )
     started = time.monotonic()
     run, doc = audit(path, str(tmp_path), "reach=cluster")
     took = time.monotonic() - started
@@ -197,8 +222,12 @@ def test_a_node_whose_kubelet_is_gone_is_named_and_the_rest_is_reported(reach, t
     kubelets = [pid for pid, args in in_node(incident) if args[0].endswith("/kubelet")]
     assert len(kubelets) == 1, kubelets
     os.kill(kubelets[0], signal.SIGKILL)
-    path = nodesfiles.defaults_file(nodes, os.path.join(root, "id_ed25519"), str(tmp_path / "nodes.yaml"),
-                               knobs={"reach-incident": {"node_read_timeout_s": 15}})
+    path = nodesfiles.defaults_file(
+        nodes,
+        os.path.join(root, "id_ed25519"),
+        str(tmp_path / "nodes.yaml"),
+        knobs={"reach-incident": {"node_read_timeout_s": 15}},
+    )
     run, doc = audit(path, str(tmp_path), "reach=cluster")
     said = next(line for line in run.log.splitlines() if "did not complete within 15s" in line)
     assert "on node reach-incident" in said and "phase Pending, no kubelet has taken it" in said, said

@@ -28,42 +28,78 @@ CTK_CRIO = f"nvidia-ctk runtime configure --runtime=crio --drop-in-config={DROPI
 def planted():
     return [
         # the incident in CRI-O's form: nvidia-ctk's drop-in written after the daemon started
-        Node("crio-incident", "2.4.2", crio={CONF: CRIO_CONF}, nvidia_runtime=True, nvidia_ctk="1.20.2",
-             after=[CTK_CRIO]),
+        Node(
+            "crio-incident", "2.4.2", crio={CONF: CRIO_CONF}, nvidia_runtime=True, nvidia_ctk="1.20.2", after=[CTK_CRIO]
+        ),
         # the same drop-in there before it started: loaded
-        Node("crio-healthy", "2.4.2", crio={CONF: CRIO_CONF}, nvidia_runtime=True, nvidia_ctk="1.20.2",
-             before=[CTK_CRIO]),
+        Node(
+            "crio-healthy", "2.4.2", crio={CONF: CRIO_CONF}, nvidia_runtime=True, nvidia_ctk="1.20.2", before=[CTK_CRIO]
+        ),
         # the GPU Operator's way on CRI-O without CDI: no handler, NVIDIA's OCI hook for every container
-        Node("crio-hook", "2.4.2", cdi_pod=True, nvidia_runtime=True,
-             crio={CONF: CRIO_CONF, "/etc/crio/crio.conf.d/10-hooks.conf": f'[crio.runtime]\nhooks_dir = ["{HOOKS}"]\n'},
-             nvidia_ctk="1.20.2",
-             before=[f"mkdir -p {HOOKS}",
-                     f"nvidia-ctk runtime configure --runtime=crio --config-mode=oci-hook "
-                     f"--oci-hook-path={HOOKS}/oci-nvidia-hook.json 2>/dev/null"]),
+        Node(
+            "crio-hook",
+            "2.4.2",
+            cdi_pod=True,
+            nvidia_runtime=True,
+            crio={CONF: CRIO_CONF, "/etc/crio/crio.conf.d/10-hooks.conf": f'[crio.runtime]\nhooks_dir = ["{HOOKS}"]\n'},
+            nvidia_ctk="1.20.2",
+            before=[
+                f"mkdir -p {HOOKS}",
+                f"nvidia-ctk runtime configure --runtime=crio --config-mode=oci-hook "
+                f"--oci-hook-path={HOOKS}/oci-nvidia-hook.json 2>/dev/null",
+            ],
+        ),
         # the toolkit's drop-in naming a runtime binary the node lacks: CRI-O's next start drops it
         Node("crio-no-binary", "2.4.2", crio={CONF: CRIO_CONF}, nvidia_ctk="1.20.2", before=[CTK_CRIO]),
         # the incident on a node with no crictl: CRI-O's own status API says what it holds
-        Node("crio-no-crictl", "2.4.2", crio={CONF: CRIO_CONF}, nvidia_runtime=True, nvidia_ctk="1.20.2",
-             after=[CTK_CRIO], knobs={"crictl_binary": "/nonexistent/crictl"}),
+        Node(
+            "crio-no-crictl",
+            "2.4.2",
+            crio={CONF: CRIO_CONF},
+            nvidia_runtime=True,
+            nvidia_ctk="1.20.2",
+            after=[CTK_CRIO],
+            knobs={"crictl_binary": "/nonexistent/crictl"},
+        ),
         # a containerd beside CRI-O: kubelet's endpoint (CRI-O's socket) says which is the node's
-        Node("crio-and-containerd", "2.4.2", crio={CONF: CRIO_CONF}, nvidia_runtime=True, nvidia_ctk="1.20.2",
-             before=[CTK_CRIO], containerd_too=True, kubelet=f"unix://{CRIO_SOCKET}"),
+        Node(
+            "crio-and-containerd",
+            "2.4.2",
+            crio={CONF: CRIO_CONF},
+            nvidia_runtime=True,
+            nvidia_ctk="1.20.2",
+            before=[CTK_CRIO],
+            containerd_too=True,
+            kubelet=f"unix://{CRIO_SOCKET}",
+        ),
     ]
 
 
 EXPECTED = {
-    "crio-incident": [("handler-not-loaded", "nvidia"), ("sandbox-fails", "gpuop-fleet/gpu-crio-incident"),
-                      ("gpu-advertised-not-loaded", "crio-incident"), ("toolkit-ready-not-loaded", "toolkit")],
-    "crio-no-crictl": [("handler-not-loaded", "nvidia"), ("sandbox-fails", "gpuop-fleet/gpu-crio-no-crictl"),
-                       ("gpu-advertised-not-loaded", "crio-no-crictl"), ("toolkit-ready-not-loaded", "toolkit")],
+    "crio-incident": [
+        ("handler-not-loaded", "nvidia"),
+        ("sandbox-fails", "gpuop-fleet/gpu-crio-incident"),
+        ("gpu-advertised-not-loaded", "crio-incident"),
+        ("toolkit-ready-not-loaded", "toolkit"),
+    ],
+    "crio-no-crictl": [
+        ("handler-not-loaded", "nvidia"),
+        ("sandbox-fails", "gpuop-fleet/gpu-crio-no-crictl"),
+        ("gpu-advertised-not-loaded", "crio-no-crictl"),
+        ("toolkit-ready-not-loaded", "toolkit"),
+    ],
     "crio-healthy": [],
     # its Pod of the nvidia RuntimeClass cannot start (drop runtimeClassName: NVSentinel#442); the
     # GPU Pod with no class gets its GPU from the hook
     "crio-hook": [("sandbox-fails", "gpuop-fleet/gpu-crio-hook")],
     # its start dropped nvidia already (a warning in its log), and its next one will too
-    "crio-no-binary": [("handler-not-loaded", "nvidia"), ("restart-drops-runtime", "nvidia"),
-                       ("sandbox-fails", "gpuop-fleet/gpu-crio-no-binary"), ("gpu-advertised-not-loaded", "crio-no-binary"),
-                       ("toolkit-ready-not-loaded", "toolkit")],
+    "crio-no-binary": [
+        ("handler-not-loaded", "nvidia"),
+        ("restart-drops-runtime", "nvidia"),
+        ("sandbox-fails", "gpuop-fleet/gpu-crio-no-binary"),
+        ("gpu-advertised-not-loaded", "crio-no-binary"),
+        ("toolkit-ready-not-loaded", "toolkit"),
+    ],
     "crio-and-containerd": [("second-containerd", "pid")],
 }
 
@@ -96,8 +132,10 @@ def test_the_audit_names_exactly_the_planted_gaps_in_cri_os_words(audited):
     assert found == {name: sorted(gaps) for name, gaps in EXPECTED.items()}
     nodes = doc["nodes"]
     incident = next(g for g in nodes["crio-incident"]["gaps"] if g["kind"] == "sandbox-fails")
-    assert incident["detail"].endswith("cri-o 1.36.3 says: failed to find runtime handler nvidia from runtime list "
-                                       "map[runc:<ptr>]; no kubelet event for it yet"), incident  # a kwok Node
+    assert incident["detail"].endswith(
+        "cri-o 1.36.3 says: failed to find runtime handler nvidia from runtime list "
+        "map[runc:<ptr>]; no kubelet event for it yet"
+    ), incident  # a kwok Node
     dropped = next(g for g in nodes["crio-no-binary"]["gaps"] if g["kind"] == "restart-drops-runtime")
     assert "runtime nvidia's binary (/usr/bin/nvidia-container-runtime) is missing" in dropped["detail"]
 
@@ -141,26 +179,51 @@ def registered(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("crio-kubelet"))
     node = Node("crio-kubelet", "2.4.2", crio={CONF: CRIO_CONF}, kubelet=f"unix://{CRIO_SOCKET}", registered=True)
     with simnodes.running([node], root) as key:
-        eventually(f"node {node.name}'s kubelet to register it Ready", lambda: ready(get(f"node/{node.name}") or {}),
-                   timeout=120)
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"gpu-{node.name}", "namespace": fleetobjects.NAMESPACE},
-               "spec": {"nodeName": node.name, "runtimeClassName": "fleet-nvidia",
-                        "tolerations": [{"key": fleetobjects.MARK, "operator": "Exists"}],
-                        "containers": [{"name": "cuda", "image": "cuda:12"}]}}
-        docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": fleetobjects.NAMESPACE}},
-                {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-nvidia"},
-                 "handler": "nvidia"}, pod]
+        eventually(
+            f"node {node.name}'s kubelet to register it Ready",
+            lambda: ready(get(f"node/{node.name}") or {}),
+            timeout=120,
+        )
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"gpu-{node.name}", "namespace": fleetobjects.NAMESPACE},
+            "spec": {
+                "nodeName": node.name,
+                "runtimeClassName": "fleet-nvidia",
+                "tolerations": [{"key": fleetobjects.MARK, "operator": "Exists"}],
+                "containers": [{"name": "cuda", "image": "cuda:12"}],
+            },
+        }
+        docs = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": fleetobjects.NAMESPACE}},
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "fleet-nvidia"},
+                "handler": "nvidia",
+            },
+            pod,
+        ]
         kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(d) for d in docs))
 
         def failed():
-            events = get("events", fleetobjects.NAMESPACE, fieldSelector=f"involvedObject.name={pod['metadata']['name']},"
-                                                                          "reason=FailedCreatePodSandBox")
+            events = get(
+                "events",
+                fleetobjects.NAMESPACE,
+                fieldSelector=f"involvedObject.name={pod['metadata']['name']},reason=FailedCreatePodSandBox",
+            )
             return (events or {}).get("items")
 
         events = eventually("the kubelet's FailedCreatePodSandBox event", failed, timeout=120)
         report = os.path.join(root, "fleet.json")
-        run = deploy(None, f"report={report}", env={"GPUOP_NODES": nodesfiles.nodes_file([node], key, os.path.join(root, "nodes.yaml"), {})},
-                     inventory="nodes.py", script="audit.py")
+        run = deploy(
+            None,
+            f"report={report}",
+            env={"GPUOP_NODES": nodesfiles.nodes_file([node], key, os.path.join(root, "nodes.yaml"), {})},
+            inventory="nodes.py",
+            script="audit.py",
+        )
         assert os.path.exists(report), run.log[-4000:]
         with open(report) as f:
             yield events, json.load(f)
@@ -169,10 +232,15 @@ def registered(tmp_path_factory):
 def test_the_kubelets_event_on_cri_o_is_the_forecast(registered):
     events, doc = registered
     said = events[-1]["message"]
-    assert re.fullmatch(r"Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find runtime handler "
-                        r"nvidia from runtime list map\[runc:0x[0-9a-f]+\]", said), said
+    assert re.fullmatch(
+        r"Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find runtime handler "
+        r"nvidia from runtime list map\[runc:0x[0-9a-f]+\]",
+        said,
+    ), said
     entry = doc["nodes"]["crio-kubelet"]
     assert entry["runtime"] == crio.NAME and entry["runtime_handlers"] == ["", "runc"]  # CRI-O reports its handlers
     (fails,) = [g for g in entry["gaps"] if g["kind"] == "sandbox-fails"]
-    assert fails["detail"].endswith("cri-o 1.36.3 says: failed to find runtime handler nvidia from runtime list "
-                                    "map[runc:<ptr>]; the kubelet's event agrees"), fails
+    assert fails["detail"].endswith(
+        "cri-o 1.36.3 says: failed to find runtime handler nvidia from runtime list "
+        "map[runc:<ptr>]; the kubelet's event agrees"
+    ), fails

@@ -40,23 +40,44 @@ def planted():
         # the same drop-in on 2.x, loaded: fine
         Node("gpu-v2-dropin", "2.0.14", files={DROPIN: SEED_DROPIN}, after=layouts.CDI_SPEC, cdi_pod=True),
         # a drop-in the imports miss, and a second containerd beside the node's own
-        Node("gpu-missed-import", "2.2.9", imports="/etc/containerd/config.d/*.toml",
-             files={DROPIN: SEED_DROPIN}, after=layouts.another_containerd("2.2.9", "second"), cdi_pod=True),
+        Node(
+            "gpu-missed-import",
+            "2.2.9",
+            imports="/etc/containerd/config.d/*.toml",
+            files={DROPIN: SEED_DROPIN},
+            after=layouts.another_containerd("2.2.9", "second"),
+            cdi_pod=True,
+        ),
         # CRI already down: the seed's drop-in was there when 1.7 started
         Node("gpu-cri-down", "1.7.35", files={DROPIN: SEED_DROPIN}),
         # nvidia loaded, then its drop-in removed: the GPU Pod runs now, and not after a restart
         Node("gpu-dropin-removed", "1.7.35", before=[ctk], after=[f"rm {DROPIN}"]),
         # two containerds, and a real kubelet on the second: that one is the node's runtime
         # ... and its Node's status still says what its runtime loaded before nvidia (a stale report)
-        Node("gpu-kubelet", "1.6.20", after=layouts.another_containerd("2.4.2", "gpu", nvidia=True),
-             kubelet="unix:///run/containerd-gpu/containerd.sock", api_handlers=("", "runc")),
+        Node(
+            "gpu-kubelet",
+            "1.6.20",
+            after=layouts.another_containerd("2.4.2", "gpu", nvidia=True),
+            kubelet="unix:///run/containerd-gpu/containerd.sock",
+            api_handlers=("", "runc"),
+        ),
         # EKS AL2023's kubelet: JSON --config, the endpoint in a JSON --config-dir drop-in
-        Node("gpu-eks", "1.7.35", after=layouts.another_containerd("2.4.2", "eks", nvidia=True),
-             kubelet="unix:///run/containerd-eks/containerd.sock", kubelet_layout="eks"),
+        Node(
+            "gpu-eks",
+            "1.7.35",
+            after=layouts.another_containerd("2.4.2", "eks", nvidia=True),
+            kubelet="unix:///run/containerd-eks/containerd.sock",
+            kubelet_layout="eks",
+        ),
         # RKE2's: its own containerd by flags on /run/k3s/containerd, kubelet with --config-dir alone;
         # the toolkit wrote nvidia into the config.toml RKE2 writes anew from its template at start
-        Node("gpu-rke2", "1.7.35", after=layouts.rke2_containerd("2.4.2"), kubelet=f"unix://{layouts.K3S_SOCKET}",
-             kubelet_layout="rke2"),
+        Node(
+            "gpu-rke2",
+            "1.7.35",
+            after=layouts.rke2_containerd("2.4.2"),
+            kubelet=f"unix://{layouts.K3S_SOCKET}",
+            kubelet_layout="rke2",
+        ),
         # k3s: one multicall binary (its containerd's /proc/PID/exe is k3s), kubelet inside the k3s
         # process, the toolkit where k3s finds it at start: its next start keeps nvidia
         Node("gpu-k3s", "1.7.35", after=layouts.k3s("2.4.2")),
@@ -65,12 +86,21 @@ def planted():
         # nothing to start it again; and signal under a supervisor (Restart=always): loaded
         Node("gpu-installer-none", "2.4.2", after=layouts.nvidia_ctk_installer("none")),
         Node("gpu-installer-signal", "2.4.2", after=layouts.nvidia_ctk_installer("signal")),
-        Node("gpu-installer-supervised", "2.4.2", supervised=True,
-             after=layouts.nvidia_ctk_installer("signal") + layouts.cri_back()),
+        Node(
+            "gpu-installer-supervised",
+            "2.4.2",
+            supervised=True,
+            after=layouts.nvidia_ctk_installer("signal") + layouts.cri_back(),
+        ),
         # AKS's names: its GPU handler nvidia-container-runtime (the default), none named nvidia; a
         # Pod of a RuntimeClass with that handler runs, one asking for nvidia cannot start
-        Node("gpu-aks", "2.4.2", files={layouts.CONFIG: layouts.aks_config()}, aks_pod=True,
-             knobs={"gpu_handler": "nvidia-container-runtime"}),
+        Node(
+            "gpu-aks",
+            "2.4.2",
+            files={layouts.CONFIG: layouts.aks_config()},
+            aks_pod=True,
+            knobs={"gpu_handler": "nvidia-container-runtime"},
+        ),
     ]
 
 
@@ -78,31 +108,53 @@ def planted():
 EXPECTED = {
     "gpu-healthy": [],
     "gpu-v2-dropin": [],
-    "gpu-unrestarted": [("handler-not-loaded", "nvidia"), ("sandbox-fails", "gpuop-fleet/gpu-gpu-unrestarted"),
-                        ("gpu-pod-cdi-off", "gpuop-fleet/cdi-gpu-unrestarted"),
-                        ("gpu-advertised-not-loaded", "gpu-unrestarted"), ("toolkit-ready-not-loaded", "toolkit")],
-    "gpu-incident": [("handler-not-loaded", "nvidia"), ("restart-takes-cri-down", "containerd"),
-                     ("sandbox-fails", "gpuop-fleet/gpu-gpu-incident"), ("gpu-advertised-not-loaded", "gpu-incident"),
-                     ("toolkit-ready-not-loaded", "toolkit")],
-    "gpu-missed-import": [("second-containerd", "pid"), ("dropin-not-imported", DROPIN),
-                          ("sandbox-fails", "gpuop-fleet/gpu-gpu-missed-import"),
-                          ("cdi-spec-missing", "gpuop-fleet/cdi-gpu-missed-import"),
-                          ("gpu-advertised-not-loaded", "gpu-missed-import"), ("toolkit-ready-not-loaded", "toolkit")],
+    "gpu-unrestarted": [
+        ("handler-not-loaded", "nvidia"),
+        ("sandbox-fails", "gpuop-fleet/gpu-gpu-unrestarted"),
+        ("gpu-pod-cdi-off", "gpuop-fleet/cdi-gpu-unrestarted"),
+        ("gpu-advertised-not-loaded", "gpu-unrestarted"),
+        ("toolkit-ready-not-loaded", "toolkit"),
+    ],
+    "gpu-incident": [
+        ("handler-not-loaded", "nvidia"),
+        ("restart-takes-cri-down", "containerd"),
+        ("sandbox-fails", "gpuop-fleet/gpu-gpu-incident"),
+        ("gpu-advertised-not-loaded", "gpu-incident"),
+        ("toolkit-ready-not-loaded", "toolkit"),
+    ],
+    "gpu-missed-import": [
+        ("second-containerd", "pid"),
+        ("dropin-not-imported", DROPIN),
+        ("sandbox-fails", "gpuop-fleet/gpu-gpu-missed-import"),
+        ("cdi-spec-missing", "gpuop-fleet/cdi-gpu-missed-import"),
+        ("gpu-advertised-not-loaded", "gpu-missed-import"),
+        ("toolkit-ready-not-loaded", "toolkit"),
+    ],
     "gpu-kubelet": [("second-containerd", "pid"), ("loaded-disagrees-with-api", "gpu-kubelet")],
     "gpu-eks": [("second-containerd", "pid")],
-    "gpu-rke2": [("second-containerd", "pid"), ("lost-at-regeneration", "nvidia"),
-                 ("handler-gone-after-restart", "gpuop-fleet/gpu-gpu-rke2")],
+    "gpu-rke2": [
+        ("second-containerd", "pid"),
+        ("lost-at-regeneration", "nvidia"),
+        ("handler-gone-after-restart", "gpuop-fleet/gpu-gpu-rke2"),
+    ],
     "gpu-k3s": [("second-containerd", "pid")],
     "gpu-dropin-removed": [("handler-gone-after-restart", "gpuop-fleet/gpu-gpu-dropin-removed")],
-    "gpu-installer-none": [("handler-not-loaded", h) for h in ("nvidia", "nvidia-cdi", "nvidia-legacy")] + [
-        ("sandbox-fails", "gpuop-fleet/gpu-gpu-installer-none"), ("gpu-advertised-not-loaded", "gpu-installer-none"),
-        ("toolkit-ready-not-loaded", "toolkit")],
+    "gpu-installer-none": [("handler-not-loaded", h) for h in ("nvidia", "nvidia-cdi", "nvidia-legacy")]
+    + [
+        ("sandbox-fails", "gpuop-fleet/gpu-gpu-installer-none"),
+        ("gpu-advertised-not-loaded", "gpu-installer-none"),
+        ("toolkit-ready-not-loaded", "toolkit"),
+    ],
     "gpu-installer-signal": [("no-containerd", "gpu-installer-signal")],
     "gpu-installer-supervised": [],
     "gpu-aks": [("sandbox-fails", "gpuop-fleet/gpu-gpu-aks")],
-    "gpu-cri-down": [("cri-down", "containerd"), ("restart-takes-cri-down", "containerd"),
-                     ("sandbox-fails", "gpuop-fleet/gpu-gpu-cri-down"), ("gpu-advertised-not-loaded", "gpu-cri-down"),
-                     ("toolkit-ready-not-loaded", "toolkit")],
+    "gpu-cri-down": [
+        ("cri-down", "containerd"),
+        ("restart-takes-cri-down", "containerd"),
+        ("sandbox-fails", "gpuop-fleet/gpu-gpu-cri-down"),
+        ("gpu-advertised-not-loaded", "gpu-cri-down"),
+        ("toolkit-ready-not-loaded", "toolkit"),
+    ],
 }
 
 
@@ -134,19 +186,36 @@ def simulated(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("fleet"))
     nodes = planted()
     with simnodes.fleet(nodes, root) as key:
-        yield nodes, nodesfiles.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {"gpu-incident": "gpu-incident"}), root
+        yield (
+            nodes,
+            nodesfiles.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {"gpu-incident": "gpu-incident"}),
+            root,
+        )
 
 
 @pytest.fixture(scope="module")
 def audited(simulated):
     nodes, path, root = simulated
-    before = {"nodes": {n.name: simnodes.node_files(n) for n in nodes}, "cluster": _cluster_state(),
-              "host": simnodes.host_files()}
+    before = {
+        "nodes": {n.name: simnodes.node_files(n) for n in nodes},
+        "cluster": _cluster_state(),
+        "host": simnodes.host_files(),
+    }
     report, textfile = os.path.join(root, "fleet.json"), os.path.join(root, "fleet.prom")
-    run = deploy(None, f"report={report}", f"textfile={textfile}", env={"GPUOP_NODES": path},
-                 inventory="nodes.py", script="audit.py", debug=True)
-    after = {"nodes": {n.name: simnodes.node_files(n) for n in nodes}, "cluster": _cluster_state(),
-             "host": simnodes.host_files()}
+    run = deploy(
+        None,
+        f"report={report}",
+        f"textfile={textfile}",
+        env={"GPUOP_NODES": path},
+        inventory="nodes.py",
+        script="audit.py",
+        debug=True,
+    )
+    after = {
+        "nodes": {n.name: simnodes.node_files(n) for n in nodes},
+        "cluster": _cluster_state(),
+        "host": simnodes.host_files(),
+    }
     assert os.path.exists(report), run.log[-4000:]  # the run reports, gaps or not
     with open(report) as f:
         doc = json.load(f)
@@ -168,11 +237,22 @@ def test_each_node_is_read_where_it_runs(audited):
     _, doc, _, _, _ = audited
     nodes = doc["nodes"]
     assert {n: e["version"] for n, e in nodes.items()} == {
-        "gpu-healthy": "2.4.2", "gpu-unrestarted": "1.7.35", "gpu-incident": "1.6.20", "gpu-v2-dropin": "2.0.14",
-        "gpu-missed-import": "2.2.9", "gpu-cri-down": "1.7.35", "gpu-kubelet": "2.4.2",
-        "gpu-dropin-removed": "1.7.35", "gpu-eks": "2.4.2", "gpu-rke2": "2.4.2", "gpu-k3s": "2.4.2",
-        "gpu-installer-none": "2.4.2", "gpu-installer-signal": "none", "gpu-installer-supervised": "2.4.2",
-        "gpu-aks": "2.4.2"}
+        "gpu-healthy": "2.4.2",
+        "gpu-unrestarted": "1.7.35",
+        "gpu-incident": "1.6.20",
+        "gpu-v2-dropin": "2.0.14",
+        "gpu-missed-import": "2.2.9",
+        "gpu-cri-down": "1.7.35",
+        "gpu-kubelet": "2.4.2",
+        "gpu-dropin-removed": "1.7.35",
+        "gpu-eks": "2.4.2",
+        "gpu-rke2": "2.4.2",
+        "gpu-k3s": "2.4.2",
+        "gpu-installer-none": "2.4.2",
+        "gpu-installer-signal": "none",
+        "gpu-installer-supervised": "2.4.2",
+        "gpu-aks": "2.4.2",
+    }
     for name, e in nodes.items():  # systemd's layout: default config and socket, no flags
         if name not in ("gpu-kubelet", "gpu-eks", "gpu-rke2", "gpu-k3s", "gpu-installer-signal"):
             assert e["daemon"]["config"] == "/etc/containerd/config.toml", name
@@ -203,11 +283,17 @@ def test_each_node_is_read_where_it_runs(audited):
     assert nodes["gpu-kubelet"]["runtime_handlers"] == ["", "runc"]
     assert nodes["gpu-unrestarted"]["runtime_handlers"] is None  # none reported: the node's read alone judges
     # CDI as the daemon holds it (crictl info), and the GPU specs in the directories it reads
-    assert nodes["gpu-v2-dropin"]["cdi"] == {"enabled": True, "spec_dirs": ["/etc/cdi", "/var/run/cdi"],
-                                             "gpu_specs": ["/var/run/cdi/nvidia.yaml"]}
+    assert nodes["gpu-v2-dropin"]["cdi"] == {
+        "enabled": True,
+        "spec_dirs": ["/etc/cdi", "/var/run/cdi"],
+        "gpu_specs": ["/var/run/cdi/nvidia.yaml"],
+    }
     assert nodes["gpu-unrestarted"]["cdi"]["enabled"] is False  # 1.7: off by default
-    assert nodes["gpu-missed-import"]["cdi"] == {"enabled": True, "spec_dirs": ["/etc/cdi", "/var/run/cdi"],
-                                                 "gpu_specs": []}
+    assert nodes["gpu-missed-import"]["cdi"] == {
+        "enabled": True,
+        "spec_dirs": ["/etc/cdi", "/var/run/cdi"],
+        "gpu_specs": [],
+    }
     # k3s: its containerd found though its binary is k3s, asked after a restart through its
     # containerd link (never through k3s's own CLI), kubelet's endpoint from the k3s process
     k3s = nodes["gpu-k3s"]
@@ -251,8 +337,11 @@ def cri_after_restart(name: str) -> str:
 
 def test_table_json_and_textfile_say_the_planted_gaps(audited):
     run, doc, prom, _, _ = audited
-    metrics = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(prom) for s in family.samples}
+    metrics = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(prom)
+        for s in family.samples
+    }
     for name, planted in EXPECTED.items():
         entry = doc["nodes"][name]
         assert entry["cri_after_restart"] == cri_after_restart(name), name
@@ -293,8 +382,9 @@ def test_with_no_hosts_listed_the_cluster_lists_its_gpu_nodes_and_the_report_is_
     os.makedirs(os.path.join(root, "from-cluster"))
     path = nodesfiles.defaults_file(nodes, key, os.path.join(root, "from-cluster", "nodes.yaml"))
     report = os.path.join(root, "from-cluster", "fleet.json")
-    run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py",
-                 debug=True)
+    run = deploy(
+        None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py", debug=True
+    )
     with open(report) as f:
         got = json.load(f)
     assert run.code != 0  # the same gaps
@@ -308,13 +398,16 @@ def test_the_cluster_read_pages_and_reads_the_same(simulated):
     """The fleet's cluster read asks the API in pages (its chunking): small pages, more requests,
     the same objects, each once."""
     from gpuop.reach.kubeapi import read_cluster
+
     whole, how = read_cluster(os.environ.get("KUBECONFIG", ""), "", 20)
     paged, paged_how = read_cluster(os.environ.get("KUBECONFIG", ""), "", 20, page=3)
     key = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in whole]
     assert [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in paged] == key
     assert len(set(key)) == len(key) and how["requests"] == 7 and how["dra"] == "read"  # DRA's two kinds and Events too
-    counts = [sum(1 for o in whole if o["kind"] == k)
-              for k in ("Node", "RuntimeClass", "Pod", "DaemonSet", "ResourceClaim", "ResourceSlice")]
+    counts = [
+        sum(1 for o in whole if o["kind"] == k)
+        for k in ("Node", "RuntimeClass", "Pod", "DaemonSet", "ResourceClaim", "ResourceSlice")
+    ]
     # a full last page may still carry a continue token: one more request, answering none
     assert sum(max(1, -(-n // 3)) for n in counts) <= paged_how["requests"] <= sum(n // 3 + 1 for n in counts)
 
@@ -331,19 +424,40 @@ def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab(simulated
     with open(one, "w") as f:
         yaml.safe_dump(doc, f)
     toolkit = "daemonset/fleet-container-toolkit"
-    kubectl("patch", "-n", NAMESPACE, toolkit, "--type=json", "-p", json.dumps([
-        {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "toolkit:v1.17.1"},
-        {"op": "add", "path": "/spec/template/spec/containers/0/resources", "value": {"requests": {"memory": "64Ti"}}}]))
+    kubectl(
+        "patch",
+        "-n",
+        NAMESPACE,
+        toolkit,
+        "--type=json",
+        "-p",
+        json.dumps(
+            [
+                {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "toolkit:v1.17.1"},
+                {
+                    "op": "add",
+                    "path": "/spec/template/spec/containers/0/resources",
+                    "value": {"requests": {"memory": "64Ti"}},
+                },
+            ]
+        ),
+    )
 
     seen = []
 
     def stalled():
         ds = json.loads(kubectl("get", "-n", NAMESPACE, toolkit, "-o", "json"))
         pods = json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-l", "app=fleet-toolkit", "-o", "json"))["items"]
-        refused = [p for p in pods if any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or [])]
+        refused = [
+            p for p in pods if any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or [])
+        ]
         seen.append((ds["status"], sorted(p["status"].get("phase") for p in pods)))
-        return ds["status"].get("observedGeneration") == ds["metadata"]["generation"] and refused and \
-            ds["status"].get("numberUnavailable", 0) >= 1
+        return (
+            ds["status"].get("observedGeneration") == ds["metadata"]["generation"]
+            and refused
+            and ds["status"].get("numberUnavailable", 0) >= 1
+        )
+
     try:
         try:
             eventually("the toolkit's rollout to stall on memory", stalled, timeout=180)
@@ -353,10 +467,14 @@ def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab(simulated
         run = deploy(None, f"report={report}", env={"GPUOP_NODES": one}, inventory="nodes.py", script="audit.py")
         with open(report) as f:
             gaps = [g for g in json.load(f)["gaps"] if g["kind"] == "rollout-stalled"]
-        assert [(g["subject"], g["views"]) for g in gaps] == [(f"{NAMESPACE}/fleet-container-toolkit", ["scheduled"])], run.log[-3000:]
+        assert [(g["subject"], g["views"]) for g in gaps] == [
+            (f"{NAMESPACE}/fleet-container-toolkit", ["scheduled"])
+        ], run.log[-3000:]
         # its one updated Pod is the one no node takes; a DaemonSet Pod on each of the 15 fleet nodes
-        assert gaps[0]["detail"] == (f"DaemonSet {NAMESPACE}/fleet-container-toolkit: rollout stalled at 1/15 updated, "
-                                     "blocker insufficient-memory")
+        assert gaps[0]["detail"] == (
+            f"DaemonSet {NAMESPACE}/fleet-container-toolkit: rollout stalled at 1/15 updated, "
+            "blocker insufficient-memory"
+        )
         assert f"GAP fleet: [rollout-stalled] {gaps[0]['detail']}" in run.log
     finally:  # the toolkit back, every Pod Ready again, for the tests after
         kubectl("rollout", "undo", "-n", NAMESPACE, toolkit)
@@ -373,15 +491,19 @@ def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated
     stranger = os.path.join(root, "no_known_hosts")
     open(stranger, "w").close()
     silent = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog), never speaks
-    doc["hosts"] = {"ssh-gpu-healthy": healthy,
-                    "ssh-gone": {"ssh_hostname": "127.0.0.1", "ssh_port": free_port(), "node_name": "gpu-gone"},
-                    "ssh-silent": {"ssh_hostname": "127.0.0.1", "ssh_port": silent.getsockname()[1],
-                                   "node_name": "gpu-silent"},
-                    "ssh-stranger": {"ssh_hostname": "127.0.0.1", "ssh_port": healthy["ssh_port"],
-                                     "ssh_known_hosts_file": stranger, "node_name": "gpu-stranger"},
-                    # unreachable too, but its Node's kubelet reports what its runtime loaded
-                    "ssh-gone-reporting": {"ssh_hostname": "127.0.0.1", "ssh_port": free_port(),
-                                           "node_name": "gpu-kubelet"}}
+    doc["hosts"] = {
+        "ssh-gpu-healthy": healthy,
+        "ssh-gone": {"ssh_hostname": "127.0.0.1", "ssh_port": free_port(), "node_name": "gpu-gone"},
+        "ssh-silent": {"ssh_hostname": "127.0.0.1", "ssh_port": silent.getsockname()[1], "node_name": "gpu-silent"},
+        "ssh-stranger": {
+            "ssh_hostname": "127.0.0.1",
+            "ssh_port": healthy["ssh_port"],
+            "ssh_known_hosts_file": stranger,
+            "node_name": "gpu-stranger",
+        },
+        # unreachable too, but its Node's kubelet reports what its runtime loaded
+        "ssh-gone-reporting": {"ssh_hostname": "127.0.0.1", "ssh_port": free_port(), "node_name": "gpu-kubelet"},
+    }
     partial = os.path.join(root, "nodes-partial.yaml")
     with open(partial, "w") as f:
         yaml.safe_dump(doc, f)
@@ -391,8 +513,11 @@ def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated
     assert run.code != 0
     # pyinfra pads each host's name to the longest's
     assert re.search(r"\[ssh-silent\] +SSH error \(Error reading SSH protocol banner\)\n", run.log), run.log
-    assert re.search(r"\[ssh-stranger\] +SSH error \(StrictPolicy: No host key for \[127\.0\.0\.1\]:\d+ found in "
-                     r"known_hosts\)", run.log)
+    assert re.search(
+        r"\[ssh-stranger\] +SSH error \(StrictPolicy: No host key for \[127\.0\.0\.1\]:\d+ found in "
+        r"known_hosts\)",
+        run.log,
+    )
     assert re.search(r"\[ssh-gone\] +Could not connect \(", run.log)
     assert "Traceback" not in run.log
     with open(report) as f:
@@ -400,15 +525,23 @@ def test_a_node_that_does_not_answer_is_named_and_the_rest_is_reported(simulated
     assert sorted(got["nodes"]) == ["gpu-healthy", "gpu-kubelet"] and got["nodes"]["gpu-healthy"]["gaps"] == []
     assert got["unread"] == ["ssh-gone", "ssh-gone-reporting", "ssh-silent", "ssh-stranger"]
     assert "not read, so not judged: ssh-gone, ssh-silent, ssh-stranger\n" in run.log
-    assert "not read, judged on what its kubelet reports alone (Node.status.runtimeHandlers): " \
-           "ssh-gone-reporting (node gpu-kubelet)" in run.log
+    assert (
+        "not read, judged on what its kubelet reports alone (Node.status.runtimeHandlers): "
+        "ssh-gone-reporting (node gpu-kubelet)" in run.log
+    )
     assert got["judged_from_api"] == {"ssh-gone-reporting": "gpu-kubelet"}
     # judged on the API's view alone: its Node says "" and runc, so its GPU Pod cannot start
     reported = got["nodes"]["gpu-kubelet"]
-    assert (reported["loaded_from"], reported["loaded"], reported["runtime_handlers"]) == ("api", ["runc"], ["", "runc"])
+    assert (reported["loaded_from"], reported["loaded"], reported["runtime_handlers"]) == (
+        "api",
+        ["runc"],
+        ["", "runc"],
+    )
     assert sorted((g["kind"], _subject(g)) for g in reported["gaps"]) == [
-        ("gpu-advertised-not-loaded", "gpu-kubelet"), ("sandbox-fails", "gpuop-fleet/gpu-gpu-kubelet"),
-        ("toolkit-ready-not-loaded", "toolkit")]
+        ("gpu-advertised-not-loaded", "gpu-kubelet"),
+        ("sandbox-fails", "gpuop-fleet/gpu-gpu-kubelet"),
+        ("toolkit-ready-not-loaded", "toolkit"),
+    ]
 
 
 def test_a_containerd_that_stops_answering_is_named_and_the_rest_is_reported(simulated):
@@ -422,8 +555,9 @@ def test_a_containerd_that_stops_answering_is_named_and_the_rest_is_reported(sim
     os.kill(daemon, signal.SIGSTOP)
     try:
         started = time.monotonic()
-        run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py",
-                     timeout_s=120)
+        run = deploy(
+            None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py", timeout_s=120
+        )
         took = time.monotonic() - started
     finally:
         os.kill(daemon, signal.SIGCONT)
@@ -448,9 +582,15 @@ def test_a_node_whose_read_hangs_mid_command_is_named_within_its_deadline(simula
     read's deadline (10 s here), is named in one sentence, and the rest of the fleet is reported."""
     nodes, _, root = simulated
     key, pubkey = simnodes.keypair(root)
-    hung = Node("gpu-hung", "2.4.2", before=[write_file("/run/crictl-stuck", "#!/bin/sh\nsetsid sleep 600 &\nexec sleep 600\n"),
-                                              "chmod +x /run/crictl-stuck"],
-                knobs={"crictl_binary": "/run/crictl-stuck"})
+    hung = Node(
+        "gpu-hung",
+        "2.4.2",
+        before=[
+            write_file("/run/crictl-stuck", "#!/bin/sh\nsetsid sleep 600 &\nexec sleep 600\n"),
+            "chmod +x /run/crictl-stuck",
+        ],
+        knobs={"crictl_binary": "/run/crictl-stuck"},
+    )
     try:
         simnodes.start(hung, root, pubkey)
         healthy = next(n for n in nodes if n.name == "gpu-healthy")
@@ -458,8 +598,15 @@ def test_a_node_whose_read_hangs_mid_command_is_named_within_its_deadline(simula
         path = nodesfiles.nodes_file([healthy, hung], key, os.path.join(root, "hung", "nodes.yaml"), {})
         report = os.path.join(root, "hung", "fleet.json")
         started = time.monotonic()
-        run = deploy(None, f"report={report}", "node_read_timeout_s=10", env={"GPUOP_NODES": path},
-                     inventory="nodes.py", script="audit.py", timeout_s=120)
+        run = deploy(
+            None,
+            f"report={report}",
+            "node_read_timeout_s=10",
+            env={"GPUOP_NODES": path},
+            inventory="nodes.py",
+            script="audit.py",
+            timeout_s=120,
+        )
         took = time.monotonic() - started
     finally:
         simnodes.stop(hung)
@@ -469,7 +616,9 @@ def test_a_node_whose_read_hangs_mid_command_is_named_within_its_deadline(simula
     assert list(got["nodes"]) == ["gpu-healthy"] and got["nodes"]["gpu-healthy"]["gaps"] == []
     assert got["unread"] == ["ssh-gpu-hung"]
     assert "not read, so not judged: ssh-gpu-hung" in run.log
-    said = [line for line in run.log.splitlines() if "[ssh-gpu-hung]" in line and "within node_read_timeout_s=10s" in line]
+    said = [
+        line for line in run.log.splitlines() if "[ssh-gpu-hung]" in line and "within node_read_timeout_s=10s" in line
+    ]
     assert said, run.log[-3000:]
     assert "Traceback" not in run.log
 
@@ -485,8 +634,9 @@ def audited_alone(simulated, node: Node) -> tuple:
         os.makedirs(folder)
         path = nodesfiles.nodes_file([node], key, os.path.join(folder, "nodes.yaml"), {})
         report = os.path.join(folder, "fleet.json")
-        run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py",
-                     timeout_s=120)
+        run = deploy(
+            None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py", timeout_s=120
+        )
     finally:
         simnodes.stop(node)
     with open(report) as f:
@@ -497,18 +647,23 @@ def test_a_node_whose_crictl_hangs_is_judged_on_the_rest_its_loaded_view_named_u
     """A node whose crictl never answers (a crictl that sleeps, in its /run): its read goes on past
     it (crictl's deadline, 10 s), and the node is judged on its files and its restart's forecast,
     the loaded view named as not read, not taken for a runtime whose CRI is down."""
-    hung = Node("gpu-crictl-hung", "2.4.2", before=[write_file("/run/crictl-hung", "#!/bin/sh\nexec sleep 600\n"),
-                                                      "chmod +x /run/crictl-hung"],
-                knobs={"crictl_binary": "/run/crictl-hung"})
+    hung = Node(
+        "gpu-crictl-hung",
+        "2.4.2",
+        before=[write_file("/run/crictl-hung", "#!/bin/sh\nexec sleep 600\n"), "chmod +x /run/crictl-hung"],
+        knobs={"crictl_binary": "/run/crictl-hung"},
+    )
     run, got = audited_alone(simulated, hung)
     assert got["unread"] == [], run.log[-3000:]
     entry = got["nodes"]["gpu-crictl-hung"]
     assert (entry["loaded_from"], entry["loaded"], entry["cri_after_restart"]) == ("crictl-hung", [], "ok")
     assert sorted(g["kind"] for g in entry["gaps"]) == ["no-node-object", "view-unread"], entry["gaps"]
     (unread,) = [g for g in entry["gaps"] if g["kind"] == "view-unread"]
-    assert unread["detail"] == ("what containerd 2.4.2 holds was not read: crictl did not answer within 10s (crictl "
-                                "itself hung, past its own 3 s deadline): nothing is judged against the loaded view, "
-                                "the rest is")
+    assert unread["detail"] == (
+        "what containerd 2.4.2 holds was not read: crictl did not answer within 10s (crictl "
+        "itself hung, past its own 3 s deadline): nothing is judged against the loaded view, "
+        "the rest is"
+    )
 
 
 def test_a_node_whose_cdi_spec_blocks_reads_is_judged_on_the_rest_its_cdi_named_unread(simulated):
@@ -525,14 +680,16 @@ def test_a_node_whose_cdi_spec_blocks_reads_is_judged_on_the_rest_its_cdi_named_
     assert sorted(g["kind"] for g in entry["gaps"]) == ["no-node-object", "view-unread"], entry["gaps"]
     (unread,) = [g for g in entry["gaps"] if g["kind"] == "view-unread"]
     assert (unread["subject"], unread["views"]) == ("containerd", ["loaded"])
-    assert unread["detail"].startswith("the CDI specs in the spec directories of containerd 1.7.35 were not read: "
-                                       "their read did not end within 10s"), unread
+    assert unread["detail"].startswith(
+        "the CDI specs in the spec directories of containerd 1.7.35 were not read: their read did not end within 10s"
+    ), unread
 
 
 def test_a_cluster_that_cannot_be_read_is_named(simulated):
     _, path, _ = simulated
-    run = deploy(None, "kube_context=no-such-context", env={"GPUOP_NODES": path}, inventory="nodes.py",
-                 script="audit.py")
+    run = deploy(
+        None, "kube_context=no-such-context", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py"
+    )
     assert run.code != 0
     assert "the cluster cannot be read (kubeconfig" in run.log and "context no-such-context" in run.log
 
@@ -557,8 +714,15 @@ def test_an_api_server_that_stalls_ends_the_read_within_its_deadline_in_one_sent
     assert took < 30, took
     said = [line for line in run.log.splitlines() if "the cluster cannot be read (kubeconfig " in line]
     assert said, run.log
-    assert all(line.endswith(("the API server did not complete a connection within 5s (it accepts, then stalls)",
-                              "the API server gave no answer within the read's 20s")) for line in said), said
+    assert all(
+        line.endswith(
+            (
+                "the API server did not complete a connection within 5s (it accepts, then stalls)",
+                "the API server gave no answer within the read's 20s",
+            )
+        )
+        for line in said
+    ), said
     assert "Traceback" not in run.log and "Retrying" not in run.log, run.log
 
 
@@ -566,14 +730,16 @@ def test_two_hosts_on_one_node_name_are_refused_by_name(simulated):
     _, path, root = simulated
     with open(path) as f:
         doc = yaml.safe_load(f)
-    doc["hosts"] = {"ssh-a": {**doc["hosts"]["ssh-gpu-healthy"], "node_name": "gpu-healthy"},
-                    "ssh-b": {**doc["hosts"]["ssh-gpu-v2-dropin"], "node_name": "gpu-healthy"}}
+    doc["hosts"] = {
+        "ssh-a": {**doc["hosts"]["ssh-gpu-healthy"], "node_name": "gpu-healthy"},
+        "ssh-b": {**doc["hosts"]["ssh-gpu-v2-dropin"], "node_name": "gpu-healthy"},
+    }
     twins = os.path.join(root, "nodes-twins.yaml")
     with open(twins, "w") as f:
         yaml.safe_dump(doc, f)
     run = deploy(None, env={"GPUOP_NODES": twins}, inventory="nodes.py", script="audit.py")
     assert run.code != 0
-    assert "hosts ssh-a and ssh-b both audit node gpu-healthy: set node_name for each" in run.log \
+    assert (
+        "hosts ssh-a and ssh-b both audit node gpu-healthy: set node_name for each" in run.log
         or "hosts ssh-b and ssh-a both audit node gpu-healthy: set node_name for each" in run.log
-
-
+    )

@@ -41,12 +41,14 @@ RESTART = {"containerd_restart": "pkill -x containerd"}  # its supervisor starts
 
 def planted():
     common = {"kubelet": ENDPOINT, "registered": True, "supervised": True, "nvidia_runtime": True, "knobs": RESTART}
-    return [Node("fix-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))], **common),
-            Node("fix-ctk", "1.7.35", after=[layouts.nvidia_ctk_configure()], **common),
-            Node("fix-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], **common),
-            Node("fix-noimports", "2.3.3", imports="", nvidia_ctk="1.20.2", **common),
-            # k3s-like: the toolkit wrote nvidia into the config.toml k3s writes anew from its template
-            Node("fix-k3s", "2.4.2", k3s_template=K3S_TEMPLATE_TAIL, before=[append(CONFIG, NVIDIA_TABLES)], **common)]
+    return [
+        Node("fix-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))], **common),
+        Node("fix-ctk", "1.7.35", after=[layouts.nvidia_ctk_configure()], **common),
+        Node("fix-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], **common),
+        Node("fix-noimports", "2.3.3", imports="", nvidia_ctk="1.20.2", **common),
+        # k3s-like: the toolkit wrote nvidia into the config.toml k3s writes anew from its template
+        Node("fix-k3s", "2.4.2", k3s_template=K3S_TEMPLATE_TAIL, before=[append(CONFIG, NVIDIA_TABLES)], **common),
+    ]
 
 
 # An operator's full template for k3s: the node's config and a setting of theirs, no nvidia runtime.
@@ -62,29 +64,56 @@ def deployment(app: str, node: str, runtime_class: str = "", volumes: tuple = ()
     """A Deployment of one Pod ``app`` pinned to ``node`` (past the fleet's taint), sleeping."""
     labels = {"app": app}
     mounts = [{"name": v["name"], "mountPath": f"/{v['name']}"} for v in volumes]
-    spec = {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 0,
-            "tolerations": [{"key": MARK, "operator": "Exists"}],
-            **({"runtimeClassName": runtime_class} if runtime_class else {}), **({"volumes": list(volumes)} if volumes else {}),
-            "containers": [{"name": "work", "image": READ_IMAGE, "imagePullPolicy": "IfNotPresent",
-                            "command": ["/bin/sh", "-c", "sleep 3600"], **({"volumeMounts": mounts} if mounts else {})}]}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "namespace": NAMESPACE},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": spec}}}
+    spec = {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "terminationGracePeriodSeconds": 0,
+        "tolerations": [{"key": MARK, "operator": "Exists"}],
+        **({"runtimeClassName": runtime_class} if runtime_class else {}),
+        **({"volumes": list(volumes)} if volumes else {}),
+        "containers": [
+            {
+                "name": "work",
+                "image": READ_IMAGE,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/bin/sh", "-c", "sleep 3600"],
+                **({"volumeMounts": mounts} if mounts else {}),
+            }
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": app, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
 
 
 def workloads(nodes) -> str:
     """RuntimeClass fleet-nvidia, a Deployment of one GPU Pod pinned to each node, and one that
     runs now (no RuntimeClass) on fix-ctk, which a budget can hold."""
-    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-nvidia"}, "handler": "nvidia"},
-            deployment("steady-fix-ctk", "fix-ctk")]
+    docs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "fleet-nvidia"},
+            "handler": "nvidia",
+        },
+        deployment("steady-fix-ctk", "fix-ctk"),
+    ]
     docs += [deployment(f"work-{n.name}", n.name, "fleet-nvidia") for n in nodes]
     return "\n---\n".join(json.dumps(d) for d in docs)
 
 
 def ready(name) -> bool:
     node = get(f"node/{name}")
-    return bool(node) and any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
+    return bool(node) and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or []
+    )
 
 
 def work_pods(node) -> list:
@@ -93,7 +122,9 @@ def work_pods(node) -> list:
 
 def running(app) -> bool:
     """Whether Deployment ``app``'s Pod runs (on the node it is pinned to)."""
-    return any(p["status"].get("phase") == "Running" for p in get("pods", NAMESPACE, labelSelector=f"app={app}")["items"])
+    return any(
+        p["status"].get("phase") == "Running" for p in get("pods", NAMESPACE, labelSelector=f"app={app}")["items"]
+    )
 
 
 @contextlib.contextmanager
@@ -121,9 +152,16 @@ def fleet(tmp_path_factory):
 
 
 # A Pod no controller owns, on fix-ctk: nothing would bring it back, so it stops that node's drain.
-BARE_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": NAMESPACE},
-            "spec": {"nodeName": "fix-ctk", "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "c", "image": READ_IMAGE, "command": ["/bin/sh", "-c", "sleep 3600"]}]}}
+BARE_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "bare", "namespace": NAMESPACE},
+    "spec": {
+        "nodeName": "fix-ctk",
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [{"name": "c", "image": READ_IMAGE, "command": ["/bin/sh", "-c", "sleep 3600"]}],
+    },
+}
 
 
 def incident_again(node):
@@ -136,7 +174,9 @@ def incident_again(node):
 def backups(node) -> list:
     """Every file the fleet repair kept on ``node`` (under /var/lib/gpuop/backup), as the node names it."""
     root = f"/proc/{simnodes.ns_pid(node)}/root"
-    return sorted(os.path.join(top, f)[len(root):] for top, _, files in os.walk(f"{root}/var/lib/gpuop/backup") for f in files)
+    return sorted(
+        os.path.join(top, f)[len(root) :] for top, _, files in os.walk(f"{root}/var/lib/gpuop/backup") for f in files
+    )
 
 
 def fix(path, *data, dry=False):
@@ -149,16 +189,26 @@ def test_the_plan_first_changes_nothing(fleet):
     containerds = {n.name: simnodes.node_containerd(n) for n in nodes}
     run = fix(path, dry=True)
     assert "fix-incident: repair: a restart takes CRI down" in run.log, run.log[-3000:]
-    assert "fix-incident:   write /etc/containerd/conf.d/99-nvidia.toml, by gpuop (the file before kept under /var/lib/gpuop/backup, where no runtime reads):" in run.log
+    assert (
+        "fix-incident:   write /etc/containerd/conf.d/99-nvidia.toml, by gpuop (the file before kept under /var/lib/gpuop/backup, where no runtime reads):"
+        in run.log
+    )
     # no imports: one line added to the config; the drop-in the node's own nvidia-ctk would write
-    assert ("fix-noimports:   write /etc/containerd/config.toml, by gpuop (an import of the drop-in's directory) "
-            "(the file before kept under /var/lib/gpuop/backup, where no runtime reads):") in run.log, run.log[-3000:]
+    assert (
+        "fix-noimports:   write /etc/containerd/config.toml, by gpuop (an import of the drop-in's directory) "
+        "(the file before kept under /var/lib/gpuop/backup, where no runtime reads):"
+    ) in run.log, run.log[-3000:]
     assert 'fix-noimports:     +imports = ["/etc/containerd/conf.d/*.toml"]' in run.log
-    assert "fix-noimports:   write /etc/containerd/conf.d/99-nvidia.toml, by nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk):" in run.log
+    assert (
+        "fix-noimports:   write /etc/containerd/conf.d/99-nvidia.toml, by nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk):"
+        in run.log
+    )
     # k3s: its template, never the file it writes anew
-    assert ("fix-k3s:   write /etc/containerd/config.toml.tmpl, by gpuop (the template k3s renders "
-            "/etc/containerd/config.toml from at its start; /etc/containerd/config.toml itself is never written) "
-            "(the file before kept under /var/lib/gpuop/backup, where no runtime reads):") in run.log, run.log[-3000:]
+    assert (
+        "fix-k3s:   write /etc/containerd/config.toml.tmpl, by gpuop (the template k3s renders "
+        "/etc/containerd/config.toml from at its start; /etc/containerd/config.toml itself is never written) "
+        "(the file before kept under /var/lib/gpuop/backup, where no runtime reads):"
+    ) in run.log, run.log[-3000:]
     assert "fix-ctk: repair: nvidia is written and a restart loads it with CRI up" in run.log
     assert "fix-healthy: nothing to do: nvidia is loaded now and after a restart" in run.log
     assert {n.name: simnodes.etc_containerd(n) for n in nodes} == before
@@ -179,8 +229,10 @@ def test_a_pod_no_controller_owns_stops_the_drain_and_the_rollout_named(fleet):
         kubectl("delete", "pod", "bare", "-n", NAMESPACE, "--grace-period=0", "--force", "--ignore-not-found")
     assert run.code != 0
     # the inventory's order (by name): fix-ctk first, the rollout stops there
-    assert ("the repair stopped: node fix-ctk, step drain: drain of fix-ctk: Pod(s) gpuop-fleet/bare "
-            "are owned by no controller") in run.log, run.log[-3000:]
+    assert (
+        "the repair stopped: node fix-ctk, step drain: drain of fix-ctk: Pod(s) gpuop-fleet/bare "
+        "are owned by no controller"
+    ) in run.log, run.log[-3000:]
     assert "node fix-incident untouched: the rollout stopped at node fix-ctk, step drain" in run.log, run.log[-3000:]
     # the node back in service untouched, the nodes after it untouched
     assert not get("node/fix-ctk")["spec"].get("unschedulable")
@@ -193,8 +245,12 @@ def test_a_second_run_on_the_cluster_is_refused_by_name(fleet):
     """Another run holds the repair's Lease, renewed just now: this one touches nothing."""
     nodes, path, root = fleet
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEASE, "namespace": "default"},
-             "spec": {"holderIdentity": "gpuop on ops-2 pid 77", "leaseDurationSeconds": 60, "renewTime": now}}
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE, "namespace": "default"},
+        "spec": {"holderIdentity": "gpuop on ops-2 pid 77", "leaseDurationSeconds": 60, "renewTime": now},
+    }
     kubectl("apply", "-f", "-", stdin=json.dumps(lease))
     containerds = {n.name: simnodes.node_containerd(n) for n in nodes}
     try:
@@ -202,8 +258,10 @@ def test_a_second_run_on_the_cluster_is_refused_by_name(fleet):
     finally:
         kubectl("delete", "lease", LEASE, "-n", "default", "--ignore-not-found")
     assert run.code != 0
-    assert ("the repair stopped at the lock: another repair runs on this cluster: Lease default/gpuop-fleet-repair "
-            "is held by gpuop on ops-2 pid 77, renewed") in run.log, run.log[-3000:]
+    assert (
+        "the repair stopped at the lock: another repair runs on this cluster: Lease default/gpuop-fleet-repair "
+        "is held by gpuop on ops-2 pid 77, renewed"
+    ) in run.log, run.log[-3000:]
     assert {n.name: simnodes.node_containerd(n) for n in nodes} == containerds
     assert not any(get(f"node/{n.name}")["spec"].get("unschedulable") for n in nodes)
 
@@ -213,26 +271,43 @@ def test_a_budget_that_blocks_stops_the_rollout_and_a_run_killed_mid_drain_is_fi
     up at drain_timeout_s naming it, the node back in service untouched. Then a run killed while
     that drain waits: the next run, the budget gone, finds the node gpuop cordoned and repairs it."""
     nodes, path, root = fleet
-    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "hold", "namespace": NAMESPACE},
-           "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "steady-fix-ctk"}}}}
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "hold", "namespace": NAMESPACE},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "steady-fix-ctk"}}},
+    }
     kubectl("apply", "-f", "-", stdin=json.dumps(pdb))
-    eventually("the budget to count its Pod", lambda: (get("poddisruptionbudget/hold", NAMESPACE).get("status") or {})
-               .get("currentHealthy") == 1, timeout=30)
+    eventually(
+        "the budget to count its Pod",
+        lambda: (get("poddisruptionbudget/hold", NAMESPACE).get("status") or {}).get("currentHealthy") == 1,
+        timeout=30,
+    )
     files = {n.name: simnodes.etc_containerd(n) for n in nodes}
     run = fix(path, "drain_timeout_s=6")
     assert run.code != 0
     said = next(line for line in run.log.splitlines() if "the repair stopped: node fix-ctk, step drain" in line)
-    assert ("the eviction of Pod gpuop-fleet/steady-fix-ctk-" in said and "not within 6s; last seen: Pod gpuop-fleet/"
-            "steady-fix-ctk-" in said and "held by PodDisruptionBudget gpuop-fleet/hold (disruptions allowed: 0)" in said), said
+    assert (
+        "the eviction of Pod gpuop-fleet/steady-fix-ctk-" in said
+        and "not within 6s; last seen: Pod gpuop-fleet/steady-fix-ctk-" in said
+        and "held by PodDisruptionBudget gpuop-fleet/hold (disruptions allowed: 0)" in said
+    ), said
     assert not get("node/fix-ctk")["spec"].get("unschedulable")  # back in service, untouched
     assert {n.name: simnodes.etc_containerd(n) for n in nodes} == files
     # a run killed while the budget holds its drain
-    proc = subprocess.Popen([PYINFRA, "nodes.py", "fix.py", "-y", "--data", "drain_timeout_s=300"],
-                            env={**os.environ, "GPUOP_NODES": path}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [PYINFRA, "nodes.py", "fix.py", "-y", "--data", "drain_timeout_s=300"],
+        env={**os.environ, "GPUOP_NODES": path},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
-        eventually("the killed run's cordon", lambda: CORDONED_BY in get("node/fix-ctk")["metadata"].get("annotations", {}),
-                   timeout=60)
+        eventually(
+            "the killed run's cordon",
+            lambda: CORDONED_BY in get("node/fix-ctk")["metadata"].get("annotations", {}),
+            timeout=60,
+        )
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -251,13 +326,33 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
     assert run.code == 0, run.log[-4000:]
     with open(report) as f:
         doc = json.load(f)
-    assert {name: (n["action"], n["outcome"], [(f["path"], f["by"]) for f in n["files"]]) for name, n in doc["nodes"].items()} == {
-        "fix-ctk": ("repair", "repaired", []), "fix-healthy": ("none", "nothing to do", []),
+    assert {
+        name: (n["action"], n["outcome"], [(f["path"], f["by"]) for f in n["files"]])
+        for name, n in doc["nodes"].items()
+    } == {
+        "fix-ctk": ("repair", "repaired", []),
+        "fix-healthy": ("none", "nothing to do", []),
         "fix-incident": ("repair", "repaired", [(DROPIN, "gpuop")]),
-        "fix-noimports": ("repair", "repaired", [(CONFIG, "gpuop (an import of the drop-in's directory)"),
-                                                  (DROPIN, "nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk)")]),
-        "fix-k3s": ("repair", "repaired", [(CONFIG + ".tmpl", "gpuop (the template k3s renders /etc/containerd/config.toml "
-                                            "from at its start; /etc/containerd/config.toml itself is never written)")])}
+        "fix-noimports": (
+            "repair",
+            "repaired",
+            [
+                (CONFIG, "gpuop (an import of the drop-in's directory)"),
+                (DROPIN, "nvidia-ctk 1.20.2 (/usr/bin/nvidia-ctk)"),
+            ],
+        ),
+        "fix-k3s": (
+            "repair",
+            "repaired",
+            [
+                (
+                    CONFIG + ".tmpl",
+                    "gpuop (the template k3s renders /etc/containerd/config.toml "
+                    "from at its start; /etc/containerd/config.toml itself is never written)",
+                )
+            ],
+        ),
+    }
     # on each node, nothing changed but the planned files and their backups
     for n in nodes:
         etc, usr_bin = trees[n.name]
@@ -273,18 +368,31 @@ def test_the_fleet_is_repaired_one_node_at_a_time_and_the_rerun_changes_nothing(
     with open(f"{k3s_etc}/config.toml") as rendered, open(f"{k3s_etc}/config.toml.tmpl") as template:
         assert rendered.read() == template.read()  # written by the render, from the template gpuop extended
     assert not [p for p in os.listdir(k3s_etc) if p.startswith("config.toml.gpuop-bak.")]  # never touched by gpuop
-    assert set(doc["nodes"]["fix-incident"]["phases_s"]) == {"cordon", "drain", "write", "forecast", "restart", "CRI",
-                                                             "Ready", "probe", "uncordon"}
+    assert set(doc["nodes"]["fix-incident"]["phases_s"]) == {
+        "cordon",
+        "drain",
+        "write",
+        "forecast",
+        "restart",
+        "CRI",
+        "Ready",
+        "probe",
+        "uncordon",
+    }
     # the fleet audited again at the run's end, by the audit's own rules: no gap left
     after = doc["audit_after"]["nodes"]
     assert {name: (e["gaps"], sorted(e["loaded"])) for name, e in after.items()} == {
-        name: ([], ["nvidia", "runc"]) for name in ("fix-ctk", "fix-healthy", "fix-incident", "fix-k3s", "fix-noimports")}
+        name: ([], ["nvidia", "runc"])
+        for name in ("fix-ctk", "fix-healthy", "fix-incident", "fix-k3s", "fix-noimports")
+    }
     assert "--> the fleet audited again after the rollout:" in run.log
     with open(textfile) as f:
         prom = f.read()
     assert 'gpuop_node_repaired{node="fix-incident",outcome="repaired"} 1.0' in prom
     assert 'gpuop_node_repaired{node="fix-healthy",outcome="nothing to do"} 1.0' in prom
-    assert run.log.index("node fix-ctk: repaired") < run.log.index("node fix-incident: cordoned")  # one at a time, by name
+    assert run.log.index("node fix-ctk: repaired") < run.log.index(
+        "node fix-incident: cordoned"
+    )  # one at a time, by name
     for name in ("fix-incident", "fix-ctk", "fix-noimports", "fix-k3s"):
         assert f"node {name}: repaired and back in service" in run.log
         assert f"node {name}: a probe Pod of RuntimeClass fleet-nvidia ran there" in run.log
@@ -340,14 +448,19 @@ def test_a_forecast_that_refuses_the_files_puts_them_back_and_a_stale_lock_is_ta
         result = {}
         runner = threading.Thread(target=lambda: result.update(run=fix(path)))
         runner.start()
-        eventually("the run's cordon of fix-incident",
-                   lambda: CORDONED_BY in get("node/fix-incident")["metadata"].get("annotations", {}), timeout=180)
+        eventually(
+            "the run's cordon of fix-incident",
+            lambda: CORDONED_BY in get("node/fix-incident")["metadata"].get("annotations", {}),
+            timeout=180,
+        )
         with open(node_root + LATE, "w") as f:
             f.write("[plugins.\n")
         runner.join(600)
         run = result["run"]
         assert run.code != 0
-        said = next(line for line in run.log.splitlines() if "the repair stopped: node fix-incident, step forecast" in line)
+        said = next(
+            line for line in run.log.splitlines() if "the repair stopped: node fix-incident, step forecast" in line
+        )
         assert "containerd 1.6.20's own merge of the files says a restart gives" in said, said
         assert said.endswith("not restarted, the files put back"), said
         with open(node_root + DROPIN, "rb") as f:
@@ -361,13 +474,20 @@ def test_a_forecast_that_refuses_the_files_puts_them_back_and_a_stale_lock_is_ta
         with contextlib.suppress(FileNotFoundError):
             os.remove(node_root + LATE)
     stale = datetime.fromtimestamp(time.time() - 300, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEASE, "namespace": "default"},
-             "spec": {"holderIdentity": "gpuop on ops-2 pid 77", "leaseDurationSeconds": 60, "renewTime": stale}}
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE, "namespace": "default"},
+        "spec": {"holderIdentity": "gpuop on ops-2 pid 77", "leaseDurationSeconds": 60, "renewTime": stale},
+    }
     kubectl("apply", "-f", "-", stdin=json.dumps(lease))
     again = fix(path)
     assert again.code == 0, again.log[-4000:]
-    assert re.search(f"repair: the Lease default/{LEASE} taken over from a run that stopped: gpuop on ops-2 pid 77's, "
-                     r"not renewed for 3\d\ds \(its duration 60s\)", again.log), again.log[-3000:]
+    assert re.search(
+        f"repair: the Lease default/{LEASE} taken over from a run that stopped: gpuop on ops-2 pid 77's, "
+        r"not renewed for 3\d\ds \(its duration 60s\)",
+        again.log,
+    ), again.log[-3000:]
     assert "node fix-incident: repaired and back in service" in again.log
     assert get("leases", "default", fieldSelector=f"metadata.name={LEASE}")["items"] == []  # given back
 
@@ -387,8 +507,12 @@ def test_a_pod_with_emptydir_data_stops_the_drain_unless_told_to_delete_it(fleet
     by_name = {n.name: n for n in nodes}
     for name in ("fix-ctk", "fix-incident"):
         incident_again(by_name[name])
-    kubectl("apply", "-f", "-", stdin=json.dumps(deployment("scratch-fix-ctk", "fix-ctk", "fleet-nvidia",
-                                                            ({"name": "ckpt", "emptyDir": {}},))))
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps(deployment("scratch-fix-ctk", "fix-ctk", "fleet-nvidia", ({"name": "ckpt", "emptyDir": {}},))),
+    )
     try:
         eventually("the scratch Pod running", lambda: running("scratch-fix-ctk"), timeout=120)
         scratch = pod_of("scratch-fix-ctk")["metadata"]
@@ -396,9 +520,11 @@ def test_a_pod_with_emptydir_data_stops_the_drain_unless_told_to_delete_it(fleet
         containerds = {n.name: simnodes.node_containerd(n) for n in nodes}
         run = fix(path)
         assert run.code != 0
-        assert (f"the repair stopped: node fix-ctk, step drain: drain of fix-ctk: Pod(s) gpuop-fleet/{scratch['name']} "
-                "(emptyDir ckpt) have local data an eviction deletes (drain_delete_emptydir_data=true evicts them, as "
-                "kubectl drain --delete-emptydir-data does)") in run.log, run.log[-3000:]
+        assert (
+            f"the repair stopped: node fix-ctk, step drain: drain of fix-ctk: Pod(s) gpuop-fleet/{scratch['name']} "
+            "(emptyDir ckpt) have local data an eviction deletes (drain_delete_emptydir_data=true evicts them, as "
+            "kubectl drain --delete-emptydir-data does)"
+        ) in run.log, run.log[-3000:]
         assert "node fix-incident untouched: the rollout stopped at node fix-ctk, step drain" in run.log
         assert pod_of("scratch-fix-ctk")["metadata"]["uid"] == scratch["uid"] and running("scratch-fix-ctk")
         assert not get("node/fix-ctk")["spec"].get("unschedulable")
@@ -406,8 +532,10 @@ def test_a_pod_with_emptydir_data_stops_the_drain_unless_told_to_delete_it(fleet
         assert {n.name: simnodes.node_containerd(n) for n in nodes} == containerds
         dry = fix(path, "drain_delete_emptydir_data=true", dry=True)
         drained = next(line for line in dry.log.splitlines() if "fix-ctk:   cordon, then drain: evict" in line)
-        assert drained.endswith(f"; their emptyDir data deleted with them: gpuop-fleet/{scratch['name']} (emptyDir ckpt) "
-                                "(drain_delete_emptydir_data=true)"), drained
+        assert drained.endswith(
+            f"; their emptyDir data deleted with them: gpuop-fleet/{scratch['name']} (emptyDir ckpt) "
+            "(drain_delete_emptydir_data=true)"
+        ), drained
         report = os.path.join(root, "emptydir.json")
         again = fix(path, "drain_delete_emptydir_data=true", f"report={report}")
         assert again.code == 0, again.log[-4000:]
@@ -430,24 +558,38 @@ def test_a_node_an_earlier_run_left_failed_goes_back_only_once_proven(fleet):
     incident = next(n for n in nodes if n.name == "fix-incident")
     incident_again(incident)
     kubectl("cordon", "fix-incident")
-    kubectl("annotate", "node", "fix-incident", f"{CORDONED_BY}=gpuop on ops-1 pid 5",
-            f"{REPAIR_FAILED}=CRI: containerd on fix-incident to restart and load nvidia: not within 10s")
-    bare = {**BARE_POD, "metadata": {**BARE_POD["metadata"], "name": "bare-incident"},
-            "spec": {**BARE_POD["spec"], "nodeName": "fix-incident"}}
+    kubectl(
+        "annotate",
+        "node",
+        "fix-incident",
+        f"{CORDONED_BY}=gpuop on ops-1 pid 5",
+        f"{REPAIR_FAILED}=CRI: containerd on fix-incident to restart and load nvidia: not within 10s",
+    )
+    bare = {
+        **BARE_POD,
+        "metadata": {**BARE_POD["metadata"], "name": "bare-incident"},
+        "spec": {**BARE_POD["spec"], "nodeName": "fix-incident"},
+    }
     kubectl("apply", "-f", "-", stdin=json.dumps(bare))
     try:
         run = fix(path)
         assert run.code != 0
-        refused = ("drain: drain of fix-incident: Pod(s) gpuop-fleet/bare-incident are owned by no controller, so nothing "
-                   "would bring them back (drain_unmanaged=true deletes them, as kubectl drain --force does)")
+        refused = (
+            "drain: drain of fix-incident: Pod(s) gpuop-fleet/bare-incident are owned by no controller, so nothing "
+            "would bring them back (drain_unmanaged=true deletes them, as kubectl drain --force does)"
+        )
         assert f"the repair stopped: node fix-incident, step {refused}" in run.log, run.log[-3000:]
-        assert ("node fix-incident: stays cordoned: an earlier gpuop run left it failed (CRI: containerd on fix-incident "
-                "to restart and load nvidia: not within 10s), and this run proved nothing") in run.log, run.log[-3000:]
+        assert (
+            "node fix-incident: stays cordoned: an earlier gpuop run left it failed (CRI: containerd on fix-incident "
+            "to restart and load nvidia: not within 10s), and this run proved nothing"
+        ) in run.log, run.log[-3000:]
         node = get("node/fix-incident")
         assert node["spec"].get("unschedulable") and node["metadata"]["annotations"][REPAIR_FAILED] == refused
         dry = fix(path, "drain_unmanaged=true", dry=True)
         drained = next(line for line in dry.log.splitlines() if "fix-incident:   cordon, then drain: evict" in line)
-        assert drained.endswith("; delete gpuop-fleet/bare-incident (no controller owns them: drain_unmanaged=true)"), drained
+        assert drained.endswith("; delete gpuop-fleet/bare-incident (no controller owns them: drain_unmanaged=true)"), (
+            drained
+        )
         again = fix(path, "drain_unmanaged=true")
         assert again.code == 0, again.log[-4000:]
         assert "node fix-incident: repaired and back in service" in again.log
@@ -461,11 +603,21 @@ def test_a_node_an_earlier_run_left_failed_goes_back_only_once_proven(fleet):
 
 
 # A probe Pod a killed run left (gpuop's labels), on a healthy node.
-LEFT_PROBE = {"apiVersion": "v1", "kind": "Pod",
-              "metadata": {"name": "gpuop-probe-left", "namespace": "default",
-                           "labels": {"app.kubernetes.io/managed-by": "gpuop", "gpuop.io/probe-node": "fix-healthy"}},
-              "spec": {"nodeName": "fix-healthy", "tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 0,
-                       "containers": [{"name": "probe", "image": READ_IMAGE, "command": ["/bin/sh", "-c", "sleep 3600"]}]}}
+LEFT_PROBE = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "gpuop-probe-left",
+        "namespace": "default",
+        "labels": {"app.kubernetes.io/managed-by": "gpuop", "gpuop.io/probe-node": "fix-healthy"},
+    },
+    "spec": {
+        "nodeName": "fix-healthy",
+        "tolerations": [{"operator": "Exists"}],
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "probe", "image": READ_IMAGE, "command": ["/bin/sh", "-c", "sleep 3600"]}],
+    },
+}
 
 
 def test_drain_false_restarts_under_the_running_pods(fleet):
@@ -478,15 +630,24 @@ def test_drain_false_restarts_under_the_running_pods(fleet):
     incident_again(next(n for n in nodes if n.name == "fix-incident"))
     work = pod_of("work-fix-incident")["metadata"]["uid"]
     dry = fix(path, "drain=false", dry=True)
-    assert "fix-incident:   cordon, no drain (drain=false): every Pod on it runs on through the restart" in dry.log, dry.log[-3000:]
+    assert "fix-incident:   cordon, no drain (drain=false): every Pod on it runs on through the restart" in dry.log, (
+        dry.log[-3000:]
+    )
     kubectl("apply", "-f", "-", stdin=json.dumps(LEFT_PROBE))
     report = os.path.join(root, "nodrain.json")
     # every RuntimeClass of handler nvidia deleted (fleet-nvidia, and any the lab left): the Pods run
     # on, and the probe has no class of theirs to use
     kept = ("name", "labels", "annotations")  # each put back as it was, less what the API server sets
-    classes = [{**rc, "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                "metadata": {k: v for k, v in rc["metadata"].items() if k in kept}}
-               for rc in get("runtimeclasses")["items"] if rc["handler"] == "nvidia"]
+    classes = [
+        {
+            **rc,
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {k: v for k, v in rc["metadata"].items() if k in kept},
+        }
+        for rc in get("runtimeclasses")["items"]
+        if rc["handler"] == "nvidia"
+    ]
     kubectl("delete", "runtimeclass", *[rc["metadata"]["name"] for rc in classes])
     try:
         run = fix(path, "drain=false", f"report={report}")
@@ -495,8 +656,10 @@ def test_drain_false_restarts_under_the_running_pods(fleet):
     # the audit after the rollout finds every node's GPU Pod naming a RuntimeClass that is gone
     assert run.code != 0 and "5 gap(s) left after the rollout" in run.log, run.log[-4000:]
     assert "repair: fix-incident: repaired" in run.log and "the repair stopped" not in run.log
-    assert ("node fix-incident: no RuntimeClass maps to handler nvidia: the probe runs with RuntimeClass "
-            "gpuop-probe-nvidia, made for it") in run.log, run.log[-3000:]
+    assert (
+        "node fix-incident: no RuntimeClass maps to handler nvidia: the probe runs with RuntimeClass "
+        "gpuop-probe-nvidia, made for it"
+    ) in run.log, run.log[-3000:]
     assert "node fix-incident: a probe Pod of RuntimeClass gpuop-probe-nvidia ran there" in run.log
     assert get("runtimeclass/gpuop-probe-nvidia") is None  # made for the probe alone, gone after
     assert "repair: deleted the probe Pod(s) a killed run left: gpuop-probe-left" in run.log, run.log[-3000:]
@@ -511,8 +674,15 @@ def test_drain_false_restarts_under_the_running_pods(fleet):
 def advertise_gpus(node: str, count):
     """The node's status advertises ``count`` GPUs (None: none), as a device plugin's would."""
     value = None if count is None else str(count)
-    kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p",
-            json.dumps({"status": {"capacity": {"nvidia.com/gpu": value}, "allocatable": {"nvidia.com/gpu": value}}}))
+    kubectl(
+        "patch",
+        "node",
+        node,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"capacity": {"nvidia.com/gpu": value}, "allocatable": {"nvidia.com/gpu": value}}}),
+    )
 
 
 def test_a_restart_that_never_returns_is_bounded_and_only_a_proof_puts_the_node_back(fleet):
@@ -540,7 +710,9 @@ def test_a_restart_that_never_returns_is_bounded_and_only_a_proof_puts_the_node_
     try:
         again = fix(path)
         assert again.code == 0, again.log[-4000:]
-        assert "node fix-incident: a probe Pod of RuntimeClass fleet-nvidia ran there, given a GPU" in again.log, again.log[-3000:]
+        assert "node fix-incident: a probe Pod of RuntimeClass fleet-nvidia ran there, given a GPU" in again.log, (
+            again.log[-3000:]
+        )
         assert "node fix-incident: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log
     finally:
         advertise_gpus("fix-incident", None)
@@ -562,7 +734,9 @@ def test_a_daemon_that_exits_at_once_after_the_restart_keeps_the_node_cordoned(f
         good = f.read()
     incident_files = simnodes.etc_containerd(by_name["fix-incident"])
     try:
-        run = fix(path, f"containerd_restart=echo 'broken = [' >>{CONFIG} && pkill -x containerd", "restart_timeout_s=10")
+        run = fix(
+            path, f"containerd_restart=echo 'broken = [' >>{CONFIG} && pkill -x containerd", "restart_timeout_s=10"
+        )
     finally:
         with open(config, "wb") as f:
             f.write(good)
@@ -571,18 +745,24 @@ def test_a_daemon_that_exits_at_once_after_the_restart_keeps_the_node_cordoned(f
     assert "containerd on fix-ctk to restart and load nvidia: not within 10s; last seen: " in said, said
     node = get("node/fix-ctk")
     assert node["spec"].get("unschedulable") and CORDONED_BY in node["metadata"]["annotations"]
-    assert node["metadata"]["annotations"][REPAIR_FAILED].startswith("CRI: containerd on fix-ctk to restart and load nvidia")
+    assert node["metadata"]["annotations"][REPAIR_FAILED].startswith(
+        "CRI: containerd on fix-ctk to restart and load nvidia"
+    )
     assert "node fix-incident untouched: the rollout stopped at node fix-ctk, step CRI" in run.log
     assert simnodes.etc_containerd(by_name["fix-incident"]) == incident_files
+
     def back():
         try:
             return simnodes.node_containerd(by_name["fix-ctk"])
         except AssertionError:  # none between two of its supervisor's starts
             return None
+
     eventually("fix-ctk's containerd back on its good config", back, timeout=60)
     again = fix(path)
     assert again.code == 0, again.log[-4000:]
-    assert "node fix-ctk: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log, again.log[-3000:]
+    assert "node fix-ctk: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log, again.log[
+        -3000:
+    ]
     assert "node fix-incident: repaired and back in service" in again.log
     assert not get("node/fix-ctk")["spec"].get("unschedulable")
 
@@ -608,8 +788,11 @@ def test_the_lock_is_kept_by_a_timer_for_the_whole_run_and_a_lock_taken_away_sto
     def started():
         incident_again(incident)
         run = Started([PYINFRA, "nodes.py", "fix.py", "-y", *slow], env={**os.environ, "GPUOP_NODES": path})
-        eventually("the slow restart command on fix-incident", lambda: subprocess.run(
-            ["pgrep", "-f", "^sleep 9$"], capture_output=True, timeout=10).returncode == 0, timeout=120)
+        eventually(
+            "the slow restart command on fix-incident",
+            lambda: subprocess.run(["pgrep", "-f", "^sleep 9$"], capture_output=True, timeout=10).returncode == 0,
+            timeout=120,
+        )
         return run
 
     run = started()
@@ -622,18 +805,30 @@ def test_the_lock_is_kept_by_a_timer_for_the_whole_run_and_a_lock_taken_away_sto
     log = run.finish(60)
     assert run.returncode == 0, log[-4000:]
     assert "node fix-incident: repaired and back in service" in log
-    assert {(holder, duration) for holder, _, duration in seen} == {(f"gpuop on {socket.gethostname()} pid {run.pid}", 6)}
+    assert {(holder, duration) for holder, _, duration in seen} == {
+        (f"gpuop on {socket.gethostname()} pid {run.pid}", 6)
+    }
     assert len({renewed for _, renewed, _ in seen}) >= 3, seen  # renewed while the 9 s restart worked
     assert lease_seen() is None  # given back at the end
     # taken away while the restart works
     run = started()
-    kubectl("patch", "lease", LEASE, "-n", "default", "--type=merge", "-p",
-            json.dumps({"spec": {"holderIdentity": "gpuop on ops-2 pid 77", "leaseDurationSeconds": 600}}))
+    kubectl(
+        "patch",
+        "lease",
+        LEASE,
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"holderIdentity": "gpuop on ops-2 pid 77", "leaseDurationSeconds": 600}}),
+    )
     try:
         log = run.finish(120)
         assert run.returncode != 0
-        assert (f"the repair stopped at the lock: the Lease default/{LEASE} was taken by gpuop on ops-2 pid 77 while "
-                "this run held it") in log, log[-3000:]
+        assert (
+            f"the repair stopped at the lock: the Lease default/{LEASE} was taken by gpuop on ops-2 pid 77 while "
+            "this run held it"
+        ) in log, log[-3000:]
         assert "node fix-incident left before its step CRI" in log, log[-3000:]
         node = get("node/fix-incident")
         assert node["spec"].get("unschedulable") and CORDONED_BY in node["metadata"]["annotations"]
@@ -662,8 +857,10 @@ def test_failed_nodes_up_to_repair_max_failures_are_gone_past_and_repair_max_una
     finally:
         kubectl("delete", "pod", "bare", "-n", NAMESPACE, "--grace-period=0", "--force", "--ignore-not-found")
     assert run.code != 0
-    assert ("the repair of node fix-ctk failed (the rollout goes on: repair_max_failures 1): node fix-ctk, step drain: "
-            "drain of fix-ctk: Pod(s) gpuop-fleet/bare are owned by no controller") in run.log, run.log[-3000:]
+    assert (
+        "the repair of node fix-ctk failed (the rollout goes on: repair_max_failures 1): node fix-ctk, step drain: "
+        "drain of fix-ctk: Pod(s) gpuop-fleet/bare are owned by no controller"
+    ) in run.log, run.log[-3000:]
     assert "node fix-incident: repaired and back in service" in run.log, run.log[-3000:]
     assert "1 node(s) failed: node fix-ctk, step drain" in run.log
     assert not get("node/fix-ctk")["spec"].get("unschedulable")
@@ -671,7 +868,9 @@ def test_failed_nodes_up_to_repair_max_failures_are_gone_past_and_repair_max_una
     both = fix(path, "repair_max_unavailable=2")
     assert both.code == 0, both.log[-4000:]
     assert both.log.index("node fix-incident: cordoned") < both.log.index("node fix-ctk: repaired and back in service")
-    assert {"fix-ctk", "fix-incident"} == {name for name in by_name if f"node {name}: repaired and back in service" in both.log}
+    assert {"fix-ctk", "fix-incident"} == {
+        name for name in by_name if f"node {name}: repaired and back in service" in both.log
+    }
 
 
 def test_a_run_killed_during_a_restart_is_finished_by_the_next(fleet):
@@ -684,14 +883,20 @@ def test_a_run_killed_during_a_restart_is_finished_by_the_next(fleet):
     incident_again(incident)
     daemon = simnodes.node_containerd(incident)
     kept = set(backups(incident))
-    proc = subprocess.Popen([PYINFRA, "nodes.py", "fix.py", "-y", "--data", "containerd_restart=sleep 60 && pkill -x containerd"],
-                            env={**os.environ, "GPUOP_NODES": path}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [PYINFRA, "nodes.py", "fix.py", "-y", "--data", "containerd_restart=sleep 60 && pkill -x containerd"],
+        env={**os.environ, "GPUOP_NODES": path},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         # the forecast's read follows the write: the restart runs once no read of the node is left
-        eventually("the killed run's restart command on fix-incident",
-                   lambda: subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True, timeout=10).returncode == 0,
-                   timeout=90)
+        eventually(
+            "the killed run's restart command on fix-incident",
+            lambda: subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True, timeout=10).returncode == 0,
+            timeout=90,
+        )
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -703,7 +908,9 @@ def test_a_run_killed_during_a_restart_is_finished_by_the_next(fleet):
     assert simnodes.node_containerd(incident) == daemon  # never restarted
     again = fix(path)
     assert again.code == 0, again.log[-4000:]
-    assert "node fix-incident: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log, again.log[-3000:]
+    assert "node fix-incident: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log, again.log[
+        -3000:
+    ]
     assert not get("node/fix-incident")["spec"].get("unschedulable")
     assert simnodes.node_containerd(incident) == daemon
 
@@ -729,7 +936,9 @@ def test_a_node_whose_containerd_does_not_come_back_stays_cordoned_and_stops_the
         assert "(not restarted yet)" in said, said  # frozen: the same daemon, never answering
         node = get("node/fix-ctk")
         assert node["spec"].get("unschedulable") and CORDONED_BY in node["metadata"]["annotations"]
-        assert node["metadata"]["annotations"][REPAIR_FAILED].startswith("CRI: containerd on fix-ctk to restart and load nvidia")
+        assert node["metadata"]["annotations"][REPAIR_FAILED].startswith(
+            "CRI: containerd on fix-ctk to restart and load nvidia"
+        )
         assert "node fix-incident untouched: the rollout stopped at node fix-ctk, step CRI" in run.log
         assert simnodes.etc_containerd(by_name["fix-incident"]) == incident_files
     finally:
@@ -738,10 +947,14 @@ def test_a_node_whose_containerd_does_not_come_back_stays_cordoned_and_stops_the
     try:
         again = fix(path, "reach=cluster")
         assert again.code == 0, again.log[-4000:]
-        assert re.search(r"\[@kubenode/fix-incident\] +node fix-incident: repaired; it stays cordoned", again.log), again.log[-5000:]
+        assert re.search(r"\[@kubenode/fix-incident\] +node fix-incident: repaired; it stays cordoned", again.log), (
+            again.log[-5000:]
+        )
         assert "node fix-ctk: healthy, and still cordoned by an earlier gpuop run: uncordoned" in again.log
         assert "node fix-incident: cordoned already by someone else: it stays so after the repair" in again.log
-        assert "node fix-incident: repaired; it stays cordoned: someone else cordoned it, theirs to put back" in again.log
+        assert (
+            "node fix-incident: repaired; it stays cordoned: someone else cordoned it, theirs to put back" in again.log
+        )
         assert "node fix-incident: repaired and back in service" not in again.log
         assert not get("node/fix-ctk")["spec"].get("unschedulable")
         node = get("node/fix-incident")

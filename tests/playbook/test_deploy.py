@@ -12,7 +12,15 @@ import yaml
 from tests.helpers.kube import GPU, get, kubectl, reset_lab
 from tests.helpers.expected import LOADED_NVIDIA, MERGE, NODE_GPU, ROLLOUT, SLOTS, UNSCHEDULED
 from tests.helpers.proc import run as run_process
-from tests.helpers.playbook import LAB_LOCK, deploy, fake_containerd, fresh_incident, reads_repeated, target_commands, tree
+from tests.helpers.playbook import (
+    LAB_LOCK,
+    deploy,
+    fake_containerd,
+    fresh_incident,
+    reads_repeated,
+    target_commands,
+    tree,
+)
 from gpuop.judgment.scheduling import pod_scheduled
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
@@ -28,16 +36,20 @@ def read(root, rel):
     return open(os.path.join(root, rel)).read()
 
 
-def summary_at_end(run, root, slots="20 advertised from 4 GPUs x 5; 0 GiB guaranteed per slot, isolation none",
-                   gpus="lab-node-0 4, lab-node-1 0, lab-node-2 0",
-                   rollout="1/3 updated, 2 Ready, 2 on the old image; blocker insufficient-memory"):
+def summary_at_end(
+    run,
+    root,
+    slots="20 advertised from 4 GPUs x 5; 0 GiB guaranteed per slot, isolation none",
+    gpus="lab-node-0 4, lab-node-1 0, lab-node-2 0",
+    rollout="1/3 updated, 2 Ready, 2 on the old image; blocker insufficient-memory",
+):
     """The run's log ends with the incident's summary: the seed's values, the scheduler's own
     words (unscheduled.txt, as the lab's scheduler says them), and the lab containerd's."""
     assert read(root, "out/unscheduled.txt") == UNSCHEDULED
     reason, message = UNSCHEDULED.splitlines()
     want = [
         f"What the incident showed on @local (reports in {root}/out):",
-        'written    main config runc; drop-in nvidia, which replaces '
+        "written    main config runc; drop-in nvidia, which replaces "
         'plugins."io.containerd.grpc.v1.cri".containerd.runtimes (merge.txt)',
         "loaded     runc, from cri (merge.txt, restart.txt)",
         'restart    containerd 1.6.20 would load nvidia; its CRI fails: default_runtime_name "runc" '
@@ -49,7 +61,7 @@ def summary_at_end(run, root, slots="20 advertised from 4 GPUs x 5; 0 GiB guaran
         f"slots      {slots} (slots.txt)",
         f"rollout    {rollout} (rollout.txt)",
     ]
-    tail = [line.strip() for line in run.log.rstrip("\n").splitlines()[-len(want):]]
+    tail = [line.strip() for line in run.log.rstrip("\n").splitlines()[-len(want) :]]
     assert tail == want, run.log[-3000:]
 
 
@@ -65,13 +77,13 @@ def test_configs_and_script(incident):
     assert f"{root}/etc/containerd/conf.d/*.toml" in main["imports"]
     cri = main["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
     assert cri["default_runtime_name"] == "runc"
-    assert cri["runtimes"]["runc"] == {"runtime_type": "io.containerd.runc.v2",
-                                       "options": {"SystemdCgroup": True}}
+    assert cri["runtimes"]["runc"] == {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}
     assert '[plugins."io.containerd.grpc.v1.cri".containerd]' in read(root, "etc/containerd/config.toml")
     dropin = tomllib.loads(read(root, "etc/containerd/conf.d/99-nvidia.toml"))
     assert dropin["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"] == {
         "runtime_type": "io.containerd.runc.v2",
-        "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True}}
+        "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True},
+    }
     assert read(root, "bin/check-runtime.sh") == open("files/check-runtime.sh").read()
 
 
@@ -143,8 +155,7 @@ def test_cluster_is_in_the_incident_end_state(incident):
     assert len(stuck) == 1 and "Insufficient memory" in pod_scheduled(stuck[0])["message"]
     # The upgrade was pushed only after every initial Pod was Ready.
     old = [p for p in pods if p["status"]["phase"] == "Running"]
-    ready_at = max(c["lastTransitionTime"] for p in old for c in p["status"]["conditions"]
-                   if c["type"] == "Ready")
+    ready_at = max(c["lastTransitionTime"] for p in old for c in p["status"]["conditions"] if c["type"] == "Ready")
     assert ready_at <= stuck[0]["metadata"]["creationTimestamp"]
 
 
@@ -161,8 +172,13 @@ def test_second_run_changes_nothing(incident):
     commands = [what for _, what in target_commands(run.log)]
     assert [what.split(" (")[0] for what in commands] == ["runbook.reach.batch.Batch", "change"], commands
     read = re.findall(r"<class '([\w.]+)'>", commands[0])
-    assert read == ["pyinfra.facts.server.Command", "runbook.reach.files.Files", "runbook.reach.kube.KubeObjects",
-                    "runbook.reach.containerd.LabContainerd", "runbook.reach.containerd.ContainerdRestart"], read
+    assert read == [
+        "pyinfra.facts.server.Command",
+        "runbook.reach.files.Files",
+        "runbook.reach.kube.KubeObjects",
+        "runbook.reach.containerd.LabContainerd",
+        "runbook.reach.containerd.ContainerdRestart",
+    ], read
     assert "mkdir /tmp/gpuop-" in commands[0] and "first_alone=True" in commands[0], commands[0]
 
 
@@ -173,8 +189,11 @@ def test_a_lab_run_loads_neither_the_kubernetes_client_nor_prometheus_s(incident
     for script, data in (("deploy.py", ()), ("audit.py", ()), ("fix.py", ("toolkit_memory_fix=40Gi",))):
         run = deploy(incident, *data, script=script, env={"PYTHONPROFILEIMPORTTIME": "1"})
         assert not os.path.exists(LAB_LOCK), f"{script} left the lab lock {LAB_LOCK}"  # the refused one too
-        imported = {line.rsplit("|", 1)[1].strip() for line in run.log.splitlines()
-                    if line.startswith("import time:") and "|" in line}
+        imported = {
+            line.rsplit("|", 1)[1].strip()
+            for line in run.log.splitlines()
+            if line.startswith("import time:") and "|" in line
+        }
         assert {"pyinfra", "yaml", "tomli_w"} <= imported, script  # the profile is there
         assert sorted(m for m in imported if m.split(".")[0] in ("kubernetes", "prometheus_client")) == [], script
 
@@ -218,19 +237,27 @@ def test_dry_run_plans_and_changes_nothing(tmp_path):
 def test_other_knobs_follow_the_live_values(tmp_path):
     reset_lab()
     root = tmp_path / "gpuop"
-    data = ("replicas=3", "gpu_count=2", "toolkit_memory_upgrade=256Mi", "physical_gpus=2",
-            "vram_per_gpu_gib=80")
+    data = ("replicas=3", "gpu_count=2", "toolkit_memory_upgrade=256Mi", "physical_gpus=2", "vram_per_gpu_gib=80")
     run = deploy(root, *data)
     assert run.code == 0, run.log
     assert read(root, "out/node-gpu.txt") == "NAME GPU\nlab-node-0 2\nlab-node-1 0\nlab-node-2 0\n"
     assert read(root, "out/slots.txt").splitlines()[:4] == [
-        "PHYSICAL_GPUS=2", "REPLICAS=3", "ADVERTISED=6", "VRAM_PER_GPU_GIB=80"]
+        "PHYSICAL_GPUS=2",
+        "REPLICAS=3",
+        "ADVERTISED=6",
+        "VRAM_PER_GPU_GIB=80",
+    ]
     assert gpus("lab-node-1") == ("6", "6")
     assert read(root, "out/rollout.txt") == (
-        "DESIRED=3\nUPDATED=3\nREADY=3\nOLD_IMAGE_PODS=0\nMAX_UNAVAILABLE=1\nBLOCKER=none\n")
-    summary_at_end(run, root, slots="6 advertised from 2 GPUs x 3; 0 GiB guaranteed per slot, isolation none",
-                   gpus="lab-node-0 2, lab-node-1 0, lab-node-2 0",
-                   rollout="3/3 updated, 3 Ready, 0 on the old image; blocker none")
+        "DESIRED=3\nUPDATED=3\nREADY=3\nOLD_IMAGE_PODS=0\nMAX_UNAVAILABLE=1\nBLOCKER=none\n"
+    )
+    summary_at_end(
+        run,
+        root,
+        slots="6 advertised from 2 GPUs x 3; 0 GiB guaranteed per slot, isolation none",
+        gpus="lab-node-0 2, lab-node-1 0, lab-node-2 0",
+        rollout="3/3 updated, 3 Ready, 0 on the old image; blocker none",
+    )
     again = deploy(root, *data)
     assert again.code == 0 and again.changed == 0, again.changed_ops()
 
@@ -246,8 +273,11 @@ def test_a_containerd_first_on_path_is_not_the_lab_s(tmp_path):
     assert run.code == 0, run.log
     assert read(root, "out/merge.txt") == MERGE
     assert read(root, "out/restart.txt").startswith("CONTAINERD_VERSION=1.6.20\nLOADED_RUNTIMES=runc\n")
-    check = lambda: run_process([str(root / "bin/check-runtime.sh")], timeout_s=30,  # noqa: E731
-                                env={**os.environ, **env})
+    check = lambda: run_process(
+        [str(root / "bin/check-runtime.sh")],
+        timeout_s=30,  # noqa: E731
+        env={**os.environ, **env},
+    )
     assert check().returncode == 0
     dump.write_text('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n')
     assert check().returncode == 1

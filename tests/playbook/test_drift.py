@@ -30,6 +30,7 @@ def lab(tmp_path_factory):
 def edit(path, text):
     def drift(root):
         (root / path).write_text(text)
+
     return drift
 
 
@@ -37,6 +38,7 @@ def append(path):
     def drift(root):
         with open(root / path, "a") as f:
             f.write("# edited by hand\n")
+
     return drift
 
 
@@ -49,10 +51,31 @@ def k(*args):
 
 
 def rollback(root):
-    kubectl("patch", DS, "-n", "gpu-operator", "--type=strategic", "-p", json.dumps(
-        {"spec": {"template": {"spec": {"containers": [{
-            "name": "toolkit", "image": "nvcr.io/nvidia/k8s/container-toolkit:v1.16.2",
-            "resources": {"requests": {"memory": "128Mi"}}}]}}}}))
+    kubectl(
+        "patch",
+        DS,
+        "-n",
+        "gpu-operator",
+        "--type=strategic",
+        "-p",
+        json.dumps(
+            {
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "toolkit",
+                                    "image": "nvcr.io/nvidia/k8s/container-toolkit:v1.16.2",
+                                    "resources": {"requests": {"memory": "128Mi"}},
+                                }
+                            ]
+                        }
+                    }
+                }
+            }
+        ),
+    )
 
 
 def delete_old_toolkit_pod(root):
@@ -64,31 +87,61 @@ def delete_old_toolkit_pod(root):
 def cm_replicas(root):
     cm = get("configmap/time-slicing-config", "gpu-operator")
     text = cm["data"]["any"].replace("replicas: 5", "replicas: 2")
-    kubectl("patch", "configmap/time-slicing-config", "-n", "gpu-operator", "--type=merge", "-p",
-            json.dumps({"data": {"any": text}}))
+    kubectl(
+        "patch",
+        "configmap/time-slicing-config",
+        "-n",
+        "gpu-operator",
+        "--type=merge",
+        "-p",
+        json.dumps({"data": {"any": text}}),
+    )
 
 
 def runtime_class_recreated_with_handler_runc(root):
-    kubectl("replace", "--force", "-f", "-", stdin=json.dumps({
-        "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
-        "handler": "runc"}))
+    kubectl(
+        "replace",
+        "--force",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "runc"}
+        ),
+    )
 
 
 def pod_recreated_with_another_spec(root):
     # Unbound (its node selector matches nothing), no runtime class, no GPU: a spec no update
     # can turn back into the playbook's.
     image = get("pod/cuda-probe", "gpu-lab")["spec"]["containers"][0]["image"]
-    kubectl("replace", "--force", "--grace-period=0", "-f", "-", stdin=json.dumps({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cuda-probe", "namespace": "gpu-lab"},
-        "spec": {"nodeSelector": {"gpuop-test": "nowhere"},
-                 "containers": [{"name": "cuda", "image": image}]}}))
+    kubectl(
+        "replace",
+        "--force",
+        "--grace-period=0",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "cuda-probe", "namespace": "gpu-lab"},
+                "spec": {"nodeSelector": {"gpuop-test": "nowhere"}, "containers": [{"name": "cuda", "image": image}]},
+            }
+        ),
+    )
 
 
 def configmap_made_immutable_with_other_data(root):
     cm = get("configmap/time-slicing-config", "gpu-operator")
-    kubectl("patch", "configmap/time-slicing-config", "-n", "gpu-operator", "--type=merge", "-p",
-            json.dumps({"immutable": True,
-                        "data": {"any": cm["data"]["any"].replace("replicas: 5", "replicas: 2")}}))
+    kubectl(
+        "patch",
+        "configmap/time-slicing-config",
+        "-n",
+        "gpu-operator",
+        "--type=merge",
+        "-p",
+        json.dumps({"immutable": True, "data": {"any": cm["data"]["any"].replace("replicas: 5", "replicas: 2")}}),
+    )
 
 
 def daemonset_recreated_with_another_selector(root):
@@ -118,15 +171,28 @@ RECREATED = {
 # kubectl edit of fields the playbook sets (a Namespace's are only its name; a RuntimeClass's
 # handler cannot be edited at all: both are covered by deletions and RECREATED).
 EDITED = {
-    "Pod image edited": patch("pod/cuda-probe", "gpu-lab", {"spec": {"containers": [
-        {"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"}]}}, "strategic"),
-    "ConfigMap data edited": patch("configmap/time-slicing-config", "gpu-operator",
-                                   {"data": {"any": "version: v1\n"}}),
-    "DaemonSet maxUnavailable edited": patch(DS, "gpu-operator", {"spec": {"updateStrategy": {
-        "rollingUpdate": {"maxUnavailable": 3}}}}),
-    "DaemonSet memory edited to fit": patch(DS, "gpu-operator", {"spec": {"template": {"spec": {
-        "containers": [{"name": "toolkit", "resources": {"requests": {"memory": "256Mi"}}}]}}}},
-        "strategic"),
+    "Pod image edited": patch(
+        "pod/cuda-probe",
+        "gpu-lab",
+        {"spec": {"containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"}]}},
+        "strategic",
+    ),
+    "ConfigMap data edited": patch("configmap/time-slicing-config", "gpu-operator", {"data": {"any": "version: v1\n"}}),
+    "DaemonSet maxUnavailable edited": patch(
+        DS, "gpu-operator", {"spec": {"updateStrategy": {"rollingUpdate": {"maxUnavailable": 3}}}}
+    ),
+    "DaemonSet memory edited to fit": patch(
+        DS,
+        "gpu-operator",
+        {
+            "spec": {
+                "template": {
+                    "spec": {"containers": [{"name": "toolkit", "resources": {"requests": {"memory": "256Mi"}}}]}
+                }
+            }
+        },
+        "strategic",
+    ),
     "Node GPU advertisement edited": lambda root: set_gpus("lab-node-0", 8),
 }
 
@@ -138,8 +204,7 @@ default_runtime_name = "runc"
 """
 
 DRIFTS = {
-    "config.toml without its runtime table": edit("etc/containerd/config.toml",
-                                                  "version = 2\nimports = []\n"),
+    "config.toml without its runtime table": edit("etc/containerd/config.toml", "version = 2\nimports = []\n"),
     "config.toml with the unquoted key": edit("etc/containerd/config.toml", UNQUOTED),
     "drop-in deleted": remove("etc/containerd/conf.d/99-nvidia.toml"),
     "check-runtime.sh edited": append("bin/check-runtime.sh"),
@@ -167,9 +232,15 @@ DRIFTS = {
 def all_at_once(root):
     # The cluster first (deleting namespaces last), then the files.
     DRIFTS["lab containerd restarted after the drop-in"](root)
-    for name in ("DaemonSet rolled back", "ConfigMap replicas changed", "lab-node-1 back to 4",
-                 "lab-node-0 advertises no GPU", "RuntimeClass deleted",
-                 "namespace gpu-lab deleted", "namespace gpu-operator deleted"):
+    for name in (
+        "DaemonSet rolled back",
+        "ConfigMap replicas changed",
+        "lab-node-1 back to 4",
+        "lab-node-0 advertises no GPU",
+        "RuntimeClass deleted",
+        "namespace gpu-lab deleted",
+        "namespace gpu-operator deleted",
+    ):
         DRIFTS[name](root)
     for path in ("etc/containerd/conf.d/99-nvidia.toml", *(f"out/{r}" for r in REPORTS)):
         remove(path)(root)
@@ -188,19 +259,34 @@ DRIFTS["all of these at once"] = all_at_once
 # at once" edits toolkit-ds.yaml itself.)
 ROLLOUT_REPLAYED = {"k8s/toolkit-ds.yaml"}
 REWRITTEN = {
-    **{name: ROLLOUT_REPLAYED for name in (
-        "rollout.txt deleted", "rollout.txt edited", "DaemonSet deleted", "DaemonSet rolled back",
-        "a toolkit Pod deleted", "namespace gpu-operator deleted", "DaemonSet recreated with another selector",
-        "DaemonSet maxUnavailable edited", "DaemonSet memory edited to fit")},
+    **{
+        name: ROLLOUT_REPLAYED
+        for name in (
+            "rollout.txt deleted",
+            "rollout.txt edited",
+            "DaemonSet deleted",
+            "DaemonSet rolled back",
+            "a toolkit Pod deleted",
+            "namespace gpu-operator deleted",
+            "DaemonSet recreated with another selector",
+            "DaemonSet maxUnavailable edited",
+            "DaemonSet memory edited to fit",
+        )
+    },
 }
 
 
 def changed_files(before: dict, after: dict) -> set:
     """Lab files (not the playbook's own bookkeeping under .gpuop/) added, removed or rewritten
     (mode, mtime or bytes) between two ``tree`` snapshots."""
-    keys = {k for k in before.keys() | after.keys()
-            if before.get(k, (0, 0, 0))[2] is not None and after.get(k, (0, 0, 0))[2] is not None
-            and not k.startswith(".gpuop") and ".gpuop-bak." not in k}
+    keys = {
+        k
+        for k in before.keys() | after.keys()
+        if before.get(k, (0, 0, 0))[2] is not None
+        and after.get(k, (0, 0, 0))[2] is not None
+        and not k.startswith(".gpuop")
+        and ".gpuop-bak." not in k
+    }
     return {k for k in keys if before.get(k) != after.get(k)}
 
 
@@ -231,8 +317,7 @@ def test_replaced_files_are_kept_as_backups(lab):
     run = deploy(root)
     assert run.code == 0, run.log
     assert lab_files(root) == fresh
-    for rel, previous in (("etc/containerd/config.toml", bad_config),
-                          ("bin/check-runtime.sh", edited_script)):
+    for rel, previous in (("etc/containerd/config.toml", bad_config), ("bin/check-runtime.sh", edited_script)):
         backups = sorted(glob.glob(f"{root}/{rel}.gpuop-bak.*"))
         assert backups and open(backups[-1]).read() == previous, rel
         assert f"{root}/{rel} differs from what the playbook writes; keeping it as {backups[-1]}" in run.log
@@ -244,10 +329,12 @@ def test_replay_runs_the_whole_incident_again(lab):
     run = deploy(root, "replay=true")
     assert run.code == 0, run.log
     replayed = set(run.changed_ops())
-    for op in ("Replay: reset the lab to before step 1 | Remove the incident's files, objects and GPU advertisements",
-               "Step 1: containerd main config | config.toml",
-               "Step 5: RuntimeClass and a GPU Pod that cannot schedule | unscheduled.txt",
-               "Step 8: a toolkit upgrade that stalls on memory | rollout.txt"):
+    for op in (
+        "Replay: reset the lab to before step 1 | Remove the incident's files, objects and GPU advertisements",
+        "Step 1: containerd main config | config.toml",
+        "Step 5: RuntimeClass and a GPU Pod that cannot schedule | unscheduled.txt",
+        "Step 8: a toolkit upgrade that stalls on memory | rollout.txt",
+    ):
         assert op in replayed
     assert_incident_end_state(root, fresh)
     assert sorted(glob.glob(f"{root}/**/*.gpuop-bak.*", recursive=True)) == backups_before
@@ -256,14 +343,25 @@ def test_replay_runs_the_whole_incident_again(lab):
 
 def snapshot(root):
     objects = {}
-    for resource, ns in (("runtimeclasses", None), ("pods", "gpu-lab"), ("configmaps", "gpu-operator"),
-                         ("daemonsets", "gpu-operator"), ("nodes", None), ("namespaces", None)):
+    for resource, ns in (
+        ("runtimeclasses", None),
+        ("pods", "gpu-lab"),
+        ("configmaps", "gpu-operator"),
+        ("daemonsets", "gpu-operator"),
+        ("nodes", None),
+        ("namespaces", None),
+    ):
         items = (get(resource, ns) or {"items": []})["items"]
-        objects[resource] = sorted((i["metadata"]["name"], i["metadata"].get("uid"),
-                                    json.dumps(i.get("spec"), sort_keys=True),
-                                    json.dumps(i.get("data"), sort_keys=True),
-                                    json.dumps((i.get("status") or {}).get("allocatable"), sort_keys=True))
-                                   for i in items)
+        objects[resource] = sorted(
+            (
+                i["metadata"]["name"],
+                i["metadata"].get("uid"),
+                json.dumps(i.get("spec"), sort_keys=True),
+                json.dumps(i.get("data"), sort_keys=True),
+                json.dumps((i.get("status") or {}).get("allocatable"), sort_keys=True),
+            )
+            for i in items
+        )
     return objects, (tree(root) if root.exists() else None)
 
 
@@ -274,17 +372,23 @@ def test_bad_input_stops_before_any_change(lab):
     before = snapshot(root)
     run = deploy(root, "toolkit_memory_upgrade=64GB!")
     assert run.code != 0
-    assert ("@local: knob toolkit_memory_upgrade='64GB!': expected a positive Kubernetes quantity" in run.log
-            and "nothing was changed" in run.log), run.log
+    assert (
+        "@local: knob toolkit_memory_upgrade='64GB!': expected a positive Kubernetes quantity" in run.log
+        and "nothing was changed" in run.log
+    ), run.log
     assert snapshot(root) == before
 
 
-@pytest.mark.parametrize("data,message", [
-    (("lab_nodes=lab-node-0,lab-node-1,lab-node-9",),
-     "preflight: lab nodes lab-node-9 not in the cluster of the current kubeconfig context"),
-    (("kube_context=kwok-no-such-lab",),
-     "preflight: the cluster of context kwok-no-such-lab is unreachable"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (
+            ("lab_nodes=lab-node-0,lab-node-1,lab-node-9",),
+            "preflight: lab nodes lab-node-9 not in the cluster of the current kubeconfig context",
+        ),
+        (("kube_context=kwok-no-such-lab",), "preflight: the cluster of context kwok-no-such-lab is unreachable"),
+    ],
+)
 def test_preflight_stops_before_any_change(lab, data, message):
     root, _ = lab
     before = snapshot(root)
@@ -311,11 +415,14 @@ def interrupt(run: Started):
     run.finish(RUN_DEADLINE_S)
 
 
-@pytest.mark.parametrize("marker", [
-    "Step 2: the toolkit's nvidia drop-in",
-    "Step 6: advertise GPUs like a device plugin | lab-node-0 advertises 4 GPUs",
-    "waiting for all Pods of DaemonSet gpu-operator/nvidia-container-toolkit Ready",
-])
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "Step 2: the toolkit's nvidia drop-in",
+        "Step 6: advertise GPUs like a device plugin | lab-node-0 advertises 4 GPUs",
+        "waiting for all Pods of DaemonSet gpu-operator/nvidia-container-toolkit Ready",
+    ],
+)
 def test_a_run_killed_by_sigint_is_repaired_by_the_next(lab, marker):
     root, fresh = lab
     reset_lab()
@@ -351,10 +458,12 @@ def test_apiserver_killed_while_step_8_waits(lab):
     assert proc.returncode != 0
     assert failed_after < 15 + 10, failed_after
     failure = next(line.strip() for line in log.splitlines() if "timed out after 15s" in line)
-    assert failure.startswith("[@local] Step 8: a toolkit upgrade that stalls on memory | Every node "
-                              "runs a Ready initial toolkit Pod: timed out after 15s waiting for all "
-                              "Pods of DaemonSet gpu-operator/nvidia-container-toolkit Ready; last seen: "
-                              "the cluster does not answer ("), failure
+    assert failure.startswith(
+        "[@local] Step 8: a toolkit upgrade that stalls on memory | Every node "
+        "runs a Ready initial toolkit Pod: timed out after 15s waiting for all "
+        "Pods of DaemonSet gpu-operator/nvidia-container-toolkit Ready; last seen: "
+        "the cluster does not answer ("
+    ), failure
     assert "Traceback" not in log
     run = deploy(root)
     assert run.code == 0, run.log

@@ -62,8 +62,10 @@ def test_the_pid_file_removed(lab):
     (root / "run/containerd.pid").unlink()
     run = converges(root, fresh)
     assert lab_daemons(root) == [daemon]  # adopted: found by its command line, not restarted
-    assert (f"the lab containerd pid {daemon} holds {root}/var/lib/containerd and is the incident's, "
-            "but its pid file says nothing: adopting it") in run.log
+    assert (
+        f"the lab containerd pid {daemon} holds {root}/var/lib/containerd and is the incident's, "
+        "but its pid file says nothing: adopting it"
+    ) in run.log
     assert lab_daemon_pid(root) == daemon
 
 
@@ -74,8 +76,7 @@ def test_a_second_daemon_on_the_same_root(lab):
     (first,) = lab_daemons(root)
     args = open(f"/proc/{first}/cmdline", "rb").read().decode().split("\0")[:-1]
     with open(root / "var/log/containerd.log", "a") as log:
-        extra = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
+        extra = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     eventually("a second daemon on the root", lambda: len(lab_daemons(root)) == 2)
     run = converges(root, fresh)
     assert f"2 daemons hold its root {root}/var/lib/containerd" in run.log
@@ -124,15 +125,19 @@ def test_the_api_server_stalled_for_20s_during_a_run(lab):
         log = proc.finish(RUN_DEADLINE_S)
         assert proc.returncode != 0
         assert time.monotonic() - stalled_at < 30 + 45, log[-2000:]
-        assert ("Every node runs a Ready initial toolkit Pod: timed out after 30s waiting for all Pods "
-                "of DaemonSet gpu-operator/nvidia-container-toolkit Ready; last seen: ") in log, log[-3000:]
+        assert (
+            "Every node runs a Ready initial toolkit Pod: timed out after 30s waiting for all Pods "
+            "of DaemonSet gpu-operator/nvidia-container-toolkit Ready; last seen: "
+        ) in log, log[-3000:]
         for component in ("kube-scheduler", "kube-controller-manager"):
             pid = int(open(component_pidfile(component)).read())
             eventually(f"{component} to exit after losing its lease", lambda: exited(pid), timeout=60)
         refused = deploy(root, "replay=true")
         assert refused.code != 0
-        assert ("preflight: the cluster of the current kubeconfig context answers, but a component is "
-                "down: kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed") in refused.log
+        assert (
+            "preflight: the cluster of the current kubeconfig context answers, but a component is "
+            "down: kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed"
+        ) in refused.log
         assert "kube-controller-manager: its leader lease" in refused.log and "nothing was changed" in refused.log
     finally:
         healed = run(["lab/lab.sh", "up"], timeout_s=300)
@@ -143,12 +148,16 @@ def test_the_api_server_stalled_for_20s_during_a_run(lab):
 
 
 MOMENTS = {
-    "fresh": ("Step 2: the toolkit's nvidia drop-in",
-              "Step 5: RuntimeClass and a GPU Pod that cannot schedule | Namespace gpu-lab",
-              "Step 8: a toolkit upgrade that stalls on memory"),
-    "replay": ("Replay: reset the lab to before step 1",
-               "Step 2: the toolkit's nvidia drop-in",
-               "Step 6: advertise GPUs like a device plugin"),
+    "fresh": (
+        "Step 2: the toolkit's nvidia drop-in",
+        "Step 5: RuntimeClass and a GPU Pod that cannot schedule | Namespace gpu-lab",
+        "Step 8: a toolkit upgrade that stalls on memory",
+    ),
+    "replay": (
+        "Replay: reset the lab to before step 1",
+        "Step 2: the toolkit's nvidia drop-in",
+        "Step 6: advertise GPUs like a device plugin",
+    ),
 }
 
 

@@ -26,8 +26,7 @@ def ssh(tmp_path_factory):
     servers = {name: Sshd(str(base / name), free_port()).start([client]) for name in LABS}
     known = base / "known_hosts"
     known.write_text("".join(s.known_hosts_line() + "\n" for s in servers.values()))
-    yield {"base": base, "key": str(base / "client_ed25519"), "known_hosts": str(known),
-           "servers": servers}
+    yield {"base": base, "key": str(base / "client_ed25519"), "known_hosts": str(known), "servers": servers}
     for server in servers.values():
         server.stop()
 
@@ -36,9 +35,12 @@ def hosts_file(ssh, path, names, **extra):
     """A hosts file for some of the loopback hosts; each gets its own root and lab context."""
     hosts = {}
     for name in names:
-        hosts[name] = {"ssh_hostname": "127.0.0.1", "ssh_port": ssh["servers"][name].port,
-                       "gpuop_root": str(ssh["base"] / f"root-{name}"),
-                       "kube_context": f"kwok-{LABS[name]}"}
+        hosts[name] = {
+            "ssh_hostname": "127.0.0.1",
+            "ssh_port": ssh["servers"][name].port,
+            "gpuop_root": str(ssh["base"] / f"root-{name}"),
+            "kube_context": f"kwok-{LABS[name]}",
+        }
     defaults = {"ssh_user": "root", "ssh_key": ssh["key"], "ssh_known_hosts_file": ssh["known_hosts"]}
     defaults.update(extra)
     path.write_text(yaml.safe_dump({"defaults": defaults, "hosts": hosts}))
@@ -50,11 +52,19 @@ def root_of(ssh, name):
 
 
 def reports(root):
-    return {name: (root / "out" / name).read_text()
-            for name in ("merge.txt", "restart.txt", "node-gpu.txt", "slots.txt", "rollout.txt")}
+    return {
+        name: (root / "out" / name).read_text()
+        for name in ("merge.txt", "restart.txt", "node-gpu.txt", "slots.txt", "rollout.txt")
+    }
 
 
-EXPECTED = {"merge.txt": MERGE, "restart.txt": RESTART, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS, "rollout.txt": ROLLOUT}
+EXPECTED = {
+    "merge.txt": MERGE,
+    "restart.txt": RESTART,
+    "node-gpu.txt": NODE_GPU,
+    "slots.txt": SLOTS,
+    "rollout.txt": ROLLOUT,
+}
 
 
 def clean(ssh, *names):
@@ -78,7 +88,9 @@ def test_deploy_over_ssh_converges_like_local(ssh, tmp_path):
     again = deploy(None, env=env, debug=True)
     assert again.code == 0 and again.changed == 0, again.changed_ops()
     assert tree(root) == before
-    assert [where for where, _ in target_commands(again.log)] == ["lab-a"] * 2, again.log[-3000:]  # lock and read, release
+    assert [where for where, _ in target_commands(again.log)] == ["lab-a"] * 2, again.log[
+        -3000:
+    ]  # lock and read, release
 
 
 def test_unknown_host_key_is_refused_and_nothing_written(ssh, tmp_path):
@@ -209,8 +221,11 @@ def test_audit_over_ssh_only_the_drifted_host_differs(ssh, tmp_path, three_labs)
     gaps = {n: json.loads((root_of(ssh, n) / "out/audit.json").read_text())["gaps"] for n in names}
     assert gaps["lab-a"] == gaps["lab-c"]
     assert [(g["kind"], g["subject"]) for g in gaps["lab-a"]] == [
-        ("restart-takes-cri-down", "containerd"), ("handler-not-loaded", "nvidia"), ("runtimeclass-handler-not-loaded", "nvidia"),
-        ("rollout-stalled", "gpu-operator/nvidia-container-toolkit")]
+        ("restart-takes-cri-down", "containerd"),
+        ("handler-not-loaded", "nvidia"),
+        ("runtimeclass-handler-not-loaded", "nvidia"),
+        ("rollout-stalled", "gpu-operator/nvidia-container-toolkit"),
+    ]
     extra = [(g["kind"], g["subject"]) for g in gaps["lab-b"] if g not in gaps["lab-a"]]
     assert extra == [("time-slicing-mismatch", "lab-node-1")]
     assert all(g in gaps["lab-b"] for g in gaps["lab-a"])

@@ -9,8 +9,13 @@ from gpuop.judgment.slots import sharing_config
 from gpuop.judgment.view import restart_part, unknown_view
 from gpuop.outputs.tables import host_table
 
-DAEMON = {"pid": 7, "exe": "/usr/bin/containerd", "config": "/root/gpuop/etc/containerd/config.toml",
-          "address": "/root/gpuop/run/containerd/containerd.sock", "binary": "/usr/bin/containerd"}
+DAEMON = {
+    "pid": 7,
+    "exe": "/usr/bin/containerd",
+    "config": "/root/gpuop/etc/containerd/config.toml",
+    "address": "/root/gpuop/run/containerd/containerd.sock",
+    "binary": "/usr/bin/containerd",
+}
 
 MEMORY = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
 TS = {"node": "n1", "physical_gpus": 4, "vram_per_gpu_gib": 40, "configmap": "gpu-operator/ts"}
@@ -29,15 +34,21 @@ def pod(name, node_name=None, gpus=0, runtime_class=None, pending_message=None):
         spec["runtimeClassName"] = runtime_class
     status = {"phase": "Running"}
     if pending_message:
-        status = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
-                                                      "reason": "Unschedulable", "message": pending_message}]}
-    return {"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "labels": {}}, "spec": spec,
-            "status": status}
+        status = {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": pending_message}
+            ],
+        }
+    return {"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "labels": {}}, "spec": spec, "status": status}
 
 
 def configmap(replicas):
-    return {"kind": "ConfigMap", "metadata": {"name": "ts", "namespace": "gpu-operator"},
-            "data": {"any": yaml.safe_dump(sharing_config(replicas))}}
+    return {
+        "kind": "ConfigMap",
+        "metadata": {"name": "ts", "namespace": "gpu-operator"},
+        "data": {"any": yaml.safe_dump(sharing_config(replicas))},
+    }
 
 
 RC = {"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
@@ -46,8 +57,14 @@ RC = {"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia
 def runtime(written, loaded, loaded_from="cri", restart=None):
     """A lab containerd 1.6.20's view (a host without one where ``loaded_from`` is recorded)."""
     after = restart_part(restart, "1.6.20") if restart else {}
-    return unknown_view(written=written, loaded=loaded, loaded_from=loaded_from, version="1.6.20", **after,
-                        **({} if loaded_from == "recorded" else {"daemon": DAEMON}))
+    return unknown_view(
+        written=written,
+        loaded=loaded,
+        loaded_from=loaded_from,
+        version="1.6.20",
+        **after,
+        **({} if loaded_from == "recorded" else {"daemon": DAEMON}),
+    )
 
 
 def kinds(result):
@@ -67,10 +84,14 @@ def test_a_restart_that_takes_cri_down_is_the_first_gap():
     objects = [RC, pod("probe", "n0", 1, runtime_class="nvidia"), node("n0", 4), node("n1", 20), configmap(5)]
     restart = {"runtimes": ["nvidia"], "cri_ok": False, "reason": 'default_runtime_name "runc" has no runtime'}
     result = audit(runtime(["runc", "nvidia"], ["runc"], restart=restart), objects, TS)
-    assert kinds(result) == [("restart-takes-cri-down", "containerd"), ("handler-not-loaded", "nvidia"),
-                             ("runtimeclass-handler-not-loaded", "nvidia")]
+    assert kinds(result) == [
+        ("restart-takes-cri-down", "containerd"),
+        ("handler-not-loaded", "nvidia"),
+        ("runtimeclass-handler-not-loaded", "nvidia"),
+    ]
     assert result["gaps"][0]["detail"].startswith(
-        'a restart of containerd on this node takes CRI down: default_runtime_name "runc" has no runtime')
+        'a restart of containerd on this node takes CRI down: default_runtime_name "runc" has no runtime'
+    )
     assert "(loaded, live through CRI of containerd 1.6.20)" in result["gaps"][1]["detail"]
     assert result["handlers"]["after_restart"] == ["nvidia"] and result["handlers"]["restart_cri"] == "fails"
     rows = {line.split("  ")[0].strip(): line for line in host_table(result)}
@@ -84,14 +105,21 @@ def test_each_gap_names_the_views_it_joins_as_the_fleet_audit_s_do():
     restart = {"runtimes": ["runc"], "cri_ok": False, "reason": "r"}
     result = audit(runtime(["runc", "nvidia"], ["runc"], restart=restart), objects, TS)
     assert [(g["kind"], g["views"]) for g in result["gaps"]] == [
-        ("restart-takes-cri-down", ["after-restart"]), ("handler-not-loaded", ["written", "loaded"]),
-        ("runtimeclass-handler-not-loaded", ["scheduled", "loaded"])]
+        ("restart-takes-cri-down", ["after-restart"]),
+        ("handler-not-loaded", ["written", "loaded"]),
+        ("runtimeclass-handler-not-loaded", ["scheduled", "loaded"]),
+    ]
     assert sorted(result["gaps"][0]) == ["detail", "kind", "subject", "views"]  # the fleet's shape
-    overcommitted = audit(runtime(["runc"], ["runc"]), [node("n0", 1), node("n1", 4), configmap(5),
-                                                         pod("a", "n0", 2)], TS)
+    overcommitted = audit(
+        runtime(["runc"], ["runc"]), [node("n0", 1), node("n1", 4), configmap(5), pod("a", "n0", 2)], TS
+    )
     assert [(g["kind"], g["views"]) for g in overcommitted["gaps"]] == [
-        ("gpus-overcommitted", ["scheduled"]), ("time-slicing-mismatch", ["written", "scheduled"])]
-    with pytest.raises(ValueError, match="gap x: unknown view.s. seen; expected written, loaded, after-restart, scheduled"):
+        ("gpus-overcommitted", ["scheduled"]),
+        ("time-slicing-mismatch", ["written", "scheduled"]),
+    ]
+    with pytest.raises(
+        ValueError, match="gap x: unknown view.s. seen; expected written, loaded, after-restart, scheduled"
+    ):
         gap("x", "y", ["seen"], "z")
 
 
@@ -103,8 +131,7 @@ def test_a_daemon_whose_cri_is_down_is_a_gap_of_its_own():
 
 
 def test_gpu_overcommit_and_time_slicing_mismatch():
-    objects = [node("n0", 1), node("n1", 4), configmap(5),
-               pod("a", "n0", 1), pod("b", "n0", 1), pod("c", "n1", 0)]
+    objects = [node("n0", 1), node("n1", 4), configmap(5), pod("a", "n0", 1), pod("b", "n0", 1), pod("c", "n1", 0)]
     result = audit(runtime(["runc"], ["runc"]), objects, TS)
     assert kinds(result) == [("gpus-overcommitted", "n0"), ("time-slicing-mismatch", "n1")]
     assert {n["name"]: (n["advertised"], n["requested"]) for n in result["nodes"]} == {"n0": (1, 2), "n1": (4, 0)}
@@ -112,8 +139,13 @@ def test_gpu_overcommit_and_time_slicing_mismatch():
 
 
 def test_pending_pods_grouped_by_reason_and_a_healthy_lab_has_no_gap():
-    objects = [node("n0", 4), node("n1", 20), configmap(5), pod("p1", pending_message=MEMORY),
-               pod("p2", pending_message=MEMORY)]
+    objects = [
+        node("n0", 4),
+        node("n1", 20),
+        configmap(5),
+        pod("p1", pending_message=MEMORY),
+        pod("p2", pending_message=MEMORY),
+    ]
     ok = {"runtimes": ["runc", "nvidia"], "cri_ok": True, "reason": ""}
     result = audit(runtime(["runc", "nvidia"], ["runc", "nvidia"], restart=ok), objects, TS)
     assert result["gaps"] == []
@@ -130,21 +162,36 @@ def test_on_a_kubelet_node_the_sandbox_forecast_is_held_against_the_kubelet_s_ev
     probe["metadata"]["uid"] = "u1"
 
     def event(message):
-        return {"kind": "Event", "reason": "FailedCreatePodSandBox", "message": message,
-                "lastTimestamp": "2026-12-01T15:00:00Z",
-                "metadata": {"name": "probe.1", "creationTimestamp": "2026-12-01T15:00:00Z"},
-                "involvedObject": {"kind": "Pod", "name": "probe", "uid": "u1"}}
+        return {
+            "kind": "Event",
+            "reason": "FailedCreatePodSandBox",
+            "message": message,
+            "lastTimestamp": "2026-12-01T15:00:00Z",
+            "metadata": {"name": "probe.1", "creationTimestamp": "2026-12-01T15:00:00Z"},
+            "involvedObject": {"kind": "Pod", "name": "probe", "uid": "u1"},
+        }
 
-    said = ('Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: '
-            'no runtime for "nvidia" is configured')
+    said = (
+        "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: "
+        'no runtime for "nvidia" is configured'
+    )
     objects = [RC, probe, node("n0", 4), node("n1", 20), configmap(5)]
-    for events, agrees, words in (([event(said)], True, "the kubelet's event agrees"),
-                                  ([event("failed to pull image")], False, "says otherwise: failed to pull image"),
-                                  ([], False, "no kubelet event for it yet")):
+    for events, agrees, words in (
+        ([event(said)], True, "the kubelet's event agrees"),
+        ([event("failed to pull image")], False, "says otherwise: failed to pull image"),
+        ([], False, "no kubelet event for it yet"),
+    ):
         result = audit(runtime(["runc", "nvidia"], ["runc"]), objects + events, TS, kubelet_node="n0")
-        assert result["sandboxes"] == [{"pod": "ns/probe", "node": "n0", "handler": "nvidia", "agrees": agrees,
-                                        "forecast": 'failed to get sandbox runtime: no runtime for "nvidia" is configured',
-                                        "event": events[0]["message"] if events else None}]
+        assert result["sandboxes"] == [
+            {
+                "pod": "ns/probe",
+                "node": "n0",
+                "handler": "nvidia",
+                "agrees": agrees,
+                "forecast": 'failed to get sandbox runtime: no runtime for "nvidia" is configured',
+                "event": events[0]["message"] if events else None,
+            }
+        ]
         gap = next(g for g in result["gaps"] if g["kind"] == "sandbox-fails")
         assert gap["subject"] == "ns/probe" and gap["detail"].endswith(words)
     assert "sandboxes" not in audit(runtime(["runc", "nvidia"], ["runc"]), objects, TS)  # a kwok lab: as before
@@ -152,6 +199,7 @@ def test_on_a_kubelet_node_the_sandbox_forecast_is_held_against_the_kubelet_s_ev
 
 def test_the_kubelet_s_words_match_each_version_s_sandbox_error():
     from gpuop.judgment.rules import sandbox_error, says_sandbox_error
+
     prefix = "Failed to create pod sandbox: rpc error: code = Unknown desc = "
     two = f'unable to get OCI runtime for sandbox "{"a1" * 32}": no runtime for "nvidia" is configured'
     assert says_sandbox_error(prefix + two, sandbox_error("2.4.2", "nvidia"))

@@ -1,6 +1,5 @@
 """Several facts in one round trip: the real shell command, each part to its own fact."""
 
-
 import pytest
 
 from pyinfra.api import FactBase
@@ -28,8 +27,10 @@ def test_each_part_gets_its_own_output(tmp_path):
     (tmp_path / "b.toml").write_text("")
     glob = str(tmp_path / "*.toml")
     files, missing = run(((Files, {"paths": (glob,)}), (Files, {"paths": (str(tmp_path / "none"),)})))
-    assert files == {str(tmp_path / "a.toml"): {"mode": "644", "text": "x = 1\n"},
-                     str(tmp_path / "b.toml"): {"mode": "644", "text": ""}}
+    assert files == {
+        str(tmp_path / "a.toml"): {"mode": "644", "text": "x = 1\n"},
+        str(tmp_path / "b.toml"): {"mode": "644", "text": ""},
+    }
     assert missing == {}
 
 
@@ -40,8 +41,10 @@ def test_files_keep_their_modes_follow_links_and_skip_directories(tmp_path):
     (tmp_path / "link.sh").symlink_to(script)
     (tmp_path / "dir.sh").mkdir()
     (files,) = run(((Files, {"paths": (str(tmp_path / "*.sh"),)}),))
-    assert files == {str(script): {"mode": "755", "text": "#!/bin/sh\nexit 0\n"},
-                     str(tmp_path / "link.sh"): {"mode": "755", "text": "#!/bin/sh\nexit 0\n"}}
+    assert files == {
+        str(script): {"mode": "755", "text": "#!/bin/sh\nexit 0\n"},
+        str(tmp_path / "link.sh"): {"mode": "755", "text": "#!/bin/sh\nexit 0\n"},
+    }
 
 
 def test_files_that_come_back_unreadable_say_so():
@@ -62,8 +65,10 @@ def test_the_first_part_alone_ends_before_the_others_start(tmp_path):
     from pyinfra.facts.server import Command
 
     mark = tmp_path / "taken"
-    parts = ((Command, {"command": f"sleep 0.3; echo taken > {mark}; echo took"}),
-             (Command, {"command": f"cat {mark}"}))
+    parts = (
+        (Command, {"command": f"sleep 0.3; echo taken > {mark}; echo took"}),
+        (Command, {"command": f"cat {mark}"}),
+    )
     batch = Batch()
     ordered = run_process(["sh", "-c", batch.command(parts, first_alone=True)], timeout_s=30, check=True)
     assert batch.process(ordered.stdout.splitlines()) == ["took", "taken"]
@@ -76,14 +81,23 @@ def test_the_first_part_alone_ends_before_the_others_start(tmp_path):
 def test_the_server_s_refusal_is_its_own_line_not_kubectl_s_warning():
     from runbook.reach.kube import ServerAnswer
 
-    answer = ServerAnswer().process([
-        "refused Warning: resource runtimeclasses/nvidia is missing the kubectl.kubernetes.io/last-applied-configuration annotation",
-        'refused The RuntimeClass "nvidia" is invalid: handler: Invalid value: "nvidia": field is immutable',
-        'create Error from server (AlreadyExists): error when creating "runtimeclass.yaml": runtimeclasses.node.k8s.io "nvidia" already exists'])
-    assert answer == {"refused": 'The RuntimeClass "nvidia" is invalid: handler: Invalid value: "nvidia": field is immutable',
-                      "recreate": True}
-    invalid = ServerAnswer().process(['refused The Pod "x" is invalid: spec.containers: Required value',
-                                      'create The Pod "x" is invalid: spec.containers: Required value'])
+    answer = ServerAnswer().process(
+        [
+            "refused Warning: resource runtimeclasses/nvidia is missing the kubectl.kubernetes.io/last-applied-configuration annotation",
+            'refused The RuntimeClass "nvidia" is invalid: handler: Invalid value: "nvidia": field is immutable',
+            'create Error from server (AlreadyExists): error when creating "runtimeclass.yaml": runtimeclasses.node.k8s.io "nvidia" already exists',
+        ]
+    )
+    assert answer == {
+        "refused": 'The RuntimeClass "nvidia" is invalid: handler: Invalid value: "nvidia": field is immutable',
+        "recreate": True,
+    }
+    invalid = ServerAnswer().process(
+        [
+            'refused The Pod "x" is invalid: spec.containers: Required value',
+            'create The Pod "x" is invalid: spec.containers: Required value',
+        ]
+    )
     assert invalid["recreate"] is False  # not valid as written: applied as it is, to fail in the open
     assert ServerAnswer().process(["update-accepted"]) == {"refused": "", "recreate": False}
 
@@ -96,6 +110,7 @@ def test_kubectl_runs_with_its_collector_off_up_to_a_memory_limit_within_its_dea
     fake = tmp_path / "kubectl"
     fake.write_text('#!/bin/sh\necho "GOGC=$GOGC GOMEMLIMIT=$GOMEMLIMIT args=$*"\n')
     fake.chmod(0o755)
-    said = run_process(["sh", "-c", f"PATH={tmp_path}:$PATH; {kubectl('kwok-x', 'get', 'nodes')}"],
-                       timeout_s=30, check=True)
+    said = run_process(
+        ["sh", "-c", f"PATH={tmp_path}:$PATH; {kubectl('kwok-x', 'get', 'nodes')}"], timeout_s=30, check=True
+    )
     assert said.stdout == "GOGC=off GOMEMLIMIT=256MiB args=--context kwok-x --request-timeout=10s get nodes\n"

@@ -9,15 +9,15 @@ from tests.helpers.proc import run as run_process
 
 SCRIPT = os.path.join("files", "check-runtime.sh")
 
-NVIDIA = '''version = 2
+NVIDIA = """version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
   runtime_type = "io.containerd.runc.v2"
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
   BinaryName = "/usr/bin/nvidia-container-runtime"
-'''
-RUNC_ONLY = NVIDIA.split("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]")[0]
+"""
+RUNC_ONLY = NVIDIA.split('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]')[0]
 LOOKALIKE = RUNC_ONLY + '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia-cdi]\n'
 
 
@@ -27,8 +27,10 @@ def fake_containerd(tmp_path, dump, status=0):
     bin_dir.mkdir(exist_ok=True)
     (tmp_path / "dump.toml").write_text(dump)
     fake = bin_dir / "containerd"
-    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\n'
-                    f'[ "$1 $2" = "config dump" ] || exit 2\n/bin/cat {tmp_path}/dump.toml\nexit {status}\n')
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\n'
+        f'[ "$1 $2" = "config dump" ] || exit 2\n/bin/cat {tmp_path}/dump.toml\nexit {status}\n'
+    )
     fake.chmod(0o755)
     return str(bin_dir)
 

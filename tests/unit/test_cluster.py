@@ -1,10 +1,11 @@
 """Rollout and node readings on objects shaped like kubectl's JSON."""
 
-from gpuop.judgment.cluster import (allocatable_count, node_gpu_lines, rollout_complete, rollout_settled,
-                           rollout_status)
+from gpuop.judgment.cluster import allocatable_count, node_gpu_lines, rollout_complete, rollout_settled, rollout_status
 
-MEMORY = ("0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) "
-          "[NodeAffinity]. preemption: 0/3 nodes are available: 3 Preemption is not helpful.")
+MEMORY = (
+    "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) "
+    "[NodeAffinity]. preemption: 0/3 nodes are available: 3 Preemption is not helpful."
+)
 
 
 def node(name, gpus=None):
@@ -21,38 +22,59 @@ def test_node_gpu_table_in_lab_order_with_zero_for_none():
 
 
 def ds(generation, image, status, max_unavailable=1):
-    return {"metadata": {"name": "t", "uid": "ds-uid", "generation": generation},
-            "spec": {"updateStrategy": {"rollingUpdate": {"maxUnavailable": max_unavailable}},
-                     "template": {"spec": {"containers": [{"image": image}]}}},
-            "status": status}
+    return {
+        "metadata": {"name": "t", "uid": "ds-uid", "generation": generation},
+        "spec": {
+            "updateStrategy": {"rollingUpdate": {"maxUnavailable": max_unavailable}},
+            "template": {"spec": {"containers": [{"image": image}]}},
+        },
+        "status": status,
+    }
 
 
 def pod(name, generation, image, ready=True, unschedulable_message=None, terminating=False):
     conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
     if unschedulable_message:
-        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                           "message": unschedulable_message})
-    meta = {"name": name, "labels": {"pod-template-generation": str(generation)},
-            "ownerReferences": [{"uid": "ds-uid"}]}
+        conditions.append(
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable_message}
+        )
+    meta = {
+        "name": name,
+        "labels": {"pod-template-generation": str(generation)},
+        "ownerReferences": [{"uid": "ds-uid"}],
+    }
     if terminating:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"metadata": meta, "spec": {"containers": [{"image": image}]},
-            "status": {"conditions": conditions}}
+    return {"metadata": meta, "spec": {"containers": [{"image": image}]}, "status": {"conditions": conditions}}
 
 
-STALL_STATUS = {"observedGeneration": 2, "desiredNumberScheduled": 3, "updatedNumberScheduled": 1,
-                "numberReady": 2, "numberAvailable": 2, "numberUnavailable": 1}
-STALL_PODS = [pod("a", 1, "tk:v1.16.2"), pod("b", 1, "tk:v1.16.2"),
-              pod("c", 2, "tk:v1.17.0", ready=False, unschedulable_message=MEMORY),
-              pod("gone", 1, "tk:v1.16.2", terminating=True),
-              {**pod("stranger", 1, "other"), "metadata": {"name": "s", "labels": {}}}]
+STALL_STATUS = {
+    "observedGeneration": 2,
+    "desiredNumberScheduled": 3,
+    "updatedNumberScheduled": 1,
+    "numberReady": 2,
+    "numberAvailable": 2,
+    "numberUnavailable": 1,
+}
+STALL_PODS = [
+    pod("a", 1, "tk:v1.16.2"),
+    pod("b", 1, "tk:v1.16.2"),
+    pod("c", 2, "tk:v1.17.0", ready=False, unschedulable_message=MEMORY),
+    pod("gone", 1, "tk:v1.16.2", terminating=True),
+    {**pod("stranger", 1, "other"), "metadata": {"name": "s", "labels": {}}},
+]
 
 
 def test_stalled_rollout_is_reported_from_status_and_pods():
     stalled = ds(2, "tk:v1.17.0", STALL_STATUS)
     assert rollout_status(stalled, STALL_PODS) == {
-        "DESIRED": 3, "UPDATED": 1, "READY": 2, "OLD_IMAGE_PODS": 2, "MAX_UNAVAILABLE": 1,
-        "BLOCKER": "insufficient-memory"}
+        "DESIRED": 3,
+        "UPDATED": 1,
+        "READY": 2,
+        "OLD_IMAGE_PODS": 2,
+        "MAX_UNAVAILABLE": 1,
+        "BLOCKER": "insufficient-memory",
+    }
     assert rollout_settled(stalled, STALL_PODS)
     assert not rollout_complete(stalled)
 
@@ -72,9 +94,17 @@ def test_unobserved_generation_is_not_settled():
 
 
 def test_completed_rollout_has_no_blocker():
-    done = ds(2, "tk:v1.17.0", {"observedGeneration": 2, "desiredNumberScheduled": 3,
-                                "updatedNumberScheduled": 3, "numberReady": 3,
-                                "numberAvailable": 3})
+    done = ds(
+        2,
+        "tk:v1.17.0",
+        {
+            "observedGeneration": 2,
+            "desiredNumberScheduled": 3,
+            "updatedNumberScheduled": 3,
+            "numberReady": 3,
+            "numberAvailable": 3,
+        },
+    )
     pods = [pod(n, 2, "tk:v1.17.0") for n in "abc"]
     assert rollout_complete(done) and rollout_settled(done, pods)
     assert rollout_status(done, pods)["BLOCKER"] == "none"
@@ -106,17 +136,25 @@ def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
     from gpuop.judgment.leases import stalled_components
 
     def lease(namespace, name, renewed, duration, holder="lab-host_0f3e"):
-        spec = {"leaseDurationSeconds": duration, **({"renewTime": renewed} if renewed else {}),
-                **({"holderIdentity": holder} if holder else {})}
+        spec = {
+            "leaseDurationSeconds": duration,
+            **({"renewTime": renewed} if renewed else {}),
+            **({"holderIdentity": holder} if holder else {}),
+        }
         return {"kind": "Lease", "metadata": {"namespace": namespace, "name": name}, "spec": spec}
 
     now = datetime(2026, 12, 1, 9, 0, 0, tzinfo=timezone.utc)
-    fresh = [lease("kube-system", "kube-scheduler", "2026-12-01T08:59:55.123456Z", 15),
-             lease("kube-system", "kube-controller-manager", "2026-12-01T08:59:58Z", 15),
-             lease("kube-node-lease", "lab-node-0", "2026-12-01T08:59:59.5Z", 8)]
+    fresh = [
+        lease("kube-system", "kube-scheduler", "2026-12-01T08:59:55.123456Z", 15),
+        lease("kube-system", "kube-controller-manager", "2026-12-01T08:59:58Z", 15),
+        lease("kube-node-lease", "lab-node-0", "2026-12-01T08:59:59.5Z", 8),
+    ]
     assert stalled_components(fresh, ["lab-node-0"], now) == []
-    stale = [lease("kube-system", "kube-scheduler", "2026-12-01T08:59:08Z", 15), fresh[1],
-             lease("kube-node-lease", "lab-node-0", None, 8)]
+    stale = [
+        lease("kube-system", "kube-scheduler", "2026-12-01T08:59:08Z", 15),
+        fresh[1],
+        lease("kube-node-lease", "lab-node-0", None, 8),
+    ]
     assert stalled_components(stale, ["lab-node-0", "lab-node-1"], now) == [
         "kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed 52s ago (duration 15s)",
         "node lab-node-0's agent (kwok-controller, or its kubelet): the node lease kube-node-lease/lab-node-0 "
@@ -130,19 +168,22 @@ def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
     healed = datetime(2026, 12, 1, 8, 59, 57, tzinfo=timezone.utc)
     assert stalled_components(fresh, [], now, since=healed) == [
         "kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed 4.9s ago, before the "
-        "cluster was healed 3.0s ago"]
+        "cluster was healed 3.0s ago"
+    ]
     # A scheduler that failed to renew gives its lease up on its way out (client-go's release: no
     # holder, a duration of 1 s, renewed the moment it gave up), then exits: fresh for 6 s to the
     # preflight, never held to the lab's own check (lab/lab.sh heal).
     released = [lease("kube-system", "kube-scheduler", "2026-12-01T08:59:58.5Z", 1, holder=""), *fresh[1:]]
     assert stalled_components(released, ["lab-node-0"], now) == []
     assert stalled_components(released, ["lab-node-0"], now, since=healed, held=True) == [
-        "kube-scheduler: its leader lease kube-system/kube-scheduler was given up 1.5s ago (no holder)"]
+        "kube-scheduler: its leader lease kube-system/kube-scheduler was given up 1.5s ago (no holder)"
+    ]
     assert stalled_components(fresh, ["lab-node-0"], now, held=True) == []
 
 
 def test_a_node_takes_pods_once_ready_and_untainted():
     from gpuop.judgment.cluster import node_ready
+
     ready = {"type": "Ready", "status": "True"}
     down = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "container runtime is down"}
     taint = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
@@ -150,42 +191,79 @@ def test_a_node_takes_pods_once_ready_and_untainted():
     assert node_ready({"status": {}}) == (False, "no Ready condition yet")
     assert node_ready({"status": {"conditions": [ready]}}) == (True, "Ready True")
     assert node_ready({"status": {"conditions": [ready]}, "spec": {"taints": [taint]}}) == (
-        False, "Ready True, taints node.kubernetes.io/not-ready")
+        False,
+        "Ready True, taints node.kubernetes.io/not-ready",
+    )
     assert node_ready({"status": {"conditions": [down]}}) == (
-        False, "Ready False (KubeletNotReady: container runtime is down)")
+        False,
+        "Ready False (KubeletNotReady: container runtime is down)",
+    )
 
 
 def test_the_sandbox_failure_is_this_pod_s_newest():
     from gpuop.judgment.cluster import sandbox_failure, sandbox_lines
+
     pod = {"metadata": {"name": "cuda-probe", "uid": "u2"}, "spec": {"nodeName": "lab-node-0"}}
 
     def event(uid, at, message, reason="FailedCreatePodSandBox"):
-        return {"reason": reason, "message": message, "lastTimestamp": at, "metadata": {"creationTimestamp": at},
-                "involvedObject": {"kind": "Pod", "name": "cuda-probe", "uid": uid}}
+        return {
+            "reason": reason,
+            "message": message,
+            "lastTimestamp": at,
+            "metadata": {"creationTimestamp": at},
+            "involvedObject": {"kind": "Pod", "name": "cuda-probe", "uid": uid},
+        }
 
-    events = [event("u1", "2026-12-01T10:00:09Z", "a deleted Pod's"), event("u2", "2026-12-01T10:00:01Z", "first"),
-              event("u2", "2026-12-01T10:00:05Z", "newest"), event("u2", "2026-12-01T10:00:07Z", "x", "Scheduled")]
+    events = [
+        event("u1", "2026-12-01T10:00:09Z", "a deleted Pod's"),
+        event("u2", "2026-12-01T10:00:01Z", "first"),
+        event("u2", "2026-12-01T10:00:05Z", "newest"),
+        event("u2", "2026-12-01T10:00:07Z", "x", "Scheduled"),
+    ]
     assert sandbox_failure(events, pod)["message"] == "newest"
     assert sandbox_failure(events[:1], pod) is None
     assert sandbox_lines(pod, sandbox_failure(events, pod), "nvidia") == [
-        "FailedCreatePodSandBox", "newest", "handler nvidia", "node lab-node-0"]
+        "FailedCreatePodSandBox",
+        "newest",
+        "handler nvidia",
+        "node lab-node-0",
+    ]
 
 
 def test_the_reboot_report_holds_the_node_against_the_forecast():
     from datetime import datetime, timezone
 
     from gpuop.judgment.cluster import reboot_lines, reported_since
+
     moment = datetime(2026, 12, 1, 15, 0, 0, 400000, tzinfo=timezone.utc)
 
     def node(status, transition, beat, reason="KubeletReady", message="kubelet is posting ready status"):
-        return {"status": {"conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message,
-                                           "lastTransitionTime": transition, "lastHeartbeatTime": beat}]}}
+        return {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": status,
+                        "reason": reason,
+                        "message": message,
+                        "lastTransitionTime": transition,
+                        "lastHeartbeatTime": beat,
+                    }
+                ]
+            }
+        }
 
     down = node("False", "2026-12-01T15:00:06Z", "2026-12-01T15:00:10Z", "KubeletNotReady", "container runtime is down")
     assert reported_since(down, moment) and not reported_since(node("True", "x", "2026-12-01T15:00:04Z"), moment)
     assert reboot_lines(False, down, moment) == [
-        "REBOOT_AT=2026-12-01T15:00:00Z", "FORECAST_CRI=fails", "READY=False", "REASON=KubeletNotReady",
-        "MESSAGE=container runtime is down", "CHANGED_AFTER_S=6", "MATCHES=yes"]
+        "REBOOT_AT=2026-12-01T15:00:00Z",
+        "FORECAST_CRI=fails",
+        "READY=False",
+        "REASON=KubeletNotReady",
+        "MESSAGE=container runtime is down",
+        "CHANGED_AFTER_S=6",
+        "MATCHES=yes",
+    ]
     stayed = node("True", "2026-12-01T14:10:00Z", "2026-12-01T15:00:10Z")
     assert reboot_lines(True, stayed, moment)[5:] == ["CHANGED_AFTER_S=unchanged", "MATCHES=yes"]
     assert reboot_lines(False, stayed, moment)[-1] == "MATCHES=no"  # the forecast said CRI fails

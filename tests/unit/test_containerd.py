@@ -27,12 +27,11 @@ def test_written_main_config_has_the_quoted_plugin_hierarchy():
     assert MAIN["version"] == 2
     assert MAIN["imports"][0].endswith("conf.d/*.toml")
     assert cri["default_runtime_name"] == "runc"
-    assert cri["runtimes"]["runc"] == {"runtime_type": "io.containerd.runc.v2",
-                                       "options": {"SystemdCgroup": True}}
+    assert cri["runtimes"]["runc"] == {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}
 
 
 def test_unquoted_key_builds_another_hierarchy():
-    doc = tomllib.loads('[plugins.io.containerd.grpc.v1.cri.containerd.runtimes.runc]\nx = 1\n')
+    doc = tomllib.loads("[plugins.io.containerd.grpc.v1.cri.containerd.runtimes.runc]\nx = 1\n")
     assert "io.containerd.grpc.v1.cri" not in doc["plugins"]
     assert containerd.runtime_names(doc) == ["runc"]
     assert containerd.analyze_merge(MAIN, [doc]).conflict_table is None
@@ -40,8 +39,7 @@ def test_unquoted_key_builds_another_hierarchy():
 
 def test_dropin_declares_nvidia_with_the_same_cgroup_driver():
     nvidia = DROPIN["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]
-    assert nvidia["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime",
-                                 "SystemdCgroup": True}
+    assert nvidia["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True}
 
 
 def test_incident_merge_lines():
@@ -69,15 +67,15 @@ def test_runtime_names_keep_definition_order_across_dropins():
 
 
 def test_containerd2_runtime_path_is_read_too():
-    dump = {"plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {
-        "runc": {}, "nvidia": {}}}}}}
+    dump = {"plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {"runc": {}, "nvidia": {}}}}}}
     assert containerd.runtime_names(dump) == ["runc", "nvidia"]
 
 
 def test_relative_imports_resolve_against_the_main_config():
-    assert containerd.import_globs({"imports": ["conf.d/*.toml", "/abs/x.toml"]},
-                                   "/etc/containerd/config.toml") == [
-        "/etc/containerd/conf.d/*.toml", "/abs/x.toml"]
+    assert containerd.import_globs({"imports": ["conf.d/*.toml", "/abs/x.toml"]}, "/etc/containerd/config.toml") == [
+        "/etc/containerd/conf.d/*.toml",
+        "/abs/x.toml",
+    ]
 
 
 def test_key_quoting():
@@ -106,10 +104,20 @@ OBSERVED = {
     "2.3.7": (OK, (2, OK), (4, OK), (2, OK), (4, OK), OK, OK, FAILS, REFUSES),
     "2.4.2": (OK, (2, OK), (4, OK), (2, OK), (4, OK), OK, OK, FAILS, REFUSES),
 }
-DROPINS = ("seed", "ctk-1.19.1-file", "ctk-1.19.1-command", "ctk-1.20.2-file", "ctk-1.20.2-command", "version-3",
-           "version-4", "default-unconfigured", "invalid-toml")
-CELLS = [(v, d, seen[1] if isinstance(seen, tuple) else seen) for v, row in OBSERVED.items()
-         for d, seen in zip(DROPINS, row)]
+DROPINS = (
+    "seed",
+    "ctk-1.19.1-file",
+    "ctk-1.19.1-command",
+    "ctk-1.20.2-file",
+    "ctk-1.20.2-command",
+    "version-3",
+    "version-4",
+    "default-unconfigured",
+    "invalid-toml",
+)
+CELLS = [
+    (v, d, seen[1] if isinstance(seen, tuple) else seen) for v, row in OBSERVED.items() for d, seen in zip(DROPINS, row)
+]
 
 
 def forecast_from(version, dropin) -> dict:
@@ -128,21 +136,27 @@ def test_the_forecast_of_each_version_is_what_its_restart_did(version, dropin, s
 def test_a_failing_forecast_names_why_and_its_version_s_rule():
     incident = forecast_from("1.6.20", "seed")
     assert (incident["runtimes"], incident["default_runtime"]) == (["nvidia"], "runc")
-    assert incident["reason"] == ('default_runtime_name "runc" has no runtime in containerd.runtimes '
-                                  "(configured: nvidia); containerd 1.6: the runtimes an imported file "
-                                  "names replace the main config's whole; a version above 2 is not checked (1.6.32 and 1.7.17 "
-                                  "stop the daemon on it)")
+    assert incident["reason"] == (
+        'default_runtime_name "runc" has no runtime in containerd.runtimes '
+        "(configured: nvidia); containerd 1.6: the runtimes an imported file "
+        "names replace the main config's whole; a version above 2 is not checked (1.6.32 and 1.7.17 "
+        "stop the daemon on it)"
+    )
     assert forecast_from("1.7.35", "version-3")["reason"] == (
         "the daemon will not start: containerd: failed to load TOML from "
         "/root/gpuop/etc/containerd/conf.d/99-nvidia.toml: unsupported config version `3`; containerd 1.7: "
-        "the runtimes an imported file names replace the main config's whole and a version above 2 stops the daemon")
+        "the runtimes an imported file names replace the main config's whole and a version above 2 stops the daemon"
+    )
     assert forecast_from("2.3.3", "version-3")["reason"] == (
         "the daemon will not start: containerd: drop-in config version 3 higher than root config version 2; "
         "containerd 2.3: plugin sections merge deeply, and a drop-in whose version is above the root "
-        "config's stops the daemon")
+        "config's stops the daemon"
+    )
     unconfigured = forecast_from("2.2.9", "default-unconfigured")
-    assert unconfigured["reason"].startswith('default_runtime_name "crun" has no runtime in containerd.runtimes '
-                                             "(configured: runc); containerd 2.2: plugin sections merge deeply")
+    assert unconfigured["reason"].startswith(
+        'default_runtime_name "crun" has no runtime in containerd.runtimes '
+        "(configured: runc); containerd 2.2: plugin sections merge deeply"
+    )
     assert forecast_from("2.4.2", "seed")["reason"] == ""
 
 
@@ -177,16 +191,23 @@ def test_unreadable_config_is_a_failed_start():
 
 
 def test_binary_version():
-    assert containerd.binary_version(
-        "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3") == "1.6.20"
+    assert (
+        containerd.binary_version("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3")
+        == "1.6.20"
+    )
     assert containerd.binary_version("containerd github.com/containerd/containerd/v2 v2.4.2 ") == "2.4.2"
     assert containerd.binary_version("") == "unknown"
 
 
 def test_cri_runtimes_reads_the_handlers_crictl_reports():
-    info = {"config": {"containerd": {"runtimes": {"runc": {"runtimeType": "io.containerd.runc.v2"},
-                                                   "nvidia": {}},
-                                      "defaultRuntimeName": "runc"}}}
+    info = {
+        "config": {
+            "containerd": {
+                "runtimes": {"runc": {"runtimeType": "io.containerd.runc.v2"}, "nvidia": {}},
+                "defaultRuntimeName": "runc",
+            }
+        }
+    }
     assert containerd.cri_runtimes(info) == (["runc", "nvidia"], "runc")
     assert containerd.cri_runtimes({}) == ([], "")
 
@@ -194,14 +215,26 @@ def test_cri_runtimes_reads_the_handlers_crictl_reports():
 def test_restart_lines():
     fails = containerd.Forecast(["nvidia"], "runc", False, "why; rule")
     assert containerd.restart_lines("1.6.20", ["runc"], "cri", fails) == [
-        "CONTAINERD_VERSION=1.6.20", "LOADED_RUNTIMES=runc", "LOADED_FROM=cri",
-        "RESTART_RUNTIMES=nvidia", "RESTART_CRI=fails", "RESTART_REASON=why; rule"]
+        "CONTAINERD_VERSION=1.6.20",
+        "LOADED_RUNTIMES=runc",
+        "LOADED_FROM=cri",
+        "RESTART_RUNTIMES=nvidia",
+        "RESTART_CRI=fails",
+        "RESTART_REASON=why; rule",
+    ]
     ok = containerd.Forecast(["nvidia", "runc"], "runc", True, "")
     assert containerd.restart_lines("2.4.2", ["runc"], "cri", ok)[3:] == [
-        "RESTART_RUNTIMES=nvidia,runc", "RESTART_CRI=ok"]
+        "RESTART_RUNTIMES=nvidia,runc",
+        "RESTART_CRI=ok",
+    ]
     assert containerd.restart_lines("none", ["runc"], "recorded", None) == [
-        "CONTAINERD_VERSION=none", "LOADED_RUNTIMES=runc", "LOADED_FROM=recorded",
-        "RESTART_RUNTIMES=", "RESTART_CRI=unknown", "RESTART_REASON=no lab containerd on this host to ask"]
+        "CONTAINERD_VERSION=none",
+        "LOADED_RUNTIMES=runc",
+        "LOADED_FROM=recorded",
+        "RESTART_RUNTIMES=",
+        "RESTART_CRI=unknown",
+        "RESTART_REASON=no lab containerd on this host to ask",
+    ]
 
 
 def test_dropin_keeping_cri_carries_the_main_config_section():
@@ -217,17 +250,24 @@ def test_repaired_dropin_follows_the_version_s_merge():
     assert containerd.repaired_dropin("2.4.2", MAIN) == containerd.nvidia_dropin()
     on_1x = containerd.repaired_dropin("1.6.20", MAIN)
     # SPEC's two runtimes, and the main config's default, in the one CRI section 1.x keeps whole.
-    assert on_1x == {"plugins": {"io.containerd.grpc.v1.cri": {"containerd": {
-        "default_runtime_name": "runc",
-        "runtimes": {
-            "runc": {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}},
-            "nvidia": {"runtime_type": "io.containerd.runc.v2",
-                       "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True}},
-        }}}}}
+    assert on_1x == {
+        "plugins": {
+            "io.containerd.grpc.v1.cri": {
+                "containerd": {
+                    "default_runtime_name": "runc",
+                    "runtimes": {
+                        "runc": {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}},
+                        "nvidia": {
+                            "runtime_type": "io.containerd.runc.v2",
+                            "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True},
+                        },
+                    },
+                }
+            }
+        }
+    }
     assert containerd.repaired_dropin("unknown", MAIN) == on_1x  # when in doubt, the safe one
     assert containerd.release("1.6.20") == (1, 6, 20) and containerd.release("x") == (0, 0, 0)
-
-
 
 
 def test_a_kubelet_node_s_main_config_and_the_toolkit_follow_its_cgroup_driver():

@@ -12,8 +12,9 @@ from tests.helpers.plans import plan_of
 DATA = os.path.join(os.path.dirname(__file__), "data")
 # What the lab's CRI-O 1.36.3 answered `crictl runp --runtime nvidia` (a sandbox on the host
 # network) while it held runc only: Go's print of its runtime map, a pointer per handler.
-RUNP_SAID = ("rpc error: code = Unknown desc = failed to find runtime handler nvidia from runtime list "
-             "map[runc:0x1c0ab90408c0]")
+RUNP_SAID = (
+    "rpc error: code = Unknown desc = failed to find runtime handler nvidia from runtime list map[runc:0x1c0ab90408c0]"
+)
 
 
 def data(name: str) -> str:
@@ -37,8 +38,16 @@ def test_crictl_info_of_cri_o_says_its_handlers_default_and_cdi_dirs():
 def test_its_own_status_api_answers_what_it_holds_where_no_crictl_is():
     answer = crio.status_answer([*data("crio-1.36.3-status-config.toml").splitlines(), "0"])
     assert (answer["runtimes"], answer["default_runtime"], answer["cdi_spec_dirs"]) == (
-        ["runc"], "runc", ["/etc/cdi", "/var/run/cdi"])
-    assert loaded_part(answer) == {"loaded": ["runc"], "loaded_from": "status", "cri_error": "", "default_runtime": "runc"}
+        ["runc"],
+        "runc",
+        ["/etc/cdi", "/var/run/cdi"],
+    )
+    assert loaded_part(answer) == {
+        "loaded": ["runc"],
+        "loaded_from": "status",
+        "cri_error": "",
+        "default_runtime": "runc",
+    }
     assert crio.status_answer(["Error: connection refused", "1"]) is None  # not answered: crictl's word stands
 
 
@@ -60,27 +69,36 @@ def test_a_merge_cut_short_is_no_forecast():
 def test_a_missing_default_runtime_binary_stops_the_start():
     said = crio.restart_answer(merge_lines([THERE[0], THERE[1], "runc|/usr/sbin/runc|no"]))
     assert not said["starts"] and not said["cri_ok"]
-    assert said["reason"].startswith("the daemon will not start: runtime validation: the binary of its "
-                                     "default_runtime runc (/usr/sbin/runc) is missing")
+    assert said["reason"].startswith(
+        "the daemon will not start: runtime validation: the binary of its "
+        "default_runtime runc (/usr/sbin/runc) is missing"
+    )
 
 
 def test_a_config_crio_refuses_is_a_start_that_fails_in_its_own_words():
-    said = crio.restart_answer(["Version: 1.36.3", crio.MERGE_FAILED,
-                                *data("crio-1.36.3-config-refused.txt").splitlines(), "", crio.PATHS])
+    said = crio.restart_answer(
+        ["Version: 1.36.3", crio.MERGE_FAILED, *data("crio-1.36.3-config-refused.txt").splitlines(), "", crio.PATHS]
+    )
     assert not said["starts"] and said["runtimes"] == []
-    assert said["reason"] == ('the daemon will not start: validating runtime config: default_runtime set to "kata", '
-                              "but no runtime entry table [crio.runtime.runtimes.kata] was found")
+    assert said["reason"] == (
+        'the daemon will not start: validating runtime config: default_runtime set to "kata", '
+        "but no runtime entry table [crio.runtime.runtimes.kata] was found"
+    )
 
 
 def test_written_is_the_config_then_its_drop_ins_in_name_order():
-    files = {"/etc/crio/crio.conf": {"text": '[crio.runtime]\ndefault_runtime = "runc"\n'
-                                             "[crio.runtime.runtimes.runc]\n"},
-             "/etc/crio/crio.conf.d/99-nvidia.toml": {"text": data("crio-1.36.3-config.toml")},
-             "/etc/crio/crio.conf.d/10-crun.conf": {"text": '[crio.runtime]\ndefault_runtime = "crun"\n'},
-             "/etc/crio/crio.conf.d/50-bad.conf": {"text": "[crio.runtime\n"}}
+    files = {
+        "/etc/crio/crio.conf": {"text": '[crio.runtime]\ndefault_runtime = "runc"\n[crio.runtime.runtimes.runc]\n'},
+        "/etc/crio/crio.conf.d/99-nvidia.toml": {"text": data("crio-1.36.3-config.toml")},
+        "/etc/crio/crio.conf.d/10-crun.conf": {"text": '[crio.runtime]\ndefault_runtime = "crun"\n'},
+        "/etc/crio/crio.conf.d/50-bad.conf": {"text": "[crio.runtime\n"},
+    }
     view = crio.written_view("/etc/crio/crio.conf", "/etc/crio/crio.conf.d", files)
-    assert view["dropins"] == ["/etc/crio/crio.conf.d/10-crun.conf", "/etc/crio/crio.conf.d/50-bad.conf",
-                               "/etc/crio/crio.conf.d/99-nvidia.toml"]
+    assert view["dropins"] == [
+        "/etc/crio/crio.conf.d/10-crun.conf",
+        "/etc/crio/crio.conf.d/50-bad.conf",
+        "/etc/crio/crio.conf.d/99-nvidia.toml",
+    ]
     assert view["runtimes"] == ["runc", "crun", "nvidia"]
     assert view["default_runtime"] == "runc"  # 99-nvidia.toml, the last, sets it again (crio config's output)
     assert len(view["errors"]) == 1 and "50-bad.conf is not valid TOML" in view["errors"][0]
@@ -90,64 +108,102 @@ def test_the_sandbox_refusal_is_cri_os_own_and_matches_what_it_said():
     view = crio_view(loaded=["runc"])
     assert sandbox_refusal(view, "nvidia") == "failed to find runtime handler nvidia from runtime list map[runc:<ptr>]"
     assert says_sandbox_error("Failed to create pod sandbox: " + RUNP_SAID, sandbox_refusal(view, "nvidia"))
-    assert not says_sandbox_error("Failed to create pod sandbox: " + RUNP_SAID,
-                                  sandbox_refusal(crio_view(loaded=["crun", "runc"]), "nvidia"))
+    assert not says_sandbox_error(
+        "Failed to create pod sandbox: " + RUNP_SAID, sandbox_refusal(crio_view(loaded=["crun", "runc"]), "nvidia")
+    )
 
 
 def test_the_toolkits_oci_hook_is_a_gpu_path_with_no_handler():
-    hook = {"/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json": {"text": data("ctk-1.20.2-oci-hook.json")},
-            "/usr/share/containers/oci/hooks.d/other.json": {"text": '{"hook": {"path": "/usr/bin/true"}}'},
-            "/usr/share/containers/oci/hooks.d/broken.json": {"text": "{"}}
+    hook = {
+        "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json": {"text": data("ctk-1.20.2-oci-hook.json")},
+        "/usr/share/containers/oci/hooks.d/other.json": {"text": '{"hook": {"path": "/usr/bin/true"}}'},
+        "/usr/share/containers/oci/hooks.d/broken.json": {"text": "{"},
+    }
     assert crio.hooked_gpus(hook) == ["/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"]
     view = crio_view(gpu_hooks=crio.hooked_gpus(hook))
     assert gpu_paths(view) == ["oci-hook"]
     gpu_pod = pod("train", "gpu-a", gpus=1)
     assert findings(view, [node("gpu-a"), gpu_pod], "gpu-a") == []  # the hook hands it its GPU
     assert [g["kind"] for g in findings(crio_view(), [node("gpu-a"), gpu_pod], "gpu-a")] == [
-        "cdi-spec-missing", "gpu-advertised-not-loaded"]
+        "cdi-spec-missing",
+        "gpu-advertised-not-loaded",
+    ]
 
 
 def test_the_incident_in_cri_os_form():
     """nvidia-ctk's drop-in written after CRI-O started: written, not loaded; a restart loads it."""
     answer = cri_answer([data("crio-1.36.3-crictl-info.json"), "0"])
     restart = crio.restart_answer(merge_lines(THERE))
-    view = crio_view(written=["runc", "nvidia"], **loaded_part(answer), cdi=cdi_part(answer, "1.36.3", []),
-                     **restart_part(restart, "1.36.3", runtime=crio.NAME))
+    view = crio_view(
+        written=["runc", "nvidia"],
+        **loaded_part(answer),
+        cdi=cdi_part(answer, "1.36.3", []),
+        **restart_part(restart, "1.36.3", runtime=crio.NAME),
+    )
     gaps = findings(view, [node("gpu-a"), rc("nvidia"), pod("job", "gpu-a", runtime_class="nvidia")], "gpu-a")
     kinds = {g["kind"]: g for g in gaps}
     assert set(kinds) == {"handler-not-loaded", "sandbox-fails", "gpu-advertised-not-loaded"}
     assert kinds["sandbox-fails"]["detail"].endswith(
-        "cri-o 1.36.3 says: failed to find runtime handler nvidia from runtime list map[runc:<ptr>]")
+        "cri-o 1.36.3 says: failed to find runtime handler nvidia from runtime list map[runc:<ptr>]"
+    )
     assert "live through CRI of cri-o 1.36.3" in kinds["handler-not-loaded"]["detail"]
 
 
 def test_a_written_handler_a_restart_drops_is_named():
     restart = crio.restart_answer(merge_lines([THERE[0], "nvidia|/usr/bin/nvidia-container-runtime|no", THERE[2]]))
-    view = crio_view(written=["runc", "nvidia"], loaded=["runc", "nvidia"],
-                     **restart_part(restart, "1.36.3", runtime=crio.NAME))
+    view = crio_view(
+        written=["runc", "nvidia"], loaded=["runc", "nvidia"], **restart_part(restart, "1.36.3", runtime=crio.NAME)
+    )
     gaps = findings(view, [], "")
     assert [(g["kind"], g["subject"]) for g in gaps] == [("restart-drops-runtime", "nvidia")]
-    assert gaps[0]["detail"].endswith("drops it: runtime nvidia's binary (/usr/bin/nvidia-container-runtime) "
-                                      "is missing, so CRI-O drops it")
+    assert gaps[0]["detail"].endswith(
+        "drops it: runtime nvidia's binary (/usr/bin/nvidia-container-runtime) is missing, so CRI-O drops it"
+    )
 
 
 def test_a_cri_o_node_not_read_is_named_and_judged_from_what_its_kubelet_reports():
-    reporting = {**node("gpu-a"), "status": {**node("gpu-a")["status"], "runtimeHandlers": [{"name": ""}, {"name": "runc"}],
-                                            "nodeInfo": {"containerRuntimeVersion": "cri-o://1.36.3"}}}
+    reporting = {
+        **node("gpu-a"),
+        "status": {
+            **node("gpu-a")["status"],
+            "runtimeHandlers": [{"name": ""}, {"name": "runc"}],
+            "nodeInfo": {"containerRuntimeVersion": "cri-o://1.36.3"},
+        },
+    }
     view = api_view(reporting)
-    assert (view["runtime"], view["version"], view["loaded"], view["loaded_from"]) == ("cri-o", "1.36.3", ["runc"], "api")
+    assert (view["runtime"], view["version"], view["loaded"], view["loaded_from"]) == (
+        "cri-o",
+        "1.36.3",
+        ["runc"],
+        "api",
+    )
     gaps = findings(view, [reporting, rc("nvidia"), pod("job", "gpu-a", runtime_class="nvidia")], "gpu-a")
     assert [g["kind"] for g in gaps] == ["sandbox-fails", "gpu-advertised-not-loaded"]
-    assert gaps[1]["detail"] == "node gpu-a offers 8 GPU(s) but its cri-o neither loads nvidia nor resolves CDI devices of GPUs"
+    assert (
+        gaps[1]["detail"]
+        == "node gpu-a offers 8 GPU(s) but its cri-o neither loads nvidia nor resolves CDI devices of GPUs"
+    )
 
 
 def crio_view(**given) -> dict:
-    base = {"version": "1.36.3", "loaded": ["runc"], "loaded_from": "cri", "default_runtime": "runc",
-            "written": ["runc"], "after_restart": ["runc"], "cri_after_restart": "ok",
-            "cdi": {"enabled": True, "spec_dirs": ["/etc/cdi"], "gpu_specs": []},
-            "daemon": {"pid": 7, "exe": "/usr/bin/crio", "config": "/etc/crio/crio.conf",
-                       "config_dir": "/etc/crio/crio.conf.d", "address": "/var/run/crio/crio.sock",
-                       "binary": "/usr/bin/crio"}}
+    base = {
+        "version": "1.36.3",
+        "loaded": ["runc"],
+        "loaded_from": "cri",
+        "default_runtime": "runc",
+        "written": ["runc"],
+        "after_restart": ["runc"],
+        "cri_after_restart": "ok",
+        "cdi": {"enabled": True, "spec_dirs": ["/etc/cdi"], "gpu_specs": []},
+        "daemon": {
+            "pid": 7,
+            "exe": "/usr/bin/crio",
+            "config": "/etc/crio/crio.conf",
+            "config_dir": "/etc/crio/crio.conf.d",
+            "address": "/var/run/crio/crio.sock",
+            "binary": "/usr/bin/crio",
+        },
+    }
     return unknown_view(runtime=crio.NAME, **{**base, **given})
 
 
@@ -172,9 +228,14 @@ STARTED = 1796357000  # 2026-12-04T04:03:20Z
 
 
 def refused_event(pod_name: str, at: str) -> dict:
-    return {"kind": "Event", "reason": "FailedCreatePodSandBox", "message": RELOADED_SAID, "lastTimestamp": at,
-            "involvedObject": {"kind": "Pod", "name": pod_name},
-            "metadata": {"name": f"{pod_name}.1", "creationTimestamp": at}}
+    return {
+        "kind": "Event",
+        "reason": "FailedCreatePodSandBox",
+        "message": RELOADED_SAID,
+        "lastTimestamp": at,
+        "involvedObject": {"kind": "Pod", "name": pod_name},
+        "metadata": {"name": f"{pod_name}.1", "creationTimestamp": at},
+    }
 
 
 def no_sandbox(p: dict, there: bool = False) -> dict:
@@ -199,10 +260,15 @@ def test_a_handler_its_status_names_and_its_sandboxes_refuse_is_named_and_a_rest
     assert gaps[0]["detail"] == (
         "Pod ml/job (RuntimeClass nvidia, handler nvidia) cannot start a sandbox on gpu-a: cri-o 1.36.3's status "
         f"names nvidia, its sandboxes refuse it (the kubelet's newest event: {RELOADED_SAID}); a reload (SIGHUP) "
-        "reaches CRI-O's status, not its sandboxes (cri-o#10202); a restart loads it")
+        "reaches CRI-O's status, not its sandboxes (cri-o#10202); a restart loads it"
+    )
     # the repair plan: a restart alone
-    r = {"hostname": "gpu-a", "containerds": [], "kubelet": None,
-         "crios": [{**reloaded_view()["daemon"], "serves": True, "files": {}}]}
+    r = {
+        "hostname": "gpu-a",
+        "containerds": [],
+        "kubelet": None,
+        "crios": [{**reloaded_view()["daemon"], "serves": True, "files": {}}],
+    }
     plan = plan_of("gpu-a", r, reloaded_view(), [*objects, *events], "nvidia")
     assert (plan["action"], plan["restart"], plan["files"]) == ("repair", True, [])
     assert plan["why"].endswith("the running daemon's status names it, its sandboxes refuse it (ml/job)")

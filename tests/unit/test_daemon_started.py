@@ -11,8 +11,9 @@ from gpuop.reach.node_read import READ_SH
 
 
 def started(pid: int) -> int:
-    out = subprocess.run(["sh", "-c", f". {READ_SH}; started {pid}"], capture_output=True,
-                         text=True, timeout=10, check=True)
+    out = subprocess.run(
+        ["sh", "-c", f". {READ_SH}; started {pid}"], capture_output=True, text=True, timeout=10, check=True
+    )
     return int(out.stdout)
 
 

@@ -23,8 +23,12 @@ images = _load("images", "lab/standin/images.py")
 
 
 def entry(*gaps, version="2.4.2", after="ok"):
-    return {"runtime": "containerd", "version": version, "cri_after_restart": after,
-            "gaps": [{"kind": k, "subject": s} for k, s in gaps]}
+    return {
+        "runtime": "containerd",
+        "version": version,
+        "cri_after_restart": after,
+        "gaps": [{"kind": k, "subject": s} for k, s in gaps],
+    }
 
 
 POD = judge._pod("gpu-pod", "nvidia", 1)
@@ -50,10 +54,14 @@ def test_a_restart_comes_back_only_where_its_cri_would_answer():
 
 
 def test_the_proofs_observations_are_read_back():
-    seen = judge.observed("pod gpu-pod refused no runtime for \"nvidia\"\npod plain-pod none\n"
-                          "restart not-back containerd: drop-in config version 4\n")
-    assert seen == {"pods": {"gpu-pod": ("refused", 'no runtime for "nvidia"'), "plain-pod": ("none", "")},
-                    "restart": ("not-back", "containerd: drop-in config version 4")}
+    seen = judge.observed(
+        'pod gpu-pod refused no runtime for "nvidia"\npod plain-pod none\n'
+        "restart not-back containerd: drop-in config version 4\n"
+    )
+    assert seen == {
+        "pods": {"gpu-pod": ("refused", 'no runtime for "nvidia"'), "plain-pod": ("none", "")},
+        "restart": ("not-back", "containerd: drop-in config version 4"),
+    }
 
 
 def test_each_stage_stands_for_a_node_that_advertises_the_gpu_and_its_pods():
@@ -70,8 +78,13 @@ def test_each_stage_stands_for_a_node_that_advertises_the_gpu_and_its_pods():
 
 def test_the_gpu_proof_archive_holds_every_pause_and_the_probe_with_its_glibc():
     libs = {name: name.encode() for name in images.GLIBC}
-    args = (b"\x7fELF standin", b"\x7fELF busybox", "gpuop.io/gpu-probe:1", libs,
-            ["registry.k8s.io/pause:3.8", "registry.k8s.io/pause:3.10.2"])
+    args = (
+        b"\x7fELF standin",
+        b"\x7fELF busybox",
+        "gpuop.io/gpu-probe:1",
+        libs,
+        ["registry.k8s.io/pause:3.8", "registry.k8s.io/pause:3.10.2"],
+    )
     data = images.gpu_proof_archive(*args)
     assert data == images.gpu_proof_archive(*args)  # the same bytes for the same inputs
     tar = tarfile.open(fileobj=io.BytesIO(data))
@@ -86,8 +99,9 @@ def test_the_gpu_proof_archive_holds_every_pause_and_the_probe_with_its_glibc():
     probe = found["gpuop.io/gpu-probe:1"]
     assert probe.extractfile("lib/x86_64-linux-gnu/libc.so.6").read() == b"libc.so.6"
     assert probe.getmember("lib64/ld-linux-x86-64.so.2").linkname == "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
-    assert {m.name for m in probe.getmembers() if m.issym() and m.linkname == "busybox"} == \
-        {f"bin/{a}" for a in images.PROBE_APPLETS}
+    assert {m.name for m in probe.getmembers() if m.issym() and m.linkname == "busybox"} == {
+        f"bin/{a}" for a in images.PROBE_APPLETS
+    }
 
 
 gpukit = _load("gpukit", "lab/gpukit.py")
@@ -104,7 +118,8 @@ def test_the_kit_archive_is_the_same_bytes_for_the_same_files_whatever_their_tim
     assert gpukit.archive(str(kit)) == first
     tar = tarfile.open(fileobj=io.BytesIO(lzma.decompress(first)))
     assert [(m.name, m.mode, m.mtime, m.uid) for m in tar.getmembers()] == [
-        ("gpuop-gpu-kit/VERSIONS", 0o644, 0, 0), ("gpuop-gpu-kit/bin/runc", 0o755, 0, 0)]
+        ("gpuop-gpu-kit/VERSIONS", 0o644, 0, 0),
+        ("gpuop-gpu-kit/bin/runc", 0o755, 0, 0),
+    ]
     (kit / "VERSIONS").write_text("runc 1.3.8\n")
     assert gpukit.archive(str(kit)) != first
-

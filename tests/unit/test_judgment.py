@@ -18,8 +18,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def reloaded_node() -> tuple:
     """CRI-O after a SIGHUP (its status names nvidia, its sandboxes refuse it), a Pod of
     RuntimeClass nvidia on it and the kubelet's refusal said after the daemon started."""
-    objects = [node("gpu-a"), rc("nvidia"), no_sandbox(pod("job", "gpu-a", runtime_class="nvidia")),
-               refused_event("job", "2026-12-04T04:05:00Z")]
+    objects = [
+        node("gpu-a"),
+        rc("nvidia"),
+        no_sandbox(pod("job", "gpu-a", runtime_class="nvidia")),
+        refused_event("job", "2026-12-04T04:05:00Z"),
+    ]
     return reloaded_view(), objects
 
 
@@ -27,11 +31,20 @@ def test_the_lab_audit_the_node_audit_the_plan_and_the_audit_after_give_one_verd
     view, objects = reloaded_node()
     judged = rules.judge(view, objects, "gpu-a")  # the node audit's and the repair's audit after's own call
     assert [(g["kind"], g["subject"]) for g in judged["gaps"]] == [("sandbox-refuses-loaded", "ml/job")]
-    lab = audit.audit(view, objects, {"node": "none", "physical_gpus": 1, "vram_per_gpu_gib": 1, "configmap": "a/b"},
-                      kubelet_node="gpu-a")
+    lab = audit.audit(
+        view,
+        objects,
+        {"node": "none", "physical_gpus": 1, "vram_per_gpu_gib": 1, "configmap": "a/b"},
+        kubelet_node="gpu-a",
+    )
     assert [(g["kind"], g["subject"]) for g in lab["gaps"]] == [("sandbox-refuses-loaded", "ml/job")]
     assert lab["gaps"][0] == judged["gaps"][0]
-    r = {"hostname": "gpu-a", "containerds": [], "kubelet": None, "crios": [{**view["daemon"], "serves": True, "files": {}}]}
+    r = {
+        "hostname": "gpu-a",
+        "containerds": [],
+        "kubelet": None,
+        "crios": [{**view["daemon"], "serves": True, "files": {}}],
+    }
     plan = plan_of("gpu-a", r, view, objects, "nvidia")
     assert plan["why"].endswith("the running daemon's status names it, its sandboxes refuse it (ml/job)")
     # the same state with no gap given: the plan finds no refusal of its own
@@ -46,7 +59,10 @@ def test_every_caller_goes_through_the_one_door():
     callers = set()
     for path in [*ROOT.glob("gpuop/**/*.py"), *ROOT.glob("runbook/**/*.py"), *ROOT.glob("*.py")]:
         for call in ast.walk(ast.parse(path.read_text())):
-            if isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", "")) in ("findings", "node_entry"):
+            if isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", "")) in (
+                "findings",
+                "node_entry",
+            ):
                 callers.add(path.relative_to(ROOT).as_posix())
     assert callers == {"gpuop/judgment/rules.py"}
 
@@ -59,41 +75,88 @@ def toolkit_rollout(updated: int) -> list:
 
     def toolkit_pod(name: str, generation: str, status: dict, node: str) -> dict:
         """Bound to ``node`` where it runs; else meant for it, as the DaemonSet controller does."""
-        meant = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
-        return {"kind": "Pod", "metadata": {"name": name, "namespace": "gpu-operator", "ownerReferences": owner,
-                                            "labels": {"pod-template-generation": generation}},
-                "spec": {"containers": [], "affinity": meant, **({"nodeName": node} if status["phase"] == "Running" else {})},
-                "status": status}
-    ds = {"kind": "DaemonSet", "metadata": {"name": "nvidia-container-toolkit", "namespace": "gpu-operator",
-                                            "generation": 2, "uid": "u1"},
-          "spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}},
-          "status": {"observedGeneration": 2, "desiredNumberScheduled": 2, "updatedNumberScheduled": updated,
-                     "numberReady": updated, "numberAvailable": updated, "numberUnavailable": 2 - updated}}
+        meant = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                    ]
+                }
+            }
+        }
+        return {
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": "gpu-operator",
+                "ownerReferences": owner,
+                "labels": {"pod-template-generation": generation},
+            },
+            "spec": {
+                "containers": [],
+                "affinity": meant,
+                **({"nodeName": node} if status["phase"] == "Running" else {}),
+            },
+            "status": status,
+        }
+
+    ds = {
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-container-toolkit", "namespace": "gpu-operator", "generation": 2, "uid": "u1"},
+        "spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}},
+        "status": {
+            "observedGeneration": 2,
+            "desiredNumberScheduled": 2,
+            "updatedNumberScheduled": updated,
+            "numberReady": updated,
+            "numberAvailable": updated,
+            "numberUnavailable": 2 - updated,
+        },
+    }
     running = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     if updated == 2:
         return [ds, toolkit_pod("toolkit-a", "2", running, "gpu-a"), toolkit_pod("toolkit-b", "2", running, "gpu-b")]
-    refused = {"phase": "Pending", "conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-         "message": "0/2 nodes are available: 1 Insufficient memory, 1 node(s) didn't match Pod's node affinity/selector."}]}
+    refused = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/2 nodes are available: 1 Insufficient memory, 1 node(s) didn't match Pod's node affinity/selector.",
+            }
+        ],
+    }
     return [ds, toolkit_pod("toolkit-old", "1", running, "gpu-a"), toolkit_pod("toolkit-new", "2", refused, "gpu-b")]
 
 
 def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab():
     ds, *pods = objects = toolkit_rollout(1)
-    assert rules.cluster_gaps({"gpu-a": {"loaded": ["runc"]}}, objects) == [{
-        "kind": "rollout-stalled", "subject": "gpu-operator/nvidia-container-toolkit", "views": ["scheduled"],
-        "detail": "DaemonSet gpu-operator/nvidia-container-toolkit: rollout stalled at 1/2 updated, blocker insufficient-memory"}]
-    lab = audit.audit(reloaded_view(), objects,
-                      {"node": "none", "physical_gpus": 1, "vram_per_gpu_gib": 1, "configmap": "a/b"})
-    assert [g for g in lab["gaps"] if g["kind"] == "rollout-stalled"] == rules.cluster_gaps({"gpu-b": {"loaded": []}}, objects)
+    assert rules.cluster_gaps({"gpu-a": {"loaded": ["runc"]}}, objects) == [
+        {
+            "kind": "rollout-stalled",
+            "subject": "gpu-operator/nvidia-container-toolkit",
+            "views": ["scheduled"],
+            "detail": "DaemonSet gpu-operator/nvidia-container-toolkit: rollout stalled at 1/2 updated, blocker insufficient-memory",
+        }
+    ]
+    lab = audit.audit(
+        reloaded_view(), objects, {"node": "none", "physical_gpus": 1, "vram_per_gpu_gib": 1, "configmap": "a/b"}
+    )
+    assert [g for g in lab["gaps"] if g["kind"] == "rollout-stalled"] == rules.cluster_gaps(
+        {"gpu-b": {"loaded": []}}, objects
+    )
     assert rules.cluster_gaps({"gpu-a": {"loaded": []}}, toolkit_rollout(2)) == []
     assert rules.cluster_gaps({"gpu-z": {"loaded": []}}, objects) == []  # a rollout on no node of the fleet
 
 
 # Each room of gpuop/ and what it may import of the project: no arrow back up.
-ROOMS = {"judgment": {"judgment"}, "outputs": {"judgment", "outputs"}, "reach": {"judgment", "reach", "knobs", "layout"},
-         "repair": {"judgment", "reach", "repair", "layout"}}
+ROOMS = {
+    "judgment": {"judgment"},
+    "outputs": {"judgment", "outputs"},
+    "reach": {"judgment", "reach", "knobs", "layout"},
+    "repair": {"judgment", "reach", "repair", "layout"},
+}
 # runbook/, pyinfra's half, by room from the bottom up: each imports gpuop and the rooms before it.
 RUNBOOK_ROOMS = ("reach", "run", "replay", "audit", "repair")
 
@@ -119,27 +182,31 @@ def test_the_rooms_import_only_the_rooms_below_them():
                 if parts[0] == "gpuop" and len(parts) > 1:
                     assert parts[1] in allowed, f"{path.relative_to(ROOT)} imports {name}, above its room {room}"
                 if room == "judgment":
-                    assert parts[0] not in ("kubernetes", "prometheus_client", "urllib3"), \
+                    assert parts[0] not in ("kubernetes", "prometheus_client", "urllib3"), (
                         f"{path.relative_to(ROOT)} imports {name}: the judgment does no I/O"
+                    )
 
 
 def test_the_runbook_rooms_import_only_the_rooms_below_them():
-    assert sorted(p.name for p in (ROOT / "runbook").iterdir() if p.is_dir() and p.name != "__pycache__") == \
-        sorted(RUNBOOK_ROOMS), "a room of runbook/ not in the order"
+    assert sorted(p.name for p in (ROOT / "runbook").iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
+        RUNBOOK_ROOMS
+    ), "a room of runbook/ not in the order"
     for rank, room in enumerate(RUNBOOK_ROOMS):
         for path in sorted((ROOT / "runbook" / room).glob("*.py")):
             for name in _imported(path):
                 parts = name.split(".")
                 assert parts[0] != "lab", f"{path.relative_to(ROOT)} imports {name}: the lab's machinery"
                 if parts[0] == "runbook" and len(parts) > 1:
-                    assert parts[1] in RUNBOOK_ROOMS[:rank + 1], \
+                    assert parts[1] in RUNBOOK_ROOMS[: rank + 1], (
                         f"{path.relative_to(ROOT)} imports {name}, above its room {room}"
+                    )
 
 
 def test_a_crictl_that_hangs_leaves_the_loaded_view_unread_named_and_the_rest_judged():
     from gpuop.judgment.view import node_view
     from gpuop.reach.shell import cri_answer
     from tests.unit.test_node_logic import RC, daemon, node, pod, read
+
     hung = cri_answer(["", "124"])
     assert (hung["cri"], hung["error"]) == ("unanswered", "crictl did not answer within 10s")
     assert cri_answer(["rpc error: code = DeadlineExceeded desc = context deadline exceeded", "1"])["cri"] == "down"
@@ -150,4 +217,5 @@ def test_a_crictl_that_hangs_leaves_the_loaded_view_unread_named_and_the_rest_ju
     assert [g["kind"] for g in entry["gaps"]] == ["restart-takes-cri-down", "view-unread"]
     assert entry["gaps"][1]["detail"] == (
         "what containerd 1.6.20 holds was not read: crictl did not answer within 10s (crictl itself hung, past its "
-        "own 3 s deadline): nothing is judged against the loaded view, the rest is")
+        "own 3 s deadline): nothing is judged against the loaded view, the rest is"
+    )

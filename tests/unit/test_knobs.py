@@ -20,32 +20,42 @@ def test_defaults_are_the_lab():
 
 
 def test_data_strings_are_parsed():
-    lab = knobs(replicas="3", gpu_count="2", lab_nodes="a-0, a-1", gpu_node="a-0",
-                timeslice_node="a-1", loaded_runtimes_observed="runc,nvidia", gpuop_root="/tmp/x/")
+    lab = knobs(
+        replicas="3",
+        gpu_count="2",
+        lab_nodes="a-0, a-1",
+        gpu_node="a-0",
+        timeslice_node="a-1",
+        loaded_runtimes_observed="runc,nvidia",
+        gpuop_root="/tmp/x/",
+    )
     assert (lab.replicas, lab.gpu_count) == (3, 2)
     assert lab.lab_nodes == ("a-0", "a-1")
     assert lab.loaded_runtimes_observed == ("runc", "nvidia")
     assert lab.gpuop_root == "/tmp/x"
 
 
-@pytest.mark.parametrize("key,value,expected", [
-    ("replicas", "0", "integer >= 1"),
-    ("replicas", "-2", "integer >= 1"),
-    ("gpu_count", "four", "integer"),
-    ("gpu_count", "2.5", "integer"),
-    ("gpu_node", "lab-node-9", "one of lab_nodes"),
-    ("timeslice_node", "lab-node-0", "other than gpu_node"),
-    ("toolkit_memory_upgrade", "64Gx", "quantity"),
-    ("toolkit_memory_upgrade", "64GB!", "Kubernetes quantity"),
-    ("toolkit_memory_initial", "-1Mi", "quantity"),
-    ("gpuop_root", "relative/root", "absolute"),
-    ("gpuop_root", "/", "absolute"),
-    ("lab_nodes", "a,,b", "comma-separated"),
-    ("lab_nodes", "Upper", "object name"),
-    ("toolkit_version_upgrade", "v1 17", "image tag"),
-    ("wait_timeout_s", "0", "integer >= 1"),
-    ("replay", "maybe", "true or false"),
-])
+@pytest.mark.parametrize(
+    "key,value,expected",
+    [
+        ("replicas", "0", "integer >= 1"),
+        ("replicas", "-2", "integer >= 1"),
+        ("gpu_count", "four", "integer"),
+        ("gpu_count", "2.5", "integer"),
+        ("gpu_node", "lab-node-9", "one of lab_nodes"),
+        ("timeslice_node", "lab-node-0", "other than gpu_node"),
+        ("toolkit_memory_upgrade", "64Gx", "quantity"),
+        ("toolkit_memory_upgrade", "64GB!", "Kubernetes quantity"),
+        ("toolkit_memory_initial", "-1Mi", "quantity"),
+        ("gpuop_root", "relative/root", "absolute"),
+        ("gpuop_root", "/", "absolute"),
+        ("lab_nodes", "a,,b", "comma-separated"),
+        ("lab_nodes", "Upper", "object name"),
+        ("toolkit_version_upgrade", "v1 17", "image tag"),
+        ("wait_timeout_s", "0", "integer >= 1"),
+        ("replay", "maybe", "true or false"),
+    ],
+)
 def test_bad_values_name_key_value_and_expectation(key, value, expected):
     with pytest.raises(KnobError) as err:
         knobs(**{key: value})
@@ -83,16 +93,20 @@ def test_a_root_too_long_for_containerd_s_sockets_is_refused():
     root = "/tmp/" + "r" * 70
     with pytest.raises(KnobError) as bad:
         knobs(gpuop_root=root)
-    assert (f"a root short enough for the lab containerd's sockets ({root}/run/containerd/containerd.sock.ttrpc "
-            "is 112 bytes; a unix socket path has at most 104)") in str(bad.value)
+    assert (
+        f"a root short enough for the lab containerd's sockets ({root}/run/containerd/containerd.sock.ttrpc "
+        "is 112 bytes; a unix socket path has at most 104)"
+    ) in str(bad.value)
     assert knobs(gpuop_root=root, containerd_binary="").gpuop_root == root  # no daemon, no socket
 
 
 def test_the_old_name_real_node_is_still_taken_and_said_once():
     from gpuop.knobs import renamed
+
     assert knobs(real_node="lab-node-0").kubelet_node == "lab-node-0"
     assert renamed({"real_node": "lab-node-0", "kubelet_node": ""}) == [
-        "knob real_node is now kubelet_node (the lab node a real kubelet runs); taken as kubelet_node=lab-node-0"]
+        "knob real_node is now kubelet_node (the lab node a real kubelet runs); taken as kubelet_node=lab-node-0"
+    ]
     assert renamed({"kubelet_node": "lab-node-0"}) == []
 
 

@@ -11,7 +11,9 @@ import pytest
 from gpuop.reach.node_read import K3S_SOCKET, READ_SH
 
 EKS_CONFIG = '{"kind":"KubeletConfiguration","containerRuntimeEndpoint":"unix:///run/eks.sock","maxPods":29}'
-EKS_DROPIN = '{\n  "apiVersion": "kubelet.config.k8s.io/v1beta1",\n  "containerRuntimeEndpoint": "unix:///run/dropin.sock"\n}\n'
+EKS_DROPIN = (
+    '{\n  "apiVersion": "kubelet.config.k8s.io/v1beta1",\n  "containerRuntimeEndpoint": "unix:///run/dropin.sock"\n}\n'
+)
 RKE2_DEFAULTS = 'containerRuntimeEndpoint: "unix:///run/k3s/containerd/containerd.sock"\n'
 
 
@@ -19,8 +21,11 @@ def endpoint(tmp_path, *args, kind="kubelet", argv0="") -> str:
     """The endpoint the fact's shell finds for a process whose command line is ``kubelet ARGS``
     (or, with ``argv0``, ``ARGV0 ... ARGS``: the k3s process, of the kind the binary's name gave),
     started in ``tmp_path`` (relative paths are kubelet's working directory's)."""
-    start = ["bash", "-c", f"exec -a {argv0} bash -c 'read _' {' '.join(args)}"] if argv0 else \
-        ["bash", "-c", "read _; :", "kubelet", *args]
+    start = (
+        ["bash", "-c", f"exec -a {argv0} bash -c 'read _' {' '.join(args)}"]
+        if argv0
+        else ["bash", "-c", "read _; :", "kubelet", *args]
+    )
     proc = subprocess.Popen(start, cwd=tmp_path, stdin=subprocess.PIPE)
     # the command line read is the final one: wait (10 s at most) until the last exec is done
     final = (argv0.encode() if argv0 else b"bash") + b"\0-c\0read _"
@@ -41,7 +46,9 @@ def endpoint(tmp_path, *args, kind="kubelet", argv0="") -> str:
 @pytest.fixture
 def layouts(tmp_path):
     (tmp_path / "config.json").write_text(EKS_CONFIG)
-    (tmp_path / "config.yaml").write_text("kind: KubeletConfiguration\ncontainerRuntimeEndpoint: unix:///run/yaml.sock\n")
+    (tmp_path / "config.yaml").write_text(
+        "kind: KubeletConfiguration\ncontainerRuntimeEndpoint: unix:///run/yaml.sock\n"
+    )
     (tmp_path / "empty.json").write_text('{"kind": "KubeletConfiguration"}')
     dropins = tmp_path / "config.json.d"
     dropins.mkdir()
@@ -55,8 +62,10 @@ def layouts(tmp_path):
 
 
 def test_the_flag_wins_over_every_file(layouts):
-    assert endpoint(layouts, "--config-dir", "kubelet.conf.d",
-                    "--container-runtime-endpoint=unix:///run/flag.sock") == "/run/flag.sock"
+    assert (
+        endpoint(layouts, "--config-dir", "kubelet.conf.d", "--container-runtime-endpoint=unix:///run/flag.sock")
+        == "/run/flag.sock"
+    )
 
 
 def test_a_config_file_yaml_or_json_compact(layouts):
@@ -82,7 +91,10 @@ def test_k3s_s_kubelet_is_inside_the_k3s_process(layouts):
     """No kubelet process: the k3s process's flag, else the drop-ins under its --data-dir, else its
     own containerd's socket."""
     k3s = dict(kind="k3s", argv0="/usr/local/bin/k3s")
-    assert endpoint(layouts, "server", "--container-runtime-endpoint", "unix:///run/other.sock", **k3s) == "/run/other.sock"
+    assert (
+        endpoint(layouts, "server", "--container-runtime-endpoint", "unix:///run/other.sock", **k3s)
+        == "/run/other.sock"
+    )
     dropins = layouts / "data" / "agent" / "etc" / "kubelet.conf.d"
     dropins.mkdir(parents=True)
     (dropins / "00-k3s-defaults.conf").write_text("containerRuntimeEndpoint: unix:///run/from-dropin.sock\n")

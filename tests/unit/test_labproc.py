@@ -12,15 +12,43 @@ from lab import labproc
 
 
 def test_a_lab_daemon_is_known_by_its_layout_on_its_command_line():
-    lab = ["/usr/bin/containerd", "--config", "/r/etc/containerd/config.toml", "--root", "/r/var/lib/containerd",
-           "--state", "/r/run/containerd", "--address", "/r/run/containerd/containerd.sock"]
+    lab = [
+        "/usr/bin/containerd",
+        "--config",
+        "/r/etc/containerd/config.toml",
+        "--root",
+        "/r/var/lib/containerd",
+        "--state",
+        "/r/run/containerd",
+        "--address",
+        "/r/run/containerd/containerd.sock",
+    ]
     assert Layout.of_daemon(lab) == Layout("/r")
     assert Layout.of_daemon(["/usr/bin/containerd"]) is None  # the host's own, as systemd starts it
-    assert Layout.of_daemon(["containerd", "--root", "/var/lib/containerd", "--state", "/run/containerd",
-                             "--address", "/run/containerd/containerd.sock"]) is None  # a node's default paths
+    assert (
+        Layout.of_daemon(
+            [
+                "containerd",
+                "--root",
+                "/var/lib/containerd",
+                "--state",
+                "/run/containerd",
+                "--address",
+                "/run/containerd/containerd.sock",
+            ]
+        )
+        is None
+    )  # a node's default paths
     # the kubelet node's short-lived importer: the lab's store, a state and socket of its own
-    importer = ["containerd", "--root", "/r/var/lib/containerd", "--state", "/r/var/node/import/state",
-                "--address", "/r/var/node/import/containerd.sock"]
+    importer = [
+        "containerd",
+        "--root",
+        "/r/var/lib/containerd",
+        "--state",
+        "/r/var/node/import/state",
+        "--address",
+        "/r/var/node/import/containerd.sock",
+    ]
     assert Layout.of_daemon(importer) is None and holds_root(importer, "/r/var/lib/containerd")
     assert Layout.of_daemon(lab[:-1] + ["/other/run/containerd/containerd.sock"]) is None
 
@@ -39,8 +67,14 @@ def test_a_node_is_its_labs_and_one_that_says_none_is_every_labs(tmp_path):
 def _lab_daemon(root, env) -> subprocess.Popen:
     """A process with a lab daemon's command line on ``root`` (a sleep: no containerd needed),
     started with ``env``; returned once its command line reads as one, within 10 s."""
-    layout = ["--root", f"{root}/var/lib/containerd", "--state", f"{root}/run/containerd",
-              "--address", f"{root}/run/containerd/containerd.sock"]
+    layout = [
+        "--root",
+        f"{root}/var/lib/containerd",
+        "--state",
+        f"{root}/run/containerd",
+        "--address",
+        f"{root}/run/containerd/containerd.sock",
+    ]
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *layout], env=env)
     deadline = time.monotonic() + 10
     while not Layout.of_daemon(Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode().split("\0")):
@@ -53,8 +87,14 @@ def test_a_labs_down_spares_the_daemons_started_for_another_lab(tmp_path):
     """make test's second lane starts its daemons under GPUOP_LAB: the lab lane's `down` leaves
     them be (it stopped them mid-test before), and stops those started for no lab or for it."""
     env = {k: v for k, v in os.environ.items() if k != "GPUOP_LAB"}
-    mine, beside, unnamed = (_lab_daemon(tmp_path / name, {**env, **extra}) for name, extra in (
-        ("mine", {"GPUOP_LAB": "gpuop-lab"}), ("beside", {"GPUOP_LAB": "gpuop-lab-beside"}), ("unnamed", {})))
+    mine, beside, unnamed = (
+        _lab_daemon(tmp_path / name, {**env, **extra})
+        for name, extra in (
+            ("mine", {"GPUOP_LAB": "gpuop-lab"}),
+            ("beside", {"GPUOP_LAB": "gpuop-lab-beside"}),
+            ("unnamed", {}),
+        )
+    )
     try:
         assert labproc.started_for(beside.pid) == "gpuop-lab-beside" and labproc.started_for(unnamed.pid) == ""
         ours = {mine.pid, beside.pid, unnamed.pid}
@@ -92,8 +132,12 @@ def test_stop_leaves_out_what_is_gone_and_says_what_it_stopped():
     gone = subprocess.Popen(["true"])
     gone.wait()
     polite = _sleeper(False)
-    said = subprocess.run([sys.executable, "lab/labproc.py", "stop", "--grace=2", "a sleeper", str(gone.pid),
-                           str(polite.pid)], capture_output=True, text=True, timeout=30)
+    said = subprocess.run(
+        [sys.executable, "lab/labproc.py", "stop", "--grace=2", "a sleeper", str(gone.pid), str(polite.pid)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert said.returncode == 0, said.stderr
     assert said.stderr == f"stopped a sleeper (pid {polite.pid})\n"
     assert polite.wait(5) == -15

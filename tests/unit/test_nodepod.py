@@ -10,8 +10,9 @@ TOKEN = "gpuop-0123456789abcdef"
 
 def through_the_pod_shell(command: str) -> str:
     """What the read Pod's log holds for ``command``: its wrapped script run by a real sh."""
-    return subprocess.run(["sh", "-c", nodepod.wrapped(command, TOKEN)], capture_output=True, text=True,
-                          timeout=10, check=True).stdout
+    return subprocess.run(
+        ["sh", "-c", nodepod.wrapped(command, TOKEN)], capture_output=True, text=True, timeout=10, check=True
+    ).stdout
 
 
 def test_stdout_stderr_and_the_exit_status_come_back_apart():
@@ -45,7 +46,11 @@ def test_the_pod_is_bound_privileged_in_the_nodes_namespaces_and_labelled():
     pod = nodepod.pod_manifest("gpu-a", "cat /etc/hostname", TOKEN, "busybox:1.37", "default", 150)
     spec = pod["spec"]
     # the read gives up first: the kubelet ends the Pod a margin after the read's deadline
-    assert (spec["nodeName"], spec["hostPID"], spec["activeDeadlineSeconds"]) == ("gpu-a", True, 150 + nodepod.KUBELET_MARGIN_S)
+    assert (spec["nodeName"], spec["hostPID"], spec["activeDeadlineSeconds"]) == (
+        "gpu-a",
+        True,
+        150 + nodepod.KUBELET_MARGIN_S,
+    )
     assert spec["tolerations"] == [{"operator": "Exists"}] and spec["restartPolicy"] == "Never"
     [container] = spec["containers"]
     assert container["command"][:9] == ["nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--"]
@@ -54,13 +59,26 @@ def test_the_pod_is_bound_privileged_in_the_nodes_namespaces_and_labelled():
 
 
 def test_a_pod_that_did_not_start_is_said_with_its_wait_and_newest_event():
-    pod = {"status": {"phase": "Pending", "containerStatuses": [
-        {"state": {"waiting": {"reason": "ErrImageNeverPull", "message": "image not present"}}}]}}
-    events = [{"reason": "Scheduled", "message": "old", "lastTimestamp": "2026-12-02T06:00:00Z"},
-              {"reason": "ErrImageNeverPull", "message": "Container image \"x\" is not present",
-               "lastTimestamp": "2026-12-02T06:00:05Z"}]
-    assert nodepod.pod_state(pod, events) == ("phase Pending, container waiting: ErrImageNeverPull (image not present), "
-                                              "last event ErrImageNeverPull: Container image \"x\" is not present")
+    pod = {
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {"state": {"waiting": {"reason": "ErrImageNeverPull", "message": "image not present"}}}
+            ],
+        }
+    }
+    events = [
+        {"reason": "Scheduled", "message": "old", "lastTimestamp": "2026-12-02T06:00:00Z"},
+        {
+            "reason": "ErrImageNeverPull",
+            "message": 'Container image "x" is not present',
+            "lastTimestamp": "2026-12-02T06:00:05Z",
+        },
+    ]
+    assert nodepod.pod_state(pod, events) == (
+        "phase Pending, container waiting: ErrImageNeverPull (image not present), "
+        'last event ErrImageNeverPull: Container image "x" is not present'
+    )
     assert nodepod.pod_state({"status": {"phase": "Pending"}}, []) == "phase Pending, no kubelet has taken it"
 
 
@@ -70,20 +88,34 @@ def test_a_pod_ended_before_it_ran_is_said_with_who_ended_it():
 
 
 def test_a_pod_ran_only_once_its_container_ended():
-    ended = {"status": {"phase": "Failed", "reason": "DeadlineExceeded", "containerStatuses": [
-        {"state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}
+    ended = {
+        "status": {
+            "phase": "Failed",
+            "reason": "DeadlineExceeded",
+            "containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff"}}}],
+        }
+    }
     assert nodepod.finished(ended) and not nodepod.ran(ended)
-    assert nodepod.ran({"status": {"phase": "Succeeded", "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}]}})
+    assert nodepod.ran(
+        {"status": {"phase": "Succeeded", "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}]}}
+    )
 
 
 def test_leftovers_are_ended_pods_and_those_past_their_deadline_not_a_live_read():
     def pod(name, phase, age_s, deadline_s=150):
         born = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - age_s))
-        return {"metadata": {"name": name, "creationTimestamp": born},
-                "spec": {"activeDeadlineSeconds": deadline_s}, "status": {"phase": phase}}
+        return {
+            "metadata": {"name": name, "creationTimestamp": born},
+            "spec": {"activeDeadlineSeconds": deadline_s},
+            "status": {"phase": phase},
+        }
 
-    pods = [pod("done", "Succeeded", 5), pod("failed", "Failed", 5), pod("live", "Running", 20),
-            pod("stuck", "Pending", 400)]
+    pods = [
+        pod("done", "Succeeded", 5),
+        pod("failed", "Failed", 5),
+        pod("live", "Running", 20),
+        pod("stuck", "Pending", 400),
+    ]
     assert nodepod.leftovers(pods, time.time()) == ["done", "failed", "stuck"]
 
 
@@ -98,17 +130,24 @@ def test_a_read_pod_whose_image_cannot_be_pulled_is_given_up_after_two_tries():
 
 # runc's answer through CRI-O's to a privileged container where the host's bounding set lacks a
 # capability (seen on the lab's CRI-O 1.36.3: it grants every capability the kernel knows)
-RUNC_REFUSED = ('container create failed: time="2026-12-04T13:47:07Z" level=warning msg="cannot toggle freezer: '
-                'cgroups not configured for container"\n'
-                'time="2026-12-04T13:47:07Z" level=warning msg="lstat : no such file or directory"\n'
-                'time="2026-12-04T13:47:07Z" level=error msg="runc create failed: unable to start container '
-                'process: unable to apply caps: operation not permitted"\n')
+RUNC_REFUSED = (
+    'container create failed: time="2026-12-04T13:47:07Z" level=warning msg="cannot toggle freezer: '
+    'cgroups not configured for container"\n'
+    'time="2026-12-04T13:47:07Z" level=warning msg="lstat : no such file or directory"\n'
+    'time="2026-12-04T13:47:07Z" level=error msg="runc create failed: unable to start container '
+    'process: unable to apply caps: operation not permitted"\n'
+)
 
 
 def test_a_runtimes_message_of_many_lines_is_said_in_one_its_error_kept():
-    pod = {"status": {"phase": "Pending", "containerStatuses": [
-        {"state": {"waiting": {"reason": "CreateContainerError", "message": RUNC_REFUSED}}}]}}
+    pod = {
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [{"state": {"waiting": {"reason": "CreateContainerError", "message": RUNC_REFUSED}}}],
+        }
+    }
     assert nodepod.pod_state(pod, [{"reason": "Failed", "message": "Error: first\nstderr: second\n"}]) == (
         "phase Pending, container waiting: CreateContainerError (container create failed: runc create failed: "
         "unable to start container process: unable to apply caps: operation not permitted), "
-        "last event Failed: Error: first ... stderr: second")
+        "last event Failed: Error: first ... stderr: second"
+    )

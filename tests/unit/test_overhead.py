@@ -51,15 +51,14 @@ def test_operation_order_is_pyinfra_s(monkeypatch, cli, deploy_filename):
     state = types.SimpleNamespace(current_deploy_filename=deploy_filename, current_op_file_number=2)
     seen = []
     code = compile(DEPLOY_SOURCE, DEPLOY, "exec")
-    exec(code, {"step_one": lambda: step_one(state, seen),
-                "step_two": lambda arg: step_two(state, seen, arg)})
+    exec(code, {"step_one": lambda: step_one(state, seen), "step_two": lambda arg: step_two(state, seen, arg)})
     assert len(seen) == 2
     for pyinfra_s, ours in seen:
         assert ours == pyinfra_s
     if deploy_filename:  # the file's number (CLI only), then the deploy file's line of the call
         lead = [2] if cli else []
-        assert seen[0][1][:len(lead) + 1] == lead + [2]  # step_one()
-        assert seen[1][1][:len(lead) + 1] == lead + [5]  # step_two( on a call of three lines
+        assert seen[0][1][: len(lead) + 1] == lead + [2]  # step_one()
+        assert seen[1][1][: len(lead) + 1] == lead + [5]  # step_two( on a call of three lines
 
 
 @pytest.fixture
@@ -104,8 +103,9 @@ def test_install_refuses_another_pyinfra_and_keeps_its_own(monkeypatch, caplog, 
         assert overhead.install() is False
     assert pyinfra_s_own.get_operation_order_from_stack is get_operation_order_from_stack
     assert arguments.all_global_arguments is overhead._own_global_arguments
-    assert ("gpuop: pyinfra is 3.11.0, and the faster planning was proven on 3.10.0 only: "
-            "pyinfra's own is kept") in caplog.text
+    assert (
+        "gpuop: pyinfra is 3.11.0, and the faster planning was proven on 3.10.0 only: pyinfra's own is kept"
+    ) in caplog.text
 
 
 def test_the_global_arguments_are_pyinfra_s_own_answer_asked_once(monkeypatch, pyinfra_s_own):
@@ -127,11 +127,8 @@ def test_the_global_arguments_are_pyinfra_s_own_answer_asked_once(monkeypatch, p
 
 
 def test_the_pinned_pyinfra_is_the_one_it_was_proven_on():
-    pinned = next(line.split("==")[1].strip() for line in open("requirements.txt")
-                  if line.startswith("pyinfra=="))
+    pinned = next(line.split("==")[1].strip() for line in open("requirements.txt") if line.startswith("pyinfra=="))
     assert overhead.PROVEN_ON == pinned == pyinfra.__version__
-
-
 
 
 def test_the_process_ends_frozen_after_every_later_exit_hook(tmp_path):
@@ -149,8 +146,13 @@ def test_the_process_ends_frozen_after_every_later_exit_hook(tmp_path):
         "overhead.install(); overhead.install.cache_clear(); overhead.install()\n"
         "print('hooks added', atexit._ncallbacks() - before)\n"
         "atexit.register(lambda: print('later hook: frozen', gc.get_freeze_count() > 0))\n"
-        "sys.stdout.write('x' * 1_000_000 + '\\n')\n")
+        "sys.stdout.write('x' * 1_000_000 + '\\n')\n"
+    )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["hooks added 1", "x" * 1_000_000, "later hook: frozen False",
-                                        "earlier hook: frozen True"]
+    assert done.stdout.splitlines() == [
+        "hooks added 1",
+        "x" * 1_000_000,
+        "later hook: frozen False",
+        "earlier hook: frozen True",
+    ]

@@ -13,7 +13,8 @@ def test_the_wheel_carries_every_file_of_its_packages_that_is_not_python():
         tool = tomllib.load(f)["tool"]["setuptools"]
     for package in tool["packages"]:
         folder = package.replace(".", "/")
-        data = [n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n))
-                and not n.endswith((".py", ".pyc"))]
+        data = [
+            n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n)) and not n.endswith((".py", ".pyc"))
+        ]
         patterns = tool.get("package-data", {}).get(package, [])
         assert [n for n in data if not any(fnmatch.fnmatch(n, p) for p in patterns)] == [], package

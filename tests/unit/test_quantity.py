@@ -16,6 +16,8 @@ def test_it_is_the_kubernetes_client_s_parser(text):
 
 
 def test_the_playbook_s_logic_does_not_import_the_api_client():
-    check = ("import sys, gpuop.judgment.lab_audit, gpuop.judgment.cluster, gpuop.knobs, gpuop.judgment.objects; "
-             "sys.exit('kubernetes' in sys.modules)")
+    check = (
+        "import sys, gpuop.judgment.lab_audit, gpuop.judgment.cluster, gpuop.knobs, gpuop.judgment.objects; "
+        "sys.exit('kubernetes' in sys.modules)"
+    )
     assert run([sys.executable, "-c", check], timeout_s=60).returncode == 0

@@ -41,7 +41,7 @@ def test_a_section_that_blocks_is_ended_named_unread_and_the_next_is_read(tmp_pa
 def test_a_section_that_ends_is_not_named_unread(tmp_path):
     spec = tmp_path / "nvidia.yaml"
     spec.write_text("kind: nvidia.com/gpu\n")
-    out = shell(f"section cdi 5 cdi_specs '{{\"cdiSpecDirs\": [\"{tmp_path}\"]}}'")
+    out = shell(f'section cdi 5 cdi_specs \'{{"cdiSpecDirs": ["{tmp_path}"]}}\'')
     assert out.stdout.splitlines() == ["--- gpuop cdi", str(spec)], out
 
 
@@ -54,21 +54,39 @@ def _cmdline(pid: str) -> bytes:
 
 
 def test_the_read_parsed_with_sections_unread_leaves_their_parts_unread():
-    output = ["--- gpuop hostname gpu-a",
-              "--- gpuop containerd 812", "/usr/bin/containerd", "",
-              "--- gpuop unread containerd 812 10s",
-              "--- gpuop containerd 900", "/usr/bin/containerd", "", "/etc/containerd/config.toml",
-              "/run/containerd/containerd.sock", "/usr/bin/containerd",
-              "--- gpuop runtime 900", "H4sIAAAA",  # cut short
-              "--- gpuop unread runtime 900 10s",
-              "--- gpuop restart", "--- gpuop unread restart 100s",
-              "--- gpuop started", "1796380000",
-              "--- gpuop cri", "--- gpuop unread cri 15s",
-              "--- gpuop cdi", "--- gpuop unread cdi 10s",
-              "--- gpuop nvidia"]
+    output = [
+        "--- gpuop hostname gpu-a",
+        "--- gpuop containerd 812",
+        "/usr/bin/containerd",
+        "",
+        "--- gpuop unread containerd 812 10s",
+        "--- gpuop containerd 900",
+        "/usr/bin/containerd",
+        "",
+        "/etc/containerd/config.toml",
+        "/run/containerd/containerd.sock",
+        "/usr/bin/containerd",
+        "--- gpuop runtime 900",
+        "H4sIAAAA",  # cut short
+        "--- gpuop unread runtime 900 10s",
+        "--- gpuop restart",
+        "--- gpuop unread restart 100s",
+        "--- gpuop started",
+        "1796380000",
+        "--- gpuop cri",
+        "--- gpuop unread cri 15s",
+        "--- gpuop cdi",
+        "--- gpuop unread cdi 10s",
+        "--- gpuop nvidia",
+    ]
     got = parse(output)
-    assert got["unread"] == {"containerd 812": "10s", "runtime 900": "10s", "restart": "100s", "cri": "15s",
-                             "cdi": "10s"}
+    assert got["unread"] == {
+        "containerd 812": "10s",
+        "runtime 900": "10s",
+        "restart": "100s",
+        "cri": "15s",
+        "cdi": "10s",
+    }
     (d,) = got["containerds"]  # the one unread is in no list: named by it alone
     assert (d["pid"], d["serves"], d["files"], d["restart"], d["started"]) == (900, True, {}, None, 1796380000)
     assert (d["loaded"]["cri"], d["loaded"]["error"]) == ("unanswered", "crictl did not answer within 15s")
@@ -77,8 +95,13 @@ def test_the_read_parsed_with_sections_unread_leaves_their_parts_unread():
     assert view["restart_reason"] == "its own merge of the files did not end within 100s"
     gaps = [(g["subject"], g["views"]) for g in findings(view, [], "") if g["kind"] == "view-unread"]
     # crictl's first (the loaded view), then each section in the read's order
-    assert gaps == [("containerd", ["loaded"]), ("containerd 812", ["loaded"]), ("containerd", ["written"]),
-                    ("containerd", ["after-restart"]), ("containerd", ["loaded"])], gaps
+    assert gaps == [
+        ("containerd", ["loaded"]),
+        ("containerd 812", ["loaded"]),
+        ("containerd", ["written"]),
+        ("containerd", ["after-restart"]),
+        ("containerd", ["loaded"]),
+    ], gaps
 
 
 def test_a_pod_is_not_judged_on_cdi_specs_that_were_not_read():
@@ -88,7 +111,8 @@ def test_a_pod_is_not_judged_on_cdi_specs_that_were_not_read():
     assert kinds(entry["gaps"]) == [("view-unread", "containerd")]
     assert entry["gaps"][0]["detail"] == (
         "the CDI specs in the spec directories of containerd 2.4.2 were not read: their read did not end within "
-        "10s (a file that blocks reads: a FIFO, a hung mount): no Pod is judged on them, the rest is")
+        "10s (a file that blocks reads: a FIFO, a hung mount): no Pod is judged on them, the rest is"
+    )
     read_whole = read(with_cdi(daemon(loaded=("nvidia", "runc"), version="2.4.2"), True))
     assert kinds(judge(node_view(read_whole), objects, "gpu-a")["gaps"]) == [("cdi-spec-missing", "ns/cdi")]
 
@@ -97,4 +121,6 @@ def test_a_daemon_whose_flags_were_not_read_is_named_not_taken_for_no_containerd
     unread = {**read(), "unread": {"containerd 812": "10s"}}
     gaps = findings(node_view(unread), [node()], "gpu-a")
     assert kinds(gaps) == [("view-unread", "containerd 812")], gaps
-    assert gaps[0]["detail"].startswith("the flags of containerd pid 812 (its config and socket) were not read within 10s")
+    assert gaps[0]["detail"].startswith(
+        "the flags of containerd pid 812 (its config and socket) were not read within 10s"
+    )

@@ -17,9 +17,14 @@ def test_stamp_holds_only_for_the_same_text_and_inputs():
     assert not stamp_holds(stamp, None, {"nodes": ["a", "b"]})
 
 
-INCIDENT = {"merge.txt": MERGE, "restart.txt": RESTART, "node-gpu.txt": NODE_GPU, "slots.txt": SLOTS,
-            "rollout.txt": ROLLOUT,
-            "unscheduled.txt": "Unschedulable\n0/3 nodes are available: 3 Insufficient nvidia.com/gpu.\n"}
+INCIDENT = {
+    "merge.txt": MERGE,
+    "restart.txt": RESTART,
+    "node-gpu.txt": NODE_GPU,
+    "slots.txt": SLOTS,
+    "rollout.txt": ROLLOUT,
+    "unscheduled.txt": "Unschedulable\n0/3 nodes are available: 3 Insufficient nvidia.com/gpu.\n",
+}
 
 
 def test_key_values_keeps_equals_signs_in_values():
@@ -31,10 +36,13 @@ def test_incident_summary_names_each_view_and_its_report():
     assert lines[0] == "What the incident showed on @local (reports in /root/gpuop/out):"
     by_view = {line.split()[0]: line for line in lines[1:]}
     assert list(by_view) == ["written", "loaded", "restart", "scheduled", "GPUs", "slots", "rollout"]
-    assert "drop-in nvidia, which replaces plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes" in by_view["written"]
+    assert (
+        'drop-in nvidia, which replaces plugins."io.containerd.grpc.v1.cri".containerd.runtimes' in by_view["written"]
+    )
     assert by_view["loaded"].split()[1:3] == ["runc,", "from"] and "cri" in by_view["loaded"]
-    assert ('containerd 1.6.20 would load nvidia; its CRI fails: default_runtime_name "runc" has no '
-            "runtime") in by_view["restart"]
+    assert (
+        'containerd 1.6.20 would load nvidia; its CRI fails: default_runtime_name "runc" has no runtime'
+    ) in by_view["restart"]
     assert "Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in by_view["scheduled"]
     assert "lab-node-0 4, lab-node-1 0, lab-node-2 0 (node-gpu.txt)" in by_view["GPUs"]
     assert "20 advertised from 4 GPUs x 5; 0 GiB guaranteed per slot, isolation none" in by_view["slots"]
@@ -43,7 +51,8 @@ def test_incident_summary_names_each_view_and_its_report():
 
 
 def test_incident_summary_of_a_restart_that_loads():
-    restart = RESTART.replace("RESTART_CRI=fails", "RESTART_CRI=ok").replace("RESTART_RUNTIMES=nvidia",
-                                                                            "RESTART_RUNTIMES=nvidia,runc")
+    restart = RESTART.replace("RESTART_CRI=fails", "RESTART_CRI=ok").replace(
+        "RESTART_RUNTIMES=nvidia", "RESTART_RUNTIMES=nvidia,runc"
+    )
     lines = incident_summary("lab-a", "/srv/gpuop/out", {**INCIDENT, "restart.txt": restart})
     assert "would load nvidia,runc; CRI ok (restart.txt)" in lines[3]

@@ -2,27 +2,33 @@
 
 from gpuop.judgment.scheduling import blocker, reasons, slug, unschedulable
 
-GPU = ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu. no new claims to deallocate, "
-       "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
-MEMORY = ("0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) "
-          "[NodeAffinity]. no new claims to deallocate, preemption: 0/3 nodes are available: "
-          "3 Preemption is not helpful for scheduling.")
-OLDER = ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are "
-         "available: 3 No preemption victims found for incoming pod.")
+GPU = (
+    "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. no new claims to deallocate, "
+    "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+)
+MEMORY = (
+    "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) "
+    "[NodeAffinity]. no new claims to deallocate, preemption: 0/3 nodes are available: "
+    "3 Preemption is not helpful for scheduling."
+)
+OLDER = (
+    "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are "
+    "available: 3 No preemption victims found for incoming pod."
+)
 
 
 def test_reasons_stop_before_the_notes():
     assert reasons(GPU) == [(3, "Insufficient nvidia.com/gpu")]
     assert reasons(OLDER) == [(3, "Insufficient nvidia.com/gpu")]
-    assert reasons(MEMORY) == [(1, "Insufficient memory"),
-                               (2, "node(s) didn't satisfy plugin(s) [NodeAffinity]")]
+    assert reasons(MEMORY) == [(1, "Insufficient memory"), (2, "node(s) didn't satisfy plugin(s) [NodeAffinity]")]
 
 
 def test_blocker_prefers_the_missing_resource():
     assert blocker(MEMORY) == "insufficient-memory"
     assert blocker(GPU) == "insufficient-nvidia-com-gpu"
     assert blocker("0/3 nodes are available: 3 node(s) had untolerated taint {x: y}.") == (
-        "node-s-had-untolerated-taint-x-y")
+        "node-s-had-untolerated-taint-x-y"
+    )
     assert blocker("") == "unschedulable"
 
 
@@ -31,8 +37,11 @@ def test_slug():
 
 
 def test_unschedulable_reads_the_condition():
-    pending = {"status": {"conditions": [{"type": "PodScheduled", "status": "False",
-                                          "reason": "Unschedulable", "message": GPU}]}}
+    pending = {
+        "status": {
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": GPU}]
+        }
+    }
     bound = {"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}
     assert unschedulable(pending)
     assert not unschedulable(bound)

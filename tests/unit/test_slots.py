@@ -17,7 +17,12 @@ def test_replicas_read_back_from_the_configmap_string():
 
 def test_slots_multiply_but_memory_does_not_divide():
     assert slot_lines(4, 5, 20, 40) == [
-        "PHYSICAL_GPUS=4", "REPLICAS=5", "ADVERTISED=20", "VRAM_PER_GPU_GIB=40",
-        "VRAM_GUARANTEED_PER_SLOT_GIB=0", "VRAM_SHARED_PER_GPU_GIB=40", "ISOLATION=none"]
-    assert slot_lines(2, 3, 6, 80)[4:6] == ["VRAM_GUARANTEED_PER_SLOT_GIB=0",
-                                            "VRAM_SHARED_PER_GPU_GIB=80"]
+        "PHYSICAL_GPUS=4",
+        "REPLICAS=5",
+        "ADVERTISED=20",
+        "VRAM_PER_GPU_GIB=40",
+        "VRAM_GUARANTEED_PER_SLOT_GIB=0",
+        "VRAM_SHARED_PER_GPU_GIB=40",
+        "ISOLATION=none",
+    ]
+    assert slot_lines(2, 3, 6, 80)[4:6] == ["VRAM_GUARANTEED_PER_SLOT_GIB=0", "VRAM_SHARED_PER_GPU_GIB=80"]

@@ -40,4 +40,7 @@ def test_the_read_image_is_busybox_with_sh_and_nsenter_on_path():
     assert json.loads(blob(manifest["config"]["digest"]))["config"]["Env"] == ["PATH=/bin"]
     layer = tarfile.open(fileobj=io.BytesIO(blob(manifest["layers"][0]["digest"])))
     assert layer.extractfile("bin/busybox").read() == b"\x7fELF busybox"
-    assert {m.name: m.linkname for m in layer.getmembers() if m.issym()} == {"bin/sh": "busybox", "bin/nsenter": "busybox"}
+    assert {m.name: m.linkname for m in layer.getmembers() if m.issym()} == {
+        "bin/sh": "busybox",
+        "bin/nsenter": "busybox",
+    }

@@ -5,8 +5,12 @@ from gpuop.judgment.rules import node_entry
 from gpuop.outputs.tables import fleet_table, host_table, worst_first
 from tests.unit.test_audit_logic import RC, TS, configmap, node, pod, runtime
 
-REFUSED = {"runtimes": [], "cri_ok": False, "starts": False,
-           "reason": "containerd 2.3: drop-in config version 4 higher than root config version 2"}
+REFUSED = {
+    "runtimes": [],
+    "cri_ok": False,
+    "starts": False,
+    "reason": "containerd 2.3: drop-in config version 4 higher than root config version 2",
+}
 
 
 def refusing_host():
@@ -19,12 +23,15 @@ def test_a_runtime_that_would_not_start_again_is_the_first_gap_on_both_tables():
     result = refusing_host()
     result["gaps"].reverse()  # found in any order, read worst first
     gaps = [line.split(None, 1)[1] for line in host_table(result) if line.startswith("GAP")]
-    assert gaps == ["containerd 1.6.20 would not start at its next restart, so no Pod could start on this node: "
-                    "containerd 2.3: drop-in config version 4 higher than root config version 2",
-                    "RuntimeClass nvidia: handler nvidia not loaded; its Pods fail as soon as they are recreated: ns/probe",
-                    "runtime handler nvidia is written but not loaded (loaded, live through CRI of containerd 1.6.20)"]
-    healthy = node_entry(runtime(["runc"], ["runc"], restart={"runtimes": ["runc"], "cri_ok": True,
-                                                               "reason": "ok"}), [])
+    assert gaps == [
+        "containerd 1.6.20 would not start at its next restart, so no Pod could start on this node: "
+        "containerd 2.3: drop-in config version 4 higher than root config version 2",
+        "RuntimeClass nvidia: handler nvidia not loaded; its Pods fail as soon as they are recreated: ns/probe",
+        "runtime handler nvidia is written but not loaded (loaded, live through CRI of containerd 1.6.20)",
+    ]
+    healthy = node_entry(
+        runtime(["runc"], ["runc"], restart={"runtimes": ["runc"], "cri_ok": True, "reason": "ok"}), []
+    )
     lines = fleet_table({"nodes": {"a-healthy": healthy, "z-refusing": result}, "gaps": []})
     assert lines[1].startswith("a-healthy") and lines[2].startswith("z-refusing")  # rows in name order
     assert lines[3].startswith("GAP z-refusing: [restart-refuses-start]")  # its gaps first, the worst first
