@@ -61,7 +61,7 @@ def list_requests() -> float:
     total = 0.0
     for line in kubectl("get", "--raw", "/metrics").splitlines():
         m = _LIST.match(line)
-        if m and 'verb="LIST"' in m.group(1) and re.search(r'resource="(%s)"' % "|".join(LISTED), m.group(1)):
+        if m and 'verb="LIST"' in m.group(1) and re.search(f'resource="({"|".join(LISTED)})"', m.group(1)):
             total += float(m.group(2))
     return total
 

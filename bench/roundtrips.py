@@ -42,6 +42,11 @@ PLAIN, HEAVY = "gpuop-bench", "gpuop-root"
 COMMAND = re.compile(r"Running command on ")
 
 
+def _pair(runs) -> str:
+    """The medians of pyinfra's CPU and of the whole run's, ``runs`` being (pyinfra, all) pairs."""
+    return f"{statistics.median(o for o, _ in runs):.2f} / {statistics.median(m for _, m in runs):.2f}"
+
+
 def login(name, shell, uid0, pubkey, home, rc=""):
     """A login trusting the bench key: a /bin/sh user with sudo, or a second uid-0 login."""
     extra = ["-o", "-u", "0", "-g", "0"] if uid0 else []
@@ -62,6 +67,11 @@ def login(name, shell, uid0, pubkey, home, rc=""):
         os.chmod(f"/etc/sudoers.d/{name}", 0o440)
 
 
+def _pair(runs) -> str:
+    """The medians of pyinfra's CPU and of the whole run's, ``runs`` being (pyinfra, all) pairs."""
+    return f"{statistics.median(o for o, _ in runs):.2f} / {statistics.median(m for _, m in runs):.2f}"
+
+
 def heavy_rc(target_s=0.15):
     """A .bashrc that does ~``target_s`` of work (a counting loop, calibrated here)."""
     loops = 20000
@@ -71,6 +81,11 @@ def heavy_rc(target_s=0.15):
     return f"# gpuop bench: a shell start-up that does real work\ni=0; while [ $i -lt {loops} ]; do i=$((i+1)); done\n"
 
 
+def _pair(runs) -> str:
+    """The medians of pyinfra's CPU and of the whole run's, ``runs`` being (pyinfra, all) pairs."""
+    return f"{statistics.median(o for o, _ in runs):.2f} / {statistics.median(m for _, m in runs):.2f}"
+
+
 def busy_cpu_s():
     """CPU seconds the whole machine has spent busy since boot (all cores, /proc/stat)."""
     with open("/proc/stat") as f:
@@ -78,9 +93,19 @@ def busy_cpu_s():
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def _pair(runs) -> str:
+    """The medians of pyinfra's CPU and of the whole run's, ``runs`` being (pyinfra, all) pairs."""
+    return f"{statistics.median(o for o, _ in runs):.2f} / {statistics.median(m for _, m in runs):.2f}"
+
+
 def children_cpu_s():
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
+
+
+def _pair(runs) -> str:
+    """The medians of pyinfra's CPU and of the whole run's, ``runs`` being (pyinfra, all) pairs."""
+    return f"{statistics.median(o for o, _ in runs):.2f} / {statistics.median(m for _, m in runs):.2f}"
 
 
 def pyinfra(inventory, script, env, data=(), debug=False):
@@ -91,6 +116,11 @@ def pyinfra(inventory, script, env, data=(), debug=False):
     start, own, machine = time.monotonic(), children_cpu_s(), busy_cpu_s()
     result = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **env})
     return (time.monotonic() - start, result, children_cpu_s() - own, busy_cpu_s() - machine)
+
+
+def _pair(runs) -> str:
+    """The medians of pyinfra's CPU and of the whole run's, ``runs`` being (pyinfra, all) pairs."""
+    return f"{statistics.median(o for o, _ in runs):.2f} / {statistics.median(m for _, m in runs):.2f}"
 
 
 def main(rounds):
@@ -220,13 +250,7 @@ def main(rounds):
     )
     print(f"{'target':<26}{'hosts':>6}{'rerun: pyinfra / all':>24}{'audit: pyinfra / all':>24}")
     for i, (label, _, names) in enumerate(configs):
-        print(
-            f"{label:<26}{len(names):>6}"
-            + "".join(
-                f"{f'{statistics.median(o for o, _ in cpu[(i, w)]):.2f} / {statistics.median(m for _, m in cpu[(i, w)]):.2f}':>24}"
-                for w in ("rerun", "audit")
-            )
-        )
+        print(f"{label:<26}{len(names):>6}" + "".join(f"{_pair(cpu[(i, w)]):>24}" for w in ("rerun", "audit")))
 
 
 if __name__ == "__main__":

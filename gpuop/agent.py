@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
@@ -225,7 +225,7 @@ class Metrics:
 
 def said(api: client.ApiClient, node: str, condition: dict, namespace: str = "default"):
     """An Event on the Node for a change of its condition, as node-problem-detector writes them."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     body = {
         "metadata": {"generateName": f"{node}.gpuop-", "namespace": namespace},
         "involvedObject": {"kind": "Node", "name": node, "uid": node, "apiVersion": "v1"},
@@ -261,7 +261,7 @@ def judge_once(
     entry = judge(node_view(read), objects, node, handler, driver) if read is not None else None
     wanted = condition_of(entry, unread)
     old = condition_in(objects[0])  # the Node, read with the objects: no request of its own
-    written, why = next_condition(old, wanted, datetime.now(timezone.utc))
+    written, why = next_condition(old, wanted, datetime.now(UTC))
     if why:
         client.CoreV1Api(api).patch_node_status(node, {"status": {"conditions": [written]}})
     if why == "changed":

@@ -36,7 +36,8 @@ def holds_root(args: list, store: str) -> bool:
     """Whether a command line is a containerd's on the store ``store`` (``--root STORE``): one
     root, one daemon, whatever its pid file or socket says.
 
-        holds_root(["containerd", "--config", "c.toml", "--root", "/r/var/lib/containerd"], "/r/var/lib/containerd") -> True
+        holds_root(["containerd", "--config", "c.toml", "--root", "/r/var/lib/containerd"], "/r/var/lib/containerd") ->
+            True
     """
     return any(a == "--root" and b == store for a, b in zip(args, args[1:]))
 

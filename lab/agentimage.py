@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "standin"))
 
-from images import _oci  # noqa: E402  (the lab's one OCI archive writer)
+from images import _oci  # the lab's one OCI archive writer
 
 PYTHON = "/usr/bin/python3.11"
 STDLIB = "/usr/lib/python3.11"

@@ -14,10 +14,10 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project
-from gpuop.judgment.leases import stalled_components  # noqa: E402 (stdlib only)
+from gpuop.judgment.leases import stalled_components  # stdlib only
 
 # What every lab node has: the seed's (its DaemonSet asks 64Gi of a 32Gi node and stalls).
 CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110"}
@@ -114,7 +114,7 @@ def stale(context: str, since: datetime | None) -> list:
     if got.returncode != 0:
         return [f"the API server: {got.stderr.strip() or 'kubectl failed'}"]
     leases = [{**lease, "kind": "Lease"} for lease in json.loads(got.stdout)["items"]]
-    return stalled_components(leases, [], datetime.now(timezone.utc), since, held=True)
+    return stalled_components(leases, [], datetime.now(UTC), since, held=True)
 
 
 def main(argv: list) -> int:
@@ -137,7 +137,7 @@ def main(argv: list) -> int:
     elif a.cmd == "kubelet-config":
         print(json.dumps(kubelet_config(a.endpoint, a.port, a.client_ca, **KUBELET_NODE), indent=1))
     else:
-        said = stale(a.context, datetime.fromtimestamp(int(a.since), timezone.utc) if a.since else None)
+        said = stale(a.context, datetime.fromtimestamp(int(a.since), UTC) if a.since else None)
         for line in said:
             print(line)
         return 1 if said else 0

@@ -18,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project
-from gpuop.layout import STOP_GRACE_S, Layout, holds_root  # noqa: E402 (the product's own rules, stdlib only)
+from gpuop.layout import STOP_GRACE_S, Layout, holds_root  # the product's own rules, stdlib only
 
 OWNER = "lab"  # the file in a node's directory naming the lab cluster it belongs to
 LAB_ENV = b"GPUOP_LAB="  # the variable naming the lab a process was started for

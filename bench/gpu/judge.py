@@ -16,13 +16,13 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from gpuop.judgment.cluster import gpus_asked  # noqa: E402
-from gpuop.judgment.containerd import release  # noqa: E402
-from gpuop.judgment.objects import of_kind, ref  # noqa: E402
-from gpuop.judgment.rules import judge  # noqa: E402
-from gpuop.judgment.view import node_view  # noqa: E402
-from gpuop.outputs.tables import columns  # noqa: E402
-from gpuop.reach.node_read import parse  # noqa: E402
+from gpuop.judgment.cluster import gpus_asked
+from gpuop.judgment.containerd import release
+from gpuop.judgment.objects import of_kind, ref
+from gpuop.judgment.rules import judge
+from gpuop.judgment.view import node_view
+from gpuop.outputs.tables import columns
+from gpuop.reach.node_read import parse
 
 NODE = "gpu-node"  # proof.sh's hostname for every stage
 NAMESPACE = "gpuop-proof"

@@ -3,8 +3,8 @@
 from datetime import datetime
 
 import jmespath
-from gpuop.judgment.quantity import parse_quantity
 
+from gpuop.judgment.quantity import parse_quantity
 from gpuop.judgment.scheduling import blocker, pod_scheduled, unschedulable
 
 _READY = "status.conditions[?type=='Ready'].status | [0]"
@@ -25,7 +25,8 @@ def has_sandbox(pod: dict) -> bool:
     """Whether a Pod's sandbox runs: its PodReadyToStartContainers condition is True (kubelet
     1.29 on); where kubelet sets none, whether it left Pending.
 
-        has_sandbox({"status": {"phase": "Pending", "conditions": [{"type": "PodReadyToStartContainers", "status": "False"}]}}) -> False
+        has_sandbox({"status": {"phase": "Pending", "conditions": [{"type": "PodReadyToStartContainers", "status":
+            "False"}]}}) -> False
     """
     said = jmespath.search(_SANDBOX, pod)
     return said == "True" if said is not None else (pod.get("status") or {}).get("phase") not in (None, "Pending")
@@ -201,7 +202,8 @@ _NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreach
 def node_ready(node: dict | None) -> tuple:
     """Whether a node takes Pods (Ready True, no not-ready or unreachable taint), and in words.
 
-    node_ready(node) -> (False, "Ready False (KubeletNotReady: container runtime is down), taints node.kubernetes.io/not-ready")
+    node_ready(node) -> (False, "Ready False (KubeletNotReady: container runtime is down), taints
+        node.kubernetes.io/not-ready")
     """
     if node is None:
         return False, "not registered"

@@ -120,7 +120,8 @@ def next_condition(old: dict | None, wanted: dict, now: datetime, refresh_s: flo
 def said_gaps(condition: dict) -> list:
     """The gaps a condition's message says (``[kind] detail`` each, as ``condition_of`` writes them).
 
-    said_gaps({"message": "[cri-down] its CRI does not answer"}) -> [{"kind": "cri-down", "detail": "its CRI does not answer"}]
+    said_gaps({"message": "[cri-down] its CRI does not answer"}) -> [{"kind": "cri-down", "detail": "its CRI does not
+        answer"}]
     """
     # a kind is words joined by hyphens: a "[b]" or "map[runc:0x1]" inside a detail is no kind
     parts = re.split(r"(?:^|(?<= ))\[([a-z]+(?:-[a-z0-9]+)+)\] ", condition.get("message") or "")
@@ -137,7 +138,8 @@ def agent_verdict(node: dict, now: datetime, refresh_s: float = REFRESH_S) -> di
     ``missing`` (no condition: no agent judged it) or ``stale`` (its heartbeat older than two
     refreshes: the agent stopped); with ok, the condition's status, reason and gaps.
 
-        agent_verdict(node, now) -> {"agent": "ok", "status": "True", "reason": "SandboxFails", "gaps": [...], "heartbeat_age_s": 12}
+        agent_verdict(node, now) -> {"agent": "ok", "status": "True", "reason": "SandboxFails", "gaps": [...],
+            "heartbeat_age_s": 12}
     """
     condition = condition_in(node)
     if condition is None:

@@ -89,7 +89,8 @@ def kubelet_agrees(pod: dict, events: list, expected: str) -> dict:
     """The kubelet's own word on a sandbox forecast to fail: its latest FailedCreatePodSandBox
     event for ``pod``, and whether it says what the runtime says (``expected``: ``sandbox_refusal``).
 
-        kubelet_agrees(pod, events, sandbox_refusal(view, "nvidia")) -> {"event": "Failed to create ...", "agrees": True}
+        kubelet_agrees(pod, events, sandbox_refusal(view, "nvidia")) -> {"event": "Failed to create ...", "agrees":
+            True}
     """
     event = sandbox_failure(events, pod)
     return {
@@ -102,7 +103,8 @@ def refuses(view: dict, handler: str, message: str) -> bool:
     """Whether a kubelet's sandbox failure is the view's runtime refusing ``handler`` as one it
     does not hold, whatever handlers CRI-O lists beside.
 
-        refuses(crio_view, "nvidia", "... failed to find runtime handler nvidia from runtime list map[runc:0xc0]") -> True
+        refuses(crio_view, "nvidia", "... failed to find runtime handler nvidia from runtime list map[runc:0xc0]") ->
+            True
     """
     if view["runtime"] == crio.NAME:
         return (
@@ -119,7 +121,8 @@ def refused_while_loaded(name: str, view: dict, objects: list, events: list) -> 
     cri-o#10202). Each with its class, handler and the kubelet's event. None where the daemon's
     start is not known (an older event may be a daemon's since restarted).
 
-        refused_while_loaded("gpu-a", view, objects, events) -> [(pod, "nvidia", "nvidia", "Failed to create pod sandbox: ...")]
+        refused_while_loaded("gpu-a", view, objects, events) -> [(pod, "nvidia", "nvidia", "Failed to create pod
+            sandbox: ...")]
     """
     started = (view["daemon"] or {}).get("started")
     if view["loaded_from"] not in LIVE or started is None:
@@ -805,7 +808,8 @@ def stalled_rollout(ds: dict, pods: list) -> dict | None:
     """The gap of a DaemonSet whose rollout went as far as it can and is not complete (an updated
     Pod no node takes); None where it is complete or still moving.
 
-        stalled_rollout(toolkit, pods) -> {"kind": "rollout-stalled", "subject": "gpu-operator/nvidia-container-toolkit", ...}
+        stalled_rollout(toolkit, pods) -> {"kind": "rollout-stalled", "subject":
+            "gpu-operator/nvidia-container-toolkit", ...}
     """
     if not rollout_settled(ds, pods) or rollout_complete(ds):
         return None

@@ -22,7 +22,8 @@ the rules judge the rest without it (``gpuop.judgment.rules.unread_gaps``).
 Where "loaded" comes from, one vocabulary for every target: ``cri`` (the daemon answered through
 CRI), ``status`` (CRI-O answered its own status API, ``crio status config``, on a node with no
 crictl), ``cri-down`` (it runs, its CRI does not answer), ``no-crictl`` (no crictl on the node to
-ask), ``crictl-hung`` (crictl itself did not end: the loaded view alone is not read, the rest is), ``recorded`` (the incident day's observation: a lab host without a lab containerd), ``api``
+ask), ``crictl-hung`` (crictl itself did not end: the loaded view alone is not read, the rest is), ``recorded`` (the
+incident day's observation: a lab host without a lab containerd), ``api``
 (the node's kubelet report, Node.status.runtimeHandlers: the node was not read), ``none`` (no
 runtime runs).
 """

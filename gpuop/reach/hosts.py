@@ -12,6 +12,7 @@ hosts:
 """
 
 import os
+
 import yaml
 
 from gpuop.knobs import PARSERS

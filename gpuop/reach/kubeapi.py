@@ -101,7 +101,8 @@ DRA_KINDS = ("ResourceClaim", "ResourceSlice")
 def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = PAGE, node_selector: str = "") -> tuple:
     """Every Node (those ``node_selector`` selects: a label selector as kubectl's ``-l`` takes it,
     set-based terms included, judged by the API server), RuntimeClass, Pod, DaemonSet,
-    ResourceClaim and ResourceSlice of the cluster, and the Events of sandboxes that failed, as plain JSON (the API's own
+    ResourceClaim and ResourceSlice of the cluster, and the Events of sandboxes that failed, as plain JSON (the API's
+    own
     field names, ``kind`` set), read from the operator's kubeconfig and context on this machine,
     ``page`` objects per list request (the API's chunking, as kubectl's default: a large
     cluster's Pods are never one answer), within ``deadline_s`` for the whole read (no retries:
@@ -139,7 +140,7 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
                     token = answer.metadata._continue
                     if not token:
                         break
-    except Exception as e:  # a missing file, a bad context, a refused or stalled API server
+    except Exception as e:  # noqa: BLE001 (a missing file, a bad context, a refused or stalled API server)
         raise ClusterUnreadable(
             f"the cluster cannot be read ({where(kubeconfig, context)}): {in_words(e, deadline_s)}"
         ) from None

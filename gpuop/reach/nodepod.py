@@ -4,7 +4,8 @@
 Plain data in and out; ``runbook.reach.kubenode`` creates, watches and deletes the Pod. The Pod runs
 the command in the node's own namespaces (``nsenter -t 1``: host PID, so PID 1 is the node's
 init) by the node's own ``/bin/sh`` (a path: busybox's nsenter would run its own applets for a
-bare ``sh``, and the node's tools are the ones to ask), privileged, bound to the node by name (no scheduler) and tolerating every taint. Its
+bare ``sh``, and the node's tools are the ones to ask), privileged, bound to the node by name (no scheduler) and
+tolerating every taint. Its
 output comes back through its log, where stdout and stderr are one stream: stderr's lines and
 the exit status are marked with a token of the read's own, so that no output can forge them.
 """
@@ -158,7 +159,7 @@ def pod_state(pod: dict, events: list) -> str:
     for cs in status.get("containerStatuses") or []:
         for how, state in (cs.get("state") or {}).items():
             if state and how in ("waiting", "terminated"):
-                said = state.get("reason") or ("exit %s" % state.get("exitCode") if how == "terminated" else "")
+                said = state.get("reason") or (f"exit {state.get('exitCode')}" if how == "terminated" else "")
                 words.append(
                     f"container {how}: {said}" + (f" ({in_one_line(state['message'])})" if state.get("message") else "")
                 )

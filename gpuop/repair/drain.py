@@ -12,7 +12,7 @@ what was waited for and the last state seen.
 import os
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import urllib3
 from kubernetes import client
@@ -155,7 +155,8 @@ def _blocking_budgets(api: client.ApiClient, pod: dict) -> list:
         )
         if core.list_namespaced_pod(ns, label_selector=",".join(terms), field_selector=f"metadata.name={name}").items:
             found.append(
-                f"{ns}/{pdb.metadata.name} (disruptions allowed: {(pdb.status.disruptions_allowed if pdb.status else 0) or 0})"
+                f"{ns}/{pdb.metadata.name} (disruptions allowed: "
+                f"{(pdb.status.disruptions_allowed if pdb.status else 0) or 0})"
             )
     return found
 
@@ -493,7 +494,7 @@ def probes_left(api: client.ApiClient, namespace: str) -> list:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def lock(api: client.ApiClient, namespace: str, holder: str, duration_s: int = LEASE_S) -> str:

@@ -71,7 +71,8 @@ def handler_dropin(version: str, main_doc: dict, handler: str) -> dict:
 
 def drainable(pod: dict) -> str:
     """How a drain treats a Pod on the node: ``stays`` (a DaemonSet's, a mirror Pod, ended, gpuop's
-    own short-lived read or probe Pod), ``evict`` (a controller owns it: it comes back elsewhere), ``unmanaged`` (nothing brings it
+    own short-lived read or probe Pod), ``evict`` (a controller owns it: it comes back elsewhere), ``unmanaged``
+    (nothing brings it
     back: it stops the drain unless told to delete it), as ``kubectl drain`` treats them.
 
         drainable({"metadata": {"ownerReferences": [{"kind": "ReplicaSet", "controller": True}]}, ...}) -> "evict"
@@ -242,7 +243,8 @@ def plan_node(
             by, after = f"nvidia-ctk {toolkit['version']} ({toolkit['path']})", toolkit["dropin"]
         else:  # the toolkit's drop-in would be refused by some containerd (2.3.0-2.3.4 refuse one above the root)
             by = (
-                f"gpuop, not nvidia-ctk {toolkit['version']} (its drop-in is version {(doc or {}).get('version', '?')}, "
+                f"gpuop, not nvidia-ctk {toolkit['version']} (its drop-in is version "
+                f"{(doc or {}).get('version', '?')}, "
                 f"the root's {main_doc.get('version', 1)})"
             )
     files = [_change(target, daemon["files"].get(target, {}).get("text"), after, by)]
@@ -259,11 +261,18 @@ def plan_node(
             ),
         )
     why = (
-        f"a restart {'would not start containerd' if view['cri_after_restart'] == 'refuses-start' else 'takes CRI down' if view['cri_after_restart'] != 'ok' else f'does not load {gpu_handler}'}"
+        f"a restart {_restart_harm(view, gpu_handler)}"
         f" ({view.get('restart_reason') or 'its own merge of the files'}): {target} is written for containerd "
         f"{view['version']}, then restarted once its own merge says CRI comes up with {gpu_handler}"
     )
     return {**plan, "action": "repair", "restart": True, "why": why, "files": files}
+
+
+def _restart_harm(view: dict, gpu_handler: str) -> str:
+    """What a restart does to a node the repair takes, in words: ``"takes CRI down"``."""
+    if view["cri_after_restart"] == "refuses-start":
+        return "would not start containerd"
+    return "takes CRI down" if view["cri_after_restart"] != "ok" else f"does not load {gpu_handler}"
 
 
 def _crio_repair(read: dict, view: dict, gpu_handler: str, toolkit: dict | None, behind: str) -> dict:
@@ -310,7 +319,8 @@ def _crio_repair(read: dict, view: dict, gpu_handler: str, toolkit: dict | None,
         "action": "repair",
         "restart": True,
         "files": [_change(target, daemon["files"].get(target, {}).get("text"), after, by)],
-        "why": f"no file gives {gpu_handler}: {target} is written, then {restart} once its own merge says it loads {gpu_handler}",
+        "why": f"no file gives {gpu_handler}: {target} is written, then {restart} once its own merge says it loads "
+        f"{gpu_handler}",
     }
 
 

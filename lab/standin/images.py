@@ -128,7 +128,8 @@ def gpu_proof_archive(standin: bytes, busybox: bytes, probe: str, libs: dict, pa
     runtime's own sandbox image), and image ``probe``: busybox with ``PROBE_APPLETS``, and
     ``libs`` (file name -> bytes: ``GLIBC``) in /lib/x86_64-linux-gnu, its loader also at /lib64.
 
-        gpu_proof_archive(standin, busybox, "gpuop.io/gpu-probe:1", {"libc.so.6": b"..."}, ["registry.k8s.io/pause:3.10"])
+        gpu_proof_archive(standin, busybox, "gpuop.io/gpu-probe:1", {"libc.so.6": b"..."},
+            ["registry.k8s.io/pause:3.10"])
     """
     files = {
         "bin/busybox": (busybox, 0o755),

@@ -7,8 +7,7 @@ from pyinfra.api import operation
 
 from gpuop.judgment.lab_audit import audit
 from gpuop.outputs.tables import host_table
-
-from runbook.replay.reports import containerd_views, Unobservable
+from runbook.replay.reports import Unobservable, containerd_views
 from runbook.run.files import text
 from runbook.run.poll import failure
 from runbook.run.reads import found
@@ -62,7 +61,8 @@ def audit_report(
     result = audit(views.view, objects, time_slicing, kubelet_node)
     yield from text._inner(path=path, content=json.dumps(result, indent=2, sort_keys=True) + "\n", backup=False)
     if textfile:  # the fleet's writer, so a lab host and a real node feed the same alerts
-        from gpuop.outputs.textfile import host_report, textfile as prometheus_text
+        from gpuop.outputs.textfile import host_report
+        from gpuop.outputs.textfile import textfile as prometheus_text
 
         yield from text._inner(
             path=textfile, content=prometheus_text(host_report(kubelet_node or host.name, result)), backup=False

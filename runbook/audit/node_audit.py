@@ -6,7 +6,7 @@ kept for the run; the first host to execute writes the fleet's JSON and textfile
 table, so they hold every node of the run.
 """
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from gevent.lock import Semaphore
 from kubernetes import client
@@ -252,7 +252,7 @@ def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeo
         except Exception as e:  # noqa: BLE001 (one sentence: no library's traceback reaches the run's output)
             logger.error(f"{host.print_prefix}the cluster's Nodes cannot be read: {in_words(e, cluster_timeout_s)}")
             return False
-        found = agents_report(nodes, datetime.now(timezone.utc))
+        found = agents_report(nodes, datetime.now(UTC))
         write_reports(found, report, "", None)
         logger.info(f"--> the fleet as its agents say it (one list of {len(nodes)} Nodes):")
         if not found["nodes"]:

@@ -62,5 +62,5 @@ def _part(fact: FactBase, lines: list, status: str):
         return fact.default()
     try:
         return fact.process(lines)
-    except Exception as e:  # the caller judges a part that could not be read, as with a failed one
+    except Exception as e:  # noqa: BLE001 (the caller judges a part that could not be read, as with a failed one)
         return e

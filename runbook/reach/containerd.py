@@ -74,8 +74,10 @@ class LabContainerd(FactBase):
             shell_functions() + f'echo "$(cat {shlex.quote(pidfile)} 2>/dev/null)"; echo {_DAEMONS}; '
             f"for f in $(grep -lxzF -- {shlex.quote(root)} /proc/[0-9]*/cmdline 2>/dev/null); do "
             'p=${f%/cmdline}; a=$(base64 -w0 <"$f" 2>/dev/null); [ -n "$a" ] || continue; '
-            'echo "${p#/proc/} $(sed \'s/.*) //; s/ .*//\' "$p/stat" 2>/dev/null) $(readlink "$p/ns/mnt") $a $(readlink "$p/exe")"; '
-            f'done; echo {_NAMESPACE}; [ "$(stat -f -c %T {ns} 2>/dev/null)" != nsfs ] || echo "mnt:[$(stat -L -c %i {ns})]"; '
+            'echo "${p#/proc/} $(sed \'s/.*) //; s/ .*//\' "$p/stat" 2>/dev/null) $(readlink "$p/ns/mnt") $a '
+            '$(readlink "$p/exe")"; '
+            f'done; echo {_NAMESPACE}; [ "$(stat -f -c %T {ns} 2>/dev/null)" != nsfs ] || echo "mnt:[$(stat -L -c '
+            f'%i {ns})]"; '
             f"echo {_LOG}; tail -n 1 {shlex.quote(log or '/dev/null')} 2>/dev/null | cut -c1-300; echo {_CRI}; "
             + f"gpuop_cri {shlex.quote(crictl)} {shlex.quote(socket)}"
         )

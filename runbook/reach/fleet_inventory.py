@@ -8,7 +8,7 @@ import functools
 import logging
 import os
 import runpy
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from gpuop.knobs import NODE_PARSERS, KnobError
 from gpuop.reach.hosts import HostsFileError, read_text
@@ -61,7 +61,7 @@ def _flagged(found: list, nodes, argv) -> list:
 
     # where the cluster listed the nodes, that same read
     objects, where = _cluster_read(nodes, argv, "nodes_from=agents takes the nodes from their agents' conditions there")
-    kept, left = flagged_by_agents(found, agents_report(of_kind(objects, "Node"), datetime.now(timezone.utc)))
+    kept, left = flagged_by_agents(found, agents_report(of_kind(objects, "Node"), datetime.now(UTC)))
     logger.info(f"--> the nodes their agents say a gap of ({where}): {', '.join(n for n, _ in kept) or 'none'}")
     for line in left:
         logger.info(f"    not taken: {line}")

@@ -5,7 +5,6 @@ import shlex
 
 from pyinfra.api import FactBase
 
-
 REQUEST_TIMEOUT_S = 10  # each request kubectl makes to the API server
 KUBECTL_DEADLINE_S = 30  # a whole kubectl call (discovery and retries included), unless it waits
 # Go's collector off until the heap nears 256 MiB: a kubectl call lives a fraction of a second,

@@ -60,7 +60,7 @@ class KubeNodeConnector(BaseConnector):
             self.api = kubeapi.api_client(self.knobs.kubeconfig, self.knobs.kube_context)
             self.core = client.CoreV1Api(self.api)
             self._remove_leftovers()
-        except Exception as e:  # a missing file, a bad context, a refused or stalled API server
+        except Exception as e:  # noqa: BLE001 (a missing file, a bad context, a refused or stalled API server)
             raise ConnectError(
                 f"node {self.node} cannot be read through the cluster ({self.where}): "
                 f"{self._words(e, self.knobs.cluster_read_timeout_s)}"
@@ -161,13 +161,13 @@ class KubeNodeConnector(BaseConnector):
                 _request_timeout=self._timeout(left),
             )
             status, out, err = nodepod.parsed_log(log.data.decode(errors="replace"), token)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (the read Pod's every failure is the read's one sentence)
             return False, _said(f"read Pod on node {self.node} ({self.where}): {self._words(e, deadline_s)}")
         finally:
             if name is not None:
                 try:
                     self._delete(name)
-                except Exception as e:  # its deadline ends it; the next run removes it
+                except Exception as e:  # noqa: BLE001 (its deadline ends it; the next run removes it)
                     logger.warning(f"{self.host.print_prefix}read Pod {name} not deleted: {self._words(e, 5)}")
         if status is None:  # the container ended before the command did (nsenter missing, killed)
             return False, _said(
@@ -242,7 +242,7 @@ class KubeNodeConnector(BaseConnector):
                 _request_timeout=self._timeout(5),
             )
             events = [self.api.sanitize_for_serialization(e) for e in events.items]
-        except Exception:  # the state alone is still worth saying
+        except Exception:  # noqa: BLE001 (the state alone is still worth saying)
             events = []
         return nodepod.pod_state(pod, events)
 

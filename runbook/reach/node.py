@@ -18,7 +18,8 @@ class NodeRuntime(FactBase):
     What runs on a real node, read-only and in one command (k3s's multicall too: its containerd by
     argv[0], its kubelet inside the k3s process); its hostname; kubelet's command line
     and the endpoint it uses (``--container-runtime-endpoint``, else ``containerRuntimeEndpoint``
-    of its ``--config`` and ``--config-dir`` drop-ins, YAML or JSON, else its default); every containerd process (found by its
+    of its ``--config`` and ``--config-dir`` drop-ins, YAML or JSON, else its default); every containerd process (found
+    by its
     binary's name, whatever its flags), each with its binary (``/proc/PID/exe``), command line,
     ``--config`` (default /etc/containerd/config.toml) and socket (``--address``, else the
     config's ``grpc.address``, else the default). The three views are read for the one daemon
@@ -75,7 +76,8 @@ _DROPIN_MARK, _ROOT_MARK = "Drop-in config:", "Top-level config:"
 class ToolkitDropin(FactBase):
     """
     The node's own nvidia-ctk (on PATH, else where the GPU Operator installs it) and the drop-in it
-    would write for the node's containerd (or ``runtime`` "crio": CRI-O): ``nvidia-ctk runtime configure --dry-run``, which
+    would write for the node's containerd (or ``runtime`` "crio": CRI-O): ``nvidia-ctk runtime configure --dry-run``,
+    which
     prints the drop-in and the root config it would write and writes nothing. None where the node
     has no nvidia-ctk.
 

@@ -5,12 +5,12 @@ import tomli_w
 from pyinfra.api import deploy
 
 from gpuop.layout import Layout
-from runbook.replay import containerd as lab_containerd, kube, lab_host, manifests
+from runbook.replay import containerd as lab_containerd
+from runbook.replay import kube, lab_host, manifests
 from runbook.replay.incident import gpu_objects
 from runbook.replay.lab_host import lab_daemon
 from runbook.run import checks
 from runbook.run.files import text
-
 
 NODE_RUNTIMES = ("runc", "nvidia")  # what a healthy GPU node's containerd holds
 

@@ -38,7 +38,6 @@ from runbook.reach.node import NodeRuntime, ToolkitDropin
 from runbook.run.files import inline_write
 from runbook.run.state import run_of
 
-
 REQUEST_DEADLINE_S = 20  # each request of the rollout to the API server (a cordon, an eviction, a read)
 
 
@@ -141,7 +140,7 @@ def planned_repair(knobs):
         left, left_failed = nodes.gpuop_cordon(
             client.CoreV1Api(api_client(knobs.kubeconfig, knobs.kube_context, REQUEST_DEADLINE_S)), name
         )
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (one sentence: no library's traceback reaches the run's output)
         yield _failed(f"node {name}: its Node cannot be read: {in_words(e, knobs.cluster_read_timeout_s)}")
         return
     if left and plan["action"] == "none":
@@ -242,7 +241,8 @@ def rolled_out(
     Put every planned node through the repair, in the order of their names, at most
     ``max_unavailable`` at a time, under the cluster's repair lock (a Lease: a second run is
     refused by name): cordon (marked as gpuop's), drain (``gpuop.repair.drain``), the files written
-    (each one before kept under /var/lib/gpuop/backup, where no runtime reads), the restart forecast asked of the node's own binary (a
+    (each one before kept under /var/lib/gpuop/backup, where no runtime reads), the restart forecast asked of the node's
+        own binary (a
     restart it refuses never happens: the files are put back, the node uncordoned), containerd restarted with the node's
     ``containerd_restart``, proven (CRI loads the handler, kubelet Ready, a probe Pod of the GPU
     RuntimeClass runs there), uncordoned. A node that fails stays cordoned with the reason on it
@@ -273,7 +273,7 @@ def rolled_out(
             if taken:
                 logger.info(f"repair: the Lease {namespace}/{nodes.LEASE} taken over from a run that stopped: {taken}")
             keeper = gevent.spawn(_lock_kept, api, rollout, namespace, lock_s)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (the lock not had stops the rollout, said in one sentence)
             rollout.stopped = f"the lock: {e if isinstance(e, nodes.Stalled) else in_words(e, 20)}"
         if keeper is not None:  # under the lock, every probe Pod is one a killed run left
             try:
@@ -299,7 +299,7 @@ def rolled_out(
             logger.info(f"repair: {name}: {outcome(rollout, name)}")
         try:
             after = audited_after(rollout, kubeconfig, context)
-        except Exception as e:  # the repair's own outcome stands; the audit after is said not done
+        except Exception as e:  # noqa: BLE001 (the repair's own outcome stands; the audit after is said not done)
             logger.error(f"{host.print_prefix}the audit after the rollout was not made: {in_words(e, 20)}")
             after = None
         _reported(rollout, report, textfile, after)
@@ -415,7 +415,8 @@ class _Steps:
             )
             self.rollout.evicted[self.name] = evicted
             self.say(
-                f"node {self.name}: drained ({len(evicted)} Pod(s) evicted{': ' + ', '.join(evicted) if evicted else ''})"
+                f"node {self.name}: drained ({len(evicted)} Pod(s) "
+                f"evicted{': ' + ', '.join(evicted) if evicted else ''})"
             )
         else:
             self.say(f"node {self.name}: not drained (drain=false): its Pods run on through the restart")
@@ -472,7 +473,8 @@ class _Steps:
             )
         if not done:  # through the cluster, the runtime restarted is the one that carries the read Pod's answer
             self.say(
-                f"node {self.name}: the restart's own answer went with the runtime that carried it; what follows proves it"
+                f"node {self.name}: the restart's own answer went with the runtime that carried it; what follows "
+                "proves it"
             )
 
     def cri(self):
@@ -602,7 +604,7 @@ class _Steps:
                     )
             elif self.ours:
                 nodes.uncordon(self.core, self.name)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (putting a node back is tried to the end; what failed is said)
             logger.error(f"{self.target.print_prefix}node {self.name}: {in_words(e, 5)}")
 
 
@@ -636,7 +638,7 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str, max_
         started = time.monotonic()
         try:
             take(steps)
-        except Exception as e:  # one sentence: no library's traceback reaches the run's output
+        except Exception as e:  # noqa: BLE001 (one sentence: no library's traceback reaches the run's output)
             words = str(e) if isinstance(e, nodes.Stalled) else in_words(e, node.knobs.restart_timeout_s)
             rollout.failures.append(f"node {name}, step {step}: {words}")
             rollout.outcomes[name] = f"failed at {step}"

@@ -4,7 +4,7 @@ import posixpath
 import shlex
 import tomllib
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import tomli_w
 from pyinfra import host, logger
@@ -16,7 +16,8 @@ from runbook.reach.batch import Batch
 from runbook.reach.containerd import ContainerdRestart, LabContainerd
 from runbook.reach.files import Files, shell_glob
 from runbook.run import reads
-from runbook.run.files import inline_write as _inline_write, text
+from runbook.run.files import inline_write as _inline_write
+from runbook.run.files import text
 from runbook.run.poll import failure, poll, until
 
 
@@ -98,7 +99,8 @@ class LabDaemon:
         )
         return reads.containerd_changes(
             StringCommand(
-                f"mkdir -p {shlex.join(dirs)} && nsenter --mount={shlex.quote(self.namespace)} --pid={shlex.quote(pid_ns)} "
+                f"mkdir -p {shlex.join(dirs)} && nsenter --mount={shlex.quote(self.namespace)} "
+                f"--pid={shlex.quote(pid_ns)} "
                 f"-- setsid -f sh -c {shlex.quote(inner)} && {record}"
             )
         )
@@ -303,7 +305,7 @@ def rebooted(daemon: LabDaemon, moment: str, timeout_s: int = 120):
         rebooted(daemon=LabDaemon(...), moment="/root/gpuop/.gpuop/reboot.txt.stamp")
     """
     seen = reads.containerd()["loaded"]
-    when = datetime.now(timezone.utc) if host.state.is_executing else None
+    when = datetime.now(UTC) if host.state.is_executing else None
     yield from text._inner(path=moment, content=f"{when.isoformat() if when else 'planned'}\n", backup=False)
     # A 1.x whose CRI plugin failed to load still serves containerd's own API: CRI is refused.
     yield from _restart(
@@ -457,7 +459,7 @@ def restarted_into(daemon: LabDaemon, runtimes, moment: str = "", timeout_s: int
             f"forecast loads {','.join(restart['runtimes'])} with CRI ok"
         )
     if moment:
-        when = datetime.now(timezone.utc) if host.state.is_executing else None
+        when = datetime.now(UTC) if host.state.is_executing else None
         yield from text._inner(path=moment, content=f"{when.isoformat() if when else 'planned'}\n", backup=False)
     yield from _restart(
         daemon,

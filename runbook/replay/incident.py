@@ -27,15 +27,16 @@ from gpuop.judgment.scheduling import pod_scheduled
 from gpuop.judgment.slots import replicas_of, sharing_config, slot_lines
 from gpuop.layout import Layout
 from runbook import PROJECT
-from runbook.replay import containerd as lab_containerd, kube, lab_host, manifests, reports, rewind
+from runbook.replay import containerd as lab_containerd
+from runbook.replay import kube, lab_host, manifests, reports, rewind
 from runbook.replay.kube import daemonset_and_pods
 from runbook.replay.lab_host import lab_daemon
 from runbook.replay.manifests import (
     GPU_NAMESPACE,
     GPU_POD,
+    KUBELET_NODE_REPORTS,
     MANIFESTS,
     OPERATOR_NAMESPACE,
-    KUBELET_NODE_REPORTS,
     REPORTS,
     RUNTIME_CLASS,
     TIME_SLICING,

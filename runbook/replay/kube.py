@@ -21,7 +21,7 @@ from gpuop.judgment.cluster import (
 from gpuop.judgment.objects import differences, of_kind
 from gpuop.judgment.scheduling import pod_scheduled
 from gpuop.judgment.view import api_handlers
-from runbook.reach.kube import kubectl, KUBECTL_DEADLINE_S, ServerAnswer
+from runbook.reach.kube import KUBECTL_DEADLINE_S, ServerAnswer, kubectl
 from runbook.run import reads
 from runbook.run.files import text
 from runbook.run.poll import awaited, failure, until
@@ -164,7 +164,8 @@ def _pod_state(pod):
         return "absent"
     cond = pod_scheduled(pod) or {}
     where = pod["spec"].get("nodeName") or "no node"
-    return f"phase {pod['status'].get('phase')}, on {where}, PodScheduled {cond.get('status', 'unset')} {cond.get('reason', '')}".rstrip()
+    scheduled = f"PodScheduled {cond.get('status', 'unset')} {cond.get('reason', '')}"
+    return f"phase {pod['status'].get('phase')}, on {where}, {scheduled}".rstrip()
 
 
 @operation()

@@ -1,7 +1,6 @@
 """Report files computed from live facts at the moment they are captured."""
 
 import posixpath
-
 from dataclasses import dataclass
 
 from pyinfra import host
@@ -10,7 +9,6 @@ from pyinfra.api import operation
 from gpuop.judgment.containerd import Forecast, analyze_merge, import_globs, merge_lines, parsed_toml, restart_lines
 from gpuop.judgment.view import lab_view
 from gpuop.outputs.reports import render, stamp_holds, stamp_text
-
 from runbook.replay.containerd import LabDaemon
 from runbook.run import reads
 from runbook.run.files import text

@@ -14,7 +14,6 @@ from pyinfra.api import operation
 from gpuop.judgment.cluster import rollout_lines
 from gpuop.judgment.objects import differences
 from gpuop.outputs.reports import render, stamp_holds
-
 from runbook.replay.kube import applied, daemonset_and_pods, deleted, node_gpus
 from runbook.replay.reports import moment_holds, recorded
 from runbook.run import reads

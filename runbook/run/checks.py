@@ -1,6 +1,6 @@
 """Checks before the first change: is this host able to run the incident at all?"""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pyinfra.api import operation
 
@@ -42,7 +42,7 @@ def lab_reachable(nodes, context: str = ""):
             f"(it has: {', '.join(have) or 'none'}); nothing was changed"
         )
         return
-    stalled = stalled_components(answer, nodes, datetime.now(timezone.utc))
+    stalled = stalled_components(answer, nodes, datetime.now(UTC))
     if stalled:
         yield failure(
             f"preflight: the cluster of {where} answers, but a component is down: "

@@ -9,7 +9,6 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, StringCommand, operation
 
 from gpuop.layout import backup_of
-
 from runbook.run import reads
 
 # A shell command is one argument to `sh -c`, which the kernel caps at 128 KiB: a file whose

@@ -1,7 +1,8 @@
 """
 pyinfra's own overhead, made cheaper where its work cannot change what a run does.
 
-**The operation order, read from the call stack's frames themselves.** In CLI mode pyinfra orders each operation by the line numbers of the deploy code that called it
+**The operation order, read from the call stack's frames themselves.** In CLI mode pyinfra orders each operation by the
+line numbers of the deploy code that called it
 (``pyinfra.api.util.get_operation_order_from_stack``). It gets them from ``inspect.stack()``,
 which also looks up every frame's source file and module; for the deploy file, which pyinfra
 execs rather than imports, ``inspect.getmodule`` scans every loaded module, three times per
@@ -51,7 +52,8 @@ def operation_order(state) -> list:
 
     .. code:: python
 
-        operation_order(host.state)  # [0, 14, 91, 252]: deploy.py:14, runbook/replay/incident.py:91, runbook/replay/incident.py:252
+        operation_order(host.state)  # [0, 14, 91, 252]: deploy.py:14, runbook/replay/incident.py:91,
+            runbook/replay/incident.py:252
     """
     frames = []
     frame = sys._getframe(1)  # the caller: a frame of pyinfra's, left out as its own are

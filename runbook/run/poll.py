@@ -9,7 +9,6 @@ from pyinfra.api import FunctionCommand
 from runbook.reach.kube import ClusterUnanswered
 from runbook.run import reads
 
-
 PROGRESS_EVERY_S = 5
 
 

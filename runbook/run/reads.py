@@ -28,7 +28,6 @@ from runbook.reach.files import Files
 from runbook.reach.kube import ClusterUnanswered, KubeObjects
 from runbook.run.state import run_of
 
-
 # Every kind the playbook owns, waits on or judges: one `kubectl get` reads them all.
 # Leases say whether the scheduler, the controller-manager and each node's agent still work.
 CLUSTER_KINDS = "namespaces,nodes,runtimeclasses,pods,daemonsets,configmaps,serviceaccounts,leases"

@@ -65,7 +65,10 @@ def _run(host, command):
 
 def _acquire(host, path, timeout_s) -> bool:
     q = shlex.quote(path)
-    take = f"mkdir {q} 2>/dev/null && printf '%s\\n' {shlex.quote(_owner())} > {q}/owner && echo taken || cat {q}/owner 2>/dev/null"
+    take = (
+        f"mkdir {q} 2>/dev/null && printf '%s\\n' {shlex.quote(_owner())} > {q}/owner && echo taken"
+        f" || cat {q}/owner 2>/dev/null"
+    )
     ours = f"{socket.gethostname()} pid {os.getpid()} "
     # The first try travels with the host's first read, in one round trip.
     first, tries = [reads.after(host, take)], []

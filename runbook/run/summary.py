@@ -11,7 +11,6 @@ from pyinfra import logger
 from pyinfra.api.state import BaseStateCallback
 
 from gpuop.outputs.reports import incident_summary
-
 from runbook.run.state import run_of
 
 

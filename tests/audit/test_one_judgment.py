@@ -15,14 +15,14 @@ import tomllib
 import pytest
 import tomli_w
 
-from gpuop.judgment.containerd import seed_config, nvidia_dropin
+from gpuop.judgment.containerd import nvidia_dropin, seed_config
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
-from tests.helpers.layouts import DROPIN, write_file
-from tests.helpers.simnodes import Node
 from tests.helpers.kube import lab_up, reset_lab
 from tests.helpers.labcontainerd import binary, nvidia_ctk
+from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.playbook import deploy
 from tests.helpers.proc import run
+from tests.helpers.simnodes import Node
 
 pytestmark = [pytest.mark.beside, pytest.mark.every_containerd]  # see pytest.ini
 

@@ -161,7 +161,7 @@ def restarted(binary: str, crictl: str, d: str) -> tuple:
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(15)
-            except Exception:
+            except Exception:  # noqa: BLE001 (a daemon that does not end at TERM is killed)
                 proc.kill()
                 proc.wait(5)
 

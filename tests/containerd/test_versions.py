@@ -10,7 +10,8 @@ import pytest
 from tests.containerd.matrix import DROPINS, VERSIONS, cell
 from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk_of
 from tests.helpers.proc import run
-from tests.unit.test_containerd import DROPINS as SEEN_DROPINS, OBSERVED
+from tests.unit.test_containerd import DROPINS as SEEN_DROPINS
+from tests.unit.test_containerd import OBSERVED
 
 pytestmark = [pytest.mark.daemons, pytest.mark.every_containerd]  # daemons of its own, no cluster: see pytest.ini
 

@@ -43,7 +43,8 @@ CASES = [
         "audit.py",
         "GPUOP_NODES",
         "hosts:\n  a: {ssh_hostname: x}\noverrides: {a: {ssh_port: 2}}\n",
-        "{f}: overrides and node_selector apply to the nodes the cluster lists; with hosts listed, set each host's own keys",
+        "{f}: overrides and node_selector apply to the nodes the cluster lists; with hosts listed, set each host's "
+        "own keys",
     ),
     # no hosts: the cluster lists them, and one that cannot be read says so, and the way out
     (

@@ -37,10 +37,13 @@ LOADED_NVIDIA = (
 
 # restart.txt on the incident lab with Debian's containerd 1.6.20: the drop-in replaces the CRI
 # section at the next start, runc is gone, and the CRI plugin refuses to load.
-RESTART = """CONTAINERD_VERSION=1.6.20
-LOADED_RUNTIMES=runc
-LOADED_FROM=cri
-RESTART_RUNTIMES=nvidia
-RESTART_CRI=fails
-RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes (configured: nvidia); containerd 1.6: the runtimes an imported file names replace the main config's whole; a version above 2 is not checked (1.6.32 and 1.7.17 stop the daemon on it)
-"""
+RESTART = (
+    "CONTAINERD_VERSION=1.6.20\n"
+    "LOADED_RUNTIMES=runc\n"
+    "LOADED_FROM=cri\n"
+    "RESTART_RUNTIMES=nvidia\n"
+    "RESTART_CRI=fails\n"
+    'RESTART_REASON=default_runtime_name "runc" has no runtime in containerd.runtimes (configured: nvidia); '
+    "containerd 1.6: the runtimes an imported file names replace the main config's whole; "
+    "a version above 2 is not checked (1.6.32 and 1.7.17 stop the daemon on it)\n"
+)

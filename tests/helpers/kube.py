@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -240,7 +240,7 @@ def control_plane_faults() -> list:
     except Exception as e:  # noqa: BLE001 (a refusal, a timeout or a connection error alike: the API is not whole)
         return [f"kube-apiserver: no answer about the leases ({type(e).__name__}: {str(e)[:200]})"]
     return stalled_components(
-        [{**lease, "kind": "Lease"} for lease in leases["items"]], [], datetime.now(timezone.utc), held=True
+        [{**lease, "kind": "Lease"} for lease in leases["items"]], [], datetime.now(UTC), held=True
     )
 
 

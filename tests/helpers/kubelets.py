@@ -89,7 +89,8 @@ def kubelet(dir_: str, endpoint: str, layout: str = "yaml", register: str = "") 
         *masks,
         *writes,
         f"mkdir -p {dir_}/varlog/upper {dir_}/varlog/work",
-        f"mount -t overlay overlay -o lowerdir=/var/log,upperdir={dir_}/varlog/upper,workdir={dir_}/varlog/work /var/log",
+        f"mount -t overlay overlay -o lowerdir=/var/log,upperdir={dir_}/varlog/upper,workdir={dir_}/varlog/work "
+        "/var/log",
         f"setsid {built('kubelet', 'kubelet')} {flags} --root-dir /var/lib/kubelet "
         f"</dev/null >{dir_}/kubelet.log 2>&1 &",
     ]

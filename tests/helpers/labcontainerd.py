@@ -10,10 +10,9 @@ import tomli_w
 from gpuop.judgment import containerd
 from gpuop.layout import Layout
 from lab import labproc
+from tests.helpers import ROOT as HERE  # the project
 from tests.helpers.playbook import lab_daemon_pid, wait_gone
 from tests.helpers.proc import run
-
-from tests.helpers import ROOT as HERE  # the project
 
 DEBIAN = "/usr/bin/containerd"
 

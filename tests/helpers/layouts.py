@@ -6,7 +6,7 @@ import os
 
 import tomli_w
 
-from gpuop.judgment.containerd import seed_config, nvidia_dropin
+from gpuop.judgment.containerd import nvidia_dropin, seed_config
 from tests.helpers import ROOT as HERE  # the project
 from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk
 from tests.helpers.proc import run
@@ -212,5 +212,6 @@ def k3s(version: str) -> list:
         *TOOLKIT_RUNTIME,
         *_distro_containerd(f"{multicall}/containerd", f"{data}/agent", "k3s"),
         # what the embedded kubelet does first: ask its runtime's CRI status (see start())
-        f"{crictl()} --config /dev/null --runtime-endpoint unix://{K3S_SOCKET} --timeout 3s info >/dev/null 2>&1 || true",
+        f"{crictl()} --config /dev/null --runtime-endpoint unix://{K3S_SOCKET} --timeout 3s info >/dev/null 2>&1 || "
+        "true",
     ]

@@ -1,6 +1,7 @@
 """The agent's deployment (``kubectl apply -k deploy/agent``) on the lab's API server: it applies
 as is (a server dry run only once its Namespace exists: the API server checks a namespaced
-object's Namespace even in a dry run), and its admission policy lets the agent's ServiceAccount change only the Node its token is
+object's Namespace even in a dry run), and its admission policy lets the agent's ServiceAccount change only the Node its
+token is
 bound to (the node of the Pod the token is bound to, in the token's user info)."""
 
 import json

@@ -107,7 +107,8 @@ def deployed(tmp_path_factory):
     """The incident's node, the agent's image imported into its containerd, and the agent applied."""
     root = str(tmp_path_factory.mktemp("agent-pod"))
     archive = image()
-    load = f"ctr --address /run/containerd/containerd.sock --namespace k8s.io --timeout 120s images import {archive} >/dev/null"
+    ctr = "ctr --address /run/containerd/containerd.sock --namespace k8s.io --timeout 120s"
+    load = f"{ctr} images import {archive} >/dev/null"
     node = Node("agent-pod", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin())), load], **COMMON)
     port = free_port()
     with registered([node], root) as path:

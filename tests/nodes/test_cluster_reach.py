@@ -16,10 +16,10 @@ from gpuop.judgment.containerd import nvidia_dropin
 from gpuop.reach import nodepod
 from lab import labproc
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
-from tests.helpers.layouts import DROPIN, write_file
-from tests.helpers.simnodes import Node
 from tests.helpers.kube import eventually, get, kubectl
+from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.playbook import PYINFRA, deploy, target_commands
+from tests.helpers.simnodes import Node
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 

@@ -9,18 +9,18 @@ import socket
 import time
 
 import pytest
-import yaml
 import tomli_w
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuop.judgment.containerd import nvidia_dropin
 from tests.helpers import layouts, nodesfiles, simnodes
-from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.fleetobjects import NAMESPACE
-from tests.helpers.simnodes import Node
 from tests.helpers.kube import component_pidfile, eventually, kubectl, lab_up
-from tests.helpers.ssh import free_port
+from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.playbook import deploy, target_commands
+from tests.helpers.simnodes import Node
+from tests.helpers.ssh import free_port
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 

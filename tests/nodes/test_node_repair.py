@@ -16,7 +16,7 @@ import socket
 import subprocess
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import tomli_w
@@ -190,8 +190,8 @@ def test_the_plan_first_changes_nothing(fleet):
     run = fix(path, dry=True)
     assert "fix-incident: repair: a restart takes CRI down" in run.log, run.log[-3000:]
     assert (
-        "fix-incident:   write /etc/containerd/conf.d/99-nvidia.toml, by gpuop (the file before kept under /var/lib/gpuop/backup, where no runtime reads):"
-        in run.log
+        "fix-incident:   write /etc/containerd/conf.d/99-nvidia.toml, by gpuop (the file before kept under "
+        "/var/lib/gpuop/backup, where no runtime reads):" in run.log
     )
     # no imports: one line added to the config; the drop-in the node's own nvidia-ctk would write
     assert (
@@ -244,7 +244,7 @@ def test_a_pod_no_controller_owns_stops_the_drain_and_the_rollout_named(fleet):
 def test_a_second_run_on_the_cluster_is_refused_by_name(fleet):
     """Another run holds the repair's Lease, renewed just now: this one touches nothing."""
     nodes, path, root = fleet
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     lease = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -473,7 +473,7 @@ def test_a_forecast_that_refuses_the_files_puts_them_back_and_a_stale_lock_is_ta
         kubectl("delete", "deployment", "slow-fix-incident", "-n", NAMESPACE, "--ignore-not-found", "--wait=false")
         with contextlib.suppress(FileNotFoundError):
             os.remove(node_root + LATE)
-    stale = datetime.fromtimestamp(time.time() - 300, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    stale = datetime.fromtimestamp(time.time() - 300, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     lease = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",

@@ -9,9 +9,9 @@ import tomllib
 import pytest
 import yaml
 
-from tests.helpers.kube import GPU, get, kubectl, reset_lab
+from gpuop.judgment.scheduling import pod_scheduled
 from tests.helpers.expected import LOADED_NVIDIA, MERGE, NODE_GPU, ROLLOUT, SLOTS, UNSCHEDULED
-from tests.helpers.proc import run as run_process
+from tests.helpers.kube import GPU, get, kubectl, reset_lab
 from tests.helpers.playbook import (
     LAB_LOCK,
     deploy,
@@ -21,7 +21,7 @@ from tests.helpers.playbook import (
     target_commands,
     tree,
 )
-from gpuop.judgment.scheduling import pod_scheduled
+from tests.helpers.proc import run as run_process
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
@@ -273,11 +273,10 @@ def test_a_containerd_first_on_path_is_not_the_lab_s(tmp_path):
     assert run.code == 0, run.log
     assert read(root, "out/merge.txt") == MERGE
     assert read(root, "out/restart.txt").startswith("CONTAINERD_VERSION=1.6.20\nLOADED_RUNTIMES=runc\n")
-    check = lambda: run_process(
-        [str(root / "bin/check-runtime.sh")],
-        timeout_s=30,  # noqa: E731
-        env={**os.environ, **env},
-    )
+
+    def check():
+        return run_process([str(root / "bin/check-runtime.sh")], timeout_s=30, env={**os.environ, **env})
+
     assert check().returncode == 0
     dump.write_text('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n')
     assert check().returncode == 1

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers.incident import REPORTS, MANIFESTS, assert_incident_end_state, lab_files
+from tests.helpers.incident import MANIFESTS, REPORTS, assert_incident_end_state, lab_files
 from tests.helpers.kube import get, kill_component, kubectl, lab_up, reset_lab, restart_etcd, set_gpus
 from tests.helpers.labcontainerd import DEBIAN, kill, restart
 from tests.helpers.playbook import LAB_LOCK, PYINFRA, RUN_DEADLINE_S, deploy, fresh_incident, tree

@@ -1,12 +1,10 @@
 """Several facts in one round trip: the real shell command, each part to its own fact."""
 
 import pytest
-
 from pyinfra.api import FactBase
 
 from runbook.reach.batch import Batch, PartFailed
 from runbook.reach.files import Files
-
 from tests.helpers.proc import run as run_process
 
 
@@ -83,9 +81,11 @@ def test_the_server_s_refusal_is_its_own_line_not_kubectl_s_warning():
 
     answer = ServerAnswer().process(
         [
-            "refused Warning: resource runtimeclasses/nvidia is missing the kubectl.kubernetes.io/last-applied-configuration annotation",
+            "refused Warning: resource runtimeclasses/nvidia is missing the "
+            "kubectl.kubernetes.io/last-applied-configuration annotation",
             'refused The RuntimeClass "nvidia" is invalid: handler: Invalid value: "nvidia": field is immutable',
-            'create Error from server (AlreadyExists): error when creating "runtimeclass.yaml": runtimeclasses.node.k8s.io "nvidia" already exists',
+            'create Error from server (AlreadyExists): error when creating "runtimeclass.yaml": '
+            'runtimeclasses.node.k8s.io "nvidia" already exists',
         ]
     )
     assert answer == {

@@ -1,5 +1,7 @@
 """Rollout and node readings on objects shaped like kubectl's JSON."""
 
+from datetime import UTC
+
 from gpuop.judgment.cluster import allocatable_count, node_gpu_lines, rollout_complete, rollout_settled, rollout_status
 
 MEMORY = (
@@ -131,7 +133,7 @@ def test_nodes_too_small_for_a_memory_request():
 
 
 def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from gpuop.judgment.leases import stalled_components
 
@@ -143,7 +145,7 @@ def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
         }
         return {"kind": "Lease", "metadata": {"namespace": namespace, "name": name}, "spec": spec}
 
-    now = datetime(2026, 12, 1, 9, 0, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
     fresh = [
         lease("kube-system", "kube-scheduler", "2026-12-01T08:59:55.123456Z", 15),
         lease("kube-system", "kube-controller-manager", "2026-12-01T08:59:58Z", 15),
@@ -159,13 +161,14 @@ def test_stalled_components_are_named_by_the_leases_they_no_longer_renew():
         "kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed 52s ago (duration 15s)",
         "node lab-node-0's agent (kwok-controller, or its kubelet): the node lease kube-node-lease/lab-node-0 "
         "was last renewed never (duration 8s)",
-        "node lab-node-1's agent (kwok-controller, or its kubelet): the node lease kube-node-lease/lab-node-1 is absent",
+        "node lab-node-1's agent (kwok-controller, or its kubelet): "
+        "the node lease kube-node-lease/lab-node-1 is absent",
     ]
     # A renewal late by less than the grace is load, not a dead holder.
     late = [lease("kube-system", "kube-scheduler", "2026-12-01T08:59:41Z", 15), *fresh[1:]]
     assert stalled_components(late, ["lab-node-0"], now) == []
     # Once the lab healed a component, only a renewal after that moment counts (lab/lab.sh up).
-    healed = datetime(2026, 12, 1, 8, 59, 57, tzinfo=timezone.utc)
+    healed = datetime(2026, 12, 1, 8, 59, 57, tzinfo=UTC)
     assert stalled_components(fresh, [], now, since=healed) == [
         "kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed 4.9s ago, before the "
         "cluster was healed 3.0s ago"
@@ -231,11 +234,11 @@ def test_the_sandbox_failure_is_this_pod_s_newest():
 
 
 def test_the_reboot_report_holds_the_node_against_the_forecast():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from gpuop.judgment.cluster import reboot_lines, reported_since
 
-    moment = datetime(2026, 12, 1, 15, 0, 0, 400000, tzinfo=timezone.utc)
+    moment = datetime(2026, 12, 1, 15, 0, 0, 400000, tzinfo=UTC)
 
     def node(status, transition, beat, reason="KubeletReady", message="kubelet is posting ready status"):
         return {

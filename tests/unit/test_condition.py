@@ -1,10 +1,10 @@
 """The node agent's condition (gpuop/judgment/condition.py), in node-problem-detector's contract."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from gpuop.judgment.condition import CONDITION, MESSAGE_MAX, condition_of, next_condition, reason_of
 
-T0 = datetime(2026, 12, 4, 22, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 4, 22, 0, 0, tzinfo=UTC)
 
 
 def gap(kind: str, detail: str = "said") -> dict:

@@ -3,13 +3,12 @@
 import tomllib
 
 import pytest
-
 import tomli_w
 
-from runbook.reach.containerd import ContainerdRestart
-from tests.containerd.matrix import outcome
 from gpuop.judgment import containerd
 from gpuop.judgment.tomlpath import find_tables, key_path, quote_key
+from runbook.reach.containerd import ContainerdRestart
+from tests.containerd.matrix import outcome
 
 
 def roundtrip(doc):

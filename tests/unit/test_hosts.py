@@ -87,8 +87,8 @@ def test_a_uid_0_login_may_go_without_sudo():
 def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
     import pytest
 
-    from gpuop.reach.hosts import HostsFileError, load_hosts
     from gpuop.knobs import NODE_PARSERS, parse_node_knobs
+    from gpuop.reach.hosts import HostsFileError, load_hosts
 
     node = "hosts:\n  a:\n    ssh_hostname: 10.0.0.1\n    ssh_user: ubuntu\n    node_name: ip-10-0-0-1\n"
     hosts = load_hosts(node, "nodes.yaml", "the node", NODE_PARSERS)
@@ -186,8 +186,8 @@ def pool_gpu():
 
 
 def test_a_nodes_file_without_hosts_takes_the_clusters_nodes_with_defaults_and_overrides():
-    from gpuop.reach.nodes_file import cluster_hosts, load_nodes
     from gpuop.knobs import NODE_PARSERS
+    from gpuop.reach.nodes_file import cluster_hosts, load_nodes
 
     text = (
         "defaults: {ssh_user: ubuntu, ssh_key: ~/.ssh/k}\nnode_selector: pool=gpu\n"
@@ -245,8 +245,8 @@ def test_the_inventory_reads_the_cluster_settings_of_the_command_line():
 
 
 def test_the_fleets_reporter_takes_the_files_settings_for_all_nodes():
-    from gpuop.reach.nodes_file import load_nodes
     from gpuop.knobs import NODE_PARSERS
+    from gpuop.reach.nodes_file import load_nodes
 
     text = (
         "defaults: {ssh_user: u, ssh_key: k, kube_context: prod, report: fleet.json}\nhosts: {a: {ssh_hostname: x}}\n"
@@ -260,9 +260,9 @@ def test_the_fleets_reporter_takes_the_files_settings_for_all_nodes():
 def test_a_node_read_through_the_cluster_needs_no_address_and_is_named_by_its_node():
     import pytest
 
+    from gpuop.knobs import NODE_PARSERS
     from gpuop.reach.hosts import HostsFileError
     from gpuop.reach.nodes_file import inventory_names, load_nodes
-    from gpuop.knobs import NODE_PARSERS
 
     text = "hosts:\n  a:\n    reach: cluster\n    node_name: ip-10-0-0-1\n  b:\n    ssh_hostname: 10.0.0.2\n"
     hosts = load_nodes(text, "nodes.yaml", NODE_PARSERS).hosts

@@ -123,7 +123,8 @@ def toolkit_rollout(updated: int) -> list:
                 "type": "PodScheduled",
                 "status": "False",
                 "reason": "Unschedulable",
-                "message": "0/2 nodes are available: 1 Insufficient memory, 1 node(s) didn't match Pod's node affinity/selector.",
+                "message": "0/2 nodes are available: 1 Insufficient memory, 1 node(s) didn't match Pod's node "
+                "affinity/selector.",
             }
         ],
     }
@@ -137,7 +138,8 @@ def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab():
             "kind": "rollout-stalled",
             "subject": "gpu-operator/nvidia-container-toolkit",
             "views": ["scheduled"],
-            "detail": "DaemonSet gpu-operator/nvidia-container-toolkit: rollout stalled at 1/2 updated, blocker insufficient-memory",
+            "detail": "DaemonSet gpu-operator/nvidia-container-toolkit: rollout stalled at 1/2 updated, blocker "
+            "insufficient-memory",
         }
     ]
     lab = audit.audit(

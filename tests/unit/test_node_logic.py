@@ -7,9 +7,8 @@ import tarfile
 import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuop.judgment.containerd import seed_config, nvidia_dropin
-from gpuop.judgment.rules import cluster_gaps
-from gpuop.judgment.rules import findings, node_entry, sandbox_error
+from gpuop.judgment.containerd import nvidia_dropin, seed_config
+from gpuop.judgment.rules import cluster_gaps, findings, node_entry, sandbox_error
 from gpuop.judgment.view import api_view, node_view, written_view
 from gpuop.outputs.tables import fleet_table
 from gpuop.outputs.textfile import textfile

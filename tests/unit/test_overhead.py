@@ -8,10 +8,9 @@ import types
 
 import pyinfra
 import pytest
-from pyinfra.api import Config, Inventory, State
+from pyinfra.api import Config, Inventory, State, arguments, facts
 from pyinfra.api.state import StateStage
 from pyinfra.api.util import get_operation_order_from_stack
-from pyinfra.api import arguments, facts
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations import server
 

@@ -4,7 +4,6 @@ import pytest
 from kubernetes.utils import parse_quantity as client_parse
 
 from gpuop.judgment.quantity import parse_quantity
-
 from tests.helpers.proc import run
 
 

@@ -7,11 +7,11 @@ import os
 import subprocess
 import time
 
+from test_node_logic import RC, daemon, gpu_pod, kinds, node, read, with_cdi
+
 from gpuop.judgment.rules import findings, judge
 from gpuop.judgment.view import node_view
 from gpuop.reach.node_read import node_read, parse
-
-from test_node_logic import RC, daemon, gpu_pod, kinds, node, read, with_cdi
 
 
 def shell(body: str, timeout_s: int = 20) -> subprocess.CompletedProcess:
