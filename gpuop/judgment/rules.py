@@ -301,6 +301,11 @@ _UNREAD = {
         "the NVIDIA runtime binaries the next start of {rt} registers were not looked for "
         "within {within}: what it loads then is not judged, the rest is",
     ),
+    "processes": (
+        ["loaded"],
+        "the node's processes were not listed within {within} (a /proc that blocks reads): which "
+        "runtime serves this node is not known, none is judged",
+    ),
     "containerd": (
         ["loaded"],
         "the flags of containerd pid {pid} (its config and socket) were not read within "

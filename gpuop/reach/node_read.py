@@ -16,19 +16,23 @@ K3S_SOCKET = "/run/k3s/containerd/containerd.sock"  # RKE2's and k3s's own conta
 READ_SH = os.path.join(os.path.dirname(__file__), "node_read.sh")  # the read, in shell, run on the node
 
 
-def node_read(crictl: str = "crictl") -> str:
+READ_MARGIN_S = 5  # of a read's deadline, kept for its last section's kill and the way back
+
+
+def node_read(crictl: str = "crictl", deadline_s: float = 150) -> str:
     """The node's read as one shell command: ``GPUOP_READ``, the read's values and functions (the
     shell it shares with the lab's facts: a containerd's own merge, its CRI answer, files as one
     line; then node_read.sh's), defined, then ``read_node``, which runs each section in a shell of
-    its own from ``GPUOP_READ``.
+    its own from ``GPUOP_READ``, every one inside ``deadline_s`` (the deadline its caller reads
+    under) less ``READ_MARGIN_S``.
 
-        node_read("/usr/local/bin/crictl")  # -> "GPUOP_READ='CRICTL=/usr/local/bin/crictl\n...'\n...\nread_node"
+        node_read("/usr/local/bin/crictl", 150)  # -> "GPUOP_READ='CRICTL=/usr/local/bin/crictl\n...'\n...\nread_node"
     """
     with open(READ_SH) as f:
         script = f.read()
     functions = (
         f"CRICTL={shlex.quote(crictl)}\nNVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
-        f"{shell_functions()}{script}"
+        f"READ_S={max(1, int(deadline_s - READ_MARGIN_S))}\n{shell_functions()}{script}"
     )
     return f'GPUOP_READ={shlex.quote(functions)}\neval "$GPUOP_READ"\nread_node'
 

@@ -215,16 +215,31 @@ started() {
 }
 
 # section NAME SECONDS FUNCTION [ARG...]: the section "--- gpuop NAME", what FUNCTION prints, in a
-# shell of its own (GPUOP_READ: the whole read) under a deadline of its own. One that does not end
-# in time (a file read that blocks: a FIFO, a hung mount) is ended with all it started (timeout
-# signals its process group) and named "--- gpuop unread NAME SECONDS": the rest is still read.
+# shell of its own (GPUOP_READ: the whole read) under a deadline of its own, cut to what is left of
+# the whole read's (GPUOP_END, seconds since the epoch, where read_node set it): the sections fit
+# inside it. One that does not end in time (a file read that blocks: a FIFO, a hung mount) is
+# ended with all it started (timeout signals its process group) and named "--- gpuop unread NAME
+# SECONDS", as is one with no time left ("0s"): the rest is still read.
 section() {
   s=$1 t=$2; shift 2
   echo "--- gpuop $s"
+  if [ -n "${GPUOP_END:-}" ]; then
+    l=$((GPUOP_END - $(date +%s)))
+    [ "$l" -ge "$t" ] || t=$((l > 0 ? l : 0))
+    [ "$t" -gt 0 ] || { echo "--- gpuop unread $s 0s"; return 0; }
+  fi
   timeout -k 2 "$t" sh -c "$GPUOP_READ"'
 "$@"' sh "$@" </dev/null
   r=$?
   [ "$r" -ne 124 ] && [ "$r" -ne 137 ] || echo "--- gpuop unread $s ${t}s"
+}
+
+# processes: every containerd, kubelet, k3s and CRI-O process as KIND:PID, one a line. `ls -l`
+# names every process's binary in one process (a readlink each costs a fork per process on a
+# busy node); shims and ctr are other binaries and do not match.
+processes() {
+  ls -l /proc/[0-9]*/exe 2>/dev/null |
+    sed -nE 's@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet|k3s|crio)( \(deleted\))?$@\3:\1@p'
 }
 
 # described KIND PID: a process's section: its binary, command line (base64), then where it
@@ -262,13 +277,15 @@ nvidia_found() { for f in $NVIDIA_BINARIES; do [ -f "$f" ] && echo "$f"; done; r
 # deadlines of their own (a binary's merge: its version, its merge, its words again; crictl).
 FILES_S=10 MERGE_S=100 CRI_S=15
 
+# The whole read's deadline in seconds (READ_S, set by the controller from the deadline it reads
+# under, less a margin for the last section's kill and the way back), from read_node's start.
 read_node() {
+  GPUOP_END=$(($(date +%s) + ${READ_S:-145}))
   echo "--- gpuop hostname $(cat /proc/sys/kernel/hostname)"
   ke= list=
-  # `ls -l` names every process's binary in one process (a readlink each costs a fork per
-  # process on a busy node); shims and ctr are other binaries and do not match.
-  for x in $(ls -l /proc/[0-9]*/exe 2>/dev/null |
-      sed -nE 's@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet|k3s|crio)( \(deleted\))?$@\3:\1@p'); do
+  found=$(section processes "$FILES_S" processes)
+  case $found in *"--- gpuop unread "*) printf "%s\n" "$found"; return 0 ;; esac  # no process is judged unread
+  for x in $(printf "%s\n" "$found" | sed 1d); do
     p=${x#*:}
     kind_of "$p" "${x%:*}" || continue
     # a process gone since it was listed (another reader's `containerd config dump` that ended) is none

@@ -146,7 +146,7 @@ def judge_node(
     """
     audit = audit_of(host.state)
     if host.name not in audit.hosts:
-        read = host.get_fact(NodeRuntime, crictl=crictl, _timeout=read_timeout_s)
+        read = host.get_fact(NodeRuntime, crictl=crictl, deadline_s=read_timeout_s, _timeout=read_timeout_s)
         if host in host.state.failed_hosts:  # pyinfra said why (its deadline, a lost link): judge nothing
             yield _failed(
                 f"the node's read did not complete within node_read_timeout_s={read_timeout_s}s "

@@ -62,8 +62,8 @@ class NodeRuntime(FactBase):
     def default():
         return {"hostname": "", "containerds": [], "crios": [], "kubelet": None, "unread": {}}
 
-    def command(self, crictl="crictl"):
-        return node_read(crictl)
+    def command(self, crictl="crictl", deadline_s=150):
+        return node_read(crictl, deadline_s)
 
     def process(self, output):
         return parse(output)

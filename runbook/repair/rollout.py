@@ -109,7 +109,12 @@ def planned_repair(knobs):
 
         planned_repair(knobs=parse_node_knobs(host.data))
     """
-    read = host.get_fact(NodeRuntime, crictl=knobs.crictl_binary, _timeout=knobs.node_read_timeout_s)
+    read = host.get_fact(
+        NodeRuntime,
+        crictl=knobs.crictl_binary,
+        deadline_s=knobs.node_read_timeout_s,
+        _timeout=knobs.node_read_timeout_s,
+    )
     try:
         objects = cluster_objects(host.state, knobs.kubeconfig, knobs.kube_context, knobs.cluster_read_timeout_s)
     except DeployError as e:
@@ -184,7 +189,7 @@ def audited_after(rollout: _Rollout, kubeconfig: str, context: str) -> dict:
     entries = {}
     for name, (target, knobs) in sorted(rollout.readers.items()):
         ok, out = target.run_shell_command(
-            StringCommand(node_read(knobs.crictl_binary)), _timeout=knobs.node_read_timeout_s
+            StringCommand(node_read(knobs.crictl_binary, knobs.node_read_timeout_s)), _timeout=knobs.node_read_timeout_s
         )
         if not ok:
             logger.error(f"{target.print_prefix}node {name}: not read again after the rollout")
@@ -393,7 +398,11 @@ class _Steps:
 
     def seen_now(self) -> dict:
         """The node's view, read again (one command)."""
-        lines = self.on_node("the node's read", node_read(self.knobs.crictl_binary), self.knobs.node_read_timeout_s)
+        lines = self.on_node(
+            "the node's read",
+            node_read(self.knobs.crictl_binary, self.knobs.node_read_timeout_s),
+            self.knobs.node_read_timeout_s,
+        )
         return node_view(NodeRuntime().process(lines))
 
     def cordon(self):

@@ -124,3 +124,39 @@ def test_a_daemon_whose_flags_were_not_read_is_named_not_taken_for_no_containerd
     assert gaps[0]["detail"].startswith(
         "the flags of containerd pid 812 (its config and socket) were not read within 10s"
     )
+
+
+def test_a_section_gets_only_what_is_left_of_the_whole_read_s_deadline(tmp_path):
+    """The sections fit inside the whole read's deadline (GPUOP_END): a section asking 10 s with 1 s
+    left gets 1 s, and one with none left is named unread at once, not run."""
+    fifo = tmp_path / "cdi" / "stuck.yaml"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    answer = f'{{"config": {{"cdiSpecDirs": ["{fifo.parent}"]}}}}'
+    began = time.monotonic()
+    out = shell(f"GPUOP_END=$(($(date +%s) + 1)); section cdi 10 cdi_specs '{answer}'; section started 10 started $$")
+    took = time.monotonic() - began
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["--- gpuop cdi", "--- gpuop unread cdi 1s"], out
+    assert lines[2:] == ["--- gpuop started", "--- gpuop unread started 0s"], out
+    assert took < 6, took
+
+
+def test_the_read_ends_within_its_deadline_the_process_list_included():
+    """The whole read under a 6 s deadline (1 s once its margin is kept) on this machine: it ends
+    within it, whatever runs here; its process list is a section, named unread if it had no time."""
+    command = node_read("crictl", 6)
+    began = time.monotonic()
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30)
+    assert time.monotonic() - began < 6, out
+    assert out.stdout.startswith("--- gpuop hostname "), out
+    read = parse(out.stdout.splitlines())
+    assert set(read["unread"]) <= {"processes", "restart", "runtime", "cri", "cdi", "nvidia", "started"}, read
+
+
+def test_a_process_list_not_read_is_named_not_taken_for_no_containerd():
+    got = parse(["--- gpuop hostname gpu-a", "--- gpuop processes", "--- gpuop unread processes 10s"])
+    assert (got["unread"], got["containerds"]) == ({"processes": "10s"}, [])
+    gaps = findings(node_view(got), [node()], "gpu-a")
+    assert [g["kind"] for g in gaps] == ["view-unread"], gaps
+    assert gaps[0]["detail"].startswith("the node's processes were not listed within 10s"), gaps
