@@ -241,6 +241,21 @@ PARSERS = {
 
 
 @dataclass(frozen=True)
+class DrainPolicy:
+    """How the fleet repair takes a node's Pods off it before its runtime restarts, as ``kubectl
+    drain --ignore-daemonsets`` does: one object, built once from the knobs
+    (``NodeKnobs.drain_policy``), printed by the plan and obeyed by the drain.
+
+        DrainPolicy(drain=True, delete_unmanaged=False, delete_emptydir_data=False, timeout_s=300)
+    """
+
+    drain: bool = True  # knob drain: false cordons only, every Pod runs on through the restart
+    delete_unmanaged: bool = False  # knob drain_unmanaged: Pods no controller owns deleted (--force)
+    delete_emptydir_data: bool = False  # knob drain_delete_emptydir_data (--delete-emptydir-data)
+    timeout_s: int = 300  # knob drain_timeout_s: the evictions and the Pods' ends within it
+
+
+@dataclass(frozen=True)
 class NodeKnobs:
     node_name: str
     gpu_handler: str
@@ -254,6 +269,7 @@ class NodeKnobs:
     cluster_read_timeout_s: int
     reach: str
     nodes_from: str
+    agent_heartbeat_s: int
     node_pod_image: str
     node_pod_namespace: str
     containerd_restart: str
@@ -266,6 +282,16 @@ class NodeKnobs:
     repair_max_unavailable: int
     repair_max_failures: int
     repair_lock_s: int
+
+    @property
+    def drain_policy(self) -> DrainPolicy:
+        """The drain's knobs as one object."""
+        return DrainPolicy(
+            drain=self.drain,
+            delete_unmanaged=self.drain_unmanaged,
+            delete_emptydir_data=self.drain_delete_emptydir_data,
+            timeout_s=self.drain_timeout_s,
+        )
 
 
 NODE_PARSERS = {
@@ -281,6 +307,7 @@ NODE_PARSERS = {
     "cluster_read_timeout_s": _int(5),
     "reach": _reach,
     "nodes_from": _nodes_from,
+    "agent_heartbeat_s": _int(10),
     "node_pod_image": _image_ref,
     "node_pod_namespace": _name,
     "containerd_restart": _shell_line,

@@ -40,6 +40,7 @@ cluster_read_timeout_s = (
     20  # the deadline of the fleet's one cluster read, every page of it (a cluster of many thousand Pods needs more)
 )
 reach = "ssh"  # how a node is read: ssh (its SSH login), or cluster (a short-lived privileged Pod on it, its log read through the API server: no SSH needed)
+agent_heartbeat_s = 300  # the node agents' --heartbeat-s (default 300): reach=agent and nodes_from=agents take a condition whose heartbeat is older than two of these as stale (its agent stopped), not as the node's word
 nodes_from = "inventory"  # which nodes a fleet run takes: inventory (the nodes file's hosts, else the cluster's GPU nodes), or agents (of those, only the ones whose node agent's condition is True: fix.py repairs where a gap is said, docs/agent.md)
 node_pod_image = "docker.io/library/busybox:1.37"  # the cluster reach's Pod image and the repair's probe: any with a shell and nsenter, fully qualified (CRI-O refuses a short name it has no alias for); the lab imports one built from Debian's busybox-static
 node_pod_namespace = "default"  # where gpuop makes its short-lived Pods (the cluster reach's reads: its Pod Security level must allow a privileged host-PID Pod; the repair's probes) and the repair's Lease

@@ -17,9 +17,12 @@
 #   lab/build.sh crio-import -> ~/.cache/gpuop-lab/cri-o-import-CRIO_VERSION-<source hash>/bin (crio-import: an
 #                           image into CRI-O's store, since nothing can be pulled; lab/crioimport)
 #   lab/build.sh standin    -> ~/.cache/gpuop-lab/standin-<source hash>/bin (the kubelet node's stand-in images' program)
-#   lab/build.sh crds       -> ~/.cache/gpuop-lab/crds-prometheus-operator-V/bin (its PrometheusRule CRD, from its
-#                           module: the node agent's alert rule is tried against the lab's API server)
+#   lab/build.sh crds       -> ~/.cache/gpuop-lab/crds-prometheus-operator-V/bin (its PrometheusRule and
+#                           ServiceMonitor CRDs, from its module: the agent's chart is tried against the lab's API server)
 #   lab/build.sh runc       -> ~/.cache/gpuop-lab/runc-RUNC_VERSION/bin (runc, static: the GPU proof's kit)
+#   lab/build.sh helm       -> ~/.cache/gpuop-lab/helm-HELM_VERSION/bin (helm: the agent's chart)
+#   lab/build.sh promtool   -> ~/.cache/gpuop-lab/promtool-PROMETHEUS_VERSION/bin (promtool: its alert rules' tests)
+#   lab/build.sh kube-state-metrics -> ~/.cache/gpuop-lab/kube-state-metrics-V/bin (the conditions as series)
 #   lab/build.sh ctr V      containerd V's ctr, beside it (the GPU proof imports its images with it)
 #   lab/build.sh agent-site  the node agent's pinned dependencies (pyproject.toml), installed for its image
 #                           -> ~/.cache/gpuop-lab/agent-site-<their hash>/site
@@ -40,7 +43,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 component=${1:-cluster}
 cache_root=${GPUOP_LAB_CACHE:-$HOME/.cache/gpuop-lab}
-usage="usage: $0 [cluster|kubelet|crictl|crio|crio-import|containerd VERSION|shim VERSION|ctr VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|crds|runc|gpu-kit|gpu-kit-archive|agent-site|agent-image|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
+usage="usage: $0 [cluster|kubelet|crictl|crio|crio-import|helm|promtool|kube-state-metrics|containerd VERSION|shim VERSION|ctr VERSION|multicall VERSION|containerds|nvidia-ctk [CTK]|standin|crds|runc|gpu-kit|gpu-kit-archive|agent-site|agent-image|all]; VERSION one of: $CONTAINERD_VERSIONS; CTK one of: $NVIDIA_CTK_VERSIONS"
 case $component in
 cluster) cache=$cache_root/k8s-${K8S_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION} ;;
 kubelet) cache=$cache_root/kubelet-$K8S_VERSION ;;
@@ -55,6 +58,9 @@ nvidia-ctk)
 standin) cache=$cache_root/standin-$(sha256sum "$here/standin/standin.c" | cut -c1-12) ;;
 crds) cache=$cache_root/crds-prometheus-operator-$PROMETHEUS_OPERATOR_VERSION ;;
 runc) cache=$cache_root/runc-$RUNC_VERSION ;;
+helm) cache=$cache_root/helm-$HELM_VERSION ;;
+promtool) cache=$cache_root/promtool-$PROMETHEUS_VERSION ;;
+kube-state-metrics) cache=$cache_root/kube-state-metrics-$KUBE_STATE_METRICS_VERSION ;;
 agent-site) cache=$cache_root/agent-site-$(grep '^dependencies' "$here/../pyproject.toml" | sha256sum | cut -c1-12) ;;
 agent-image) cache=$cache_root/agent-image ;;
 gpu-kit | gpu-kit-archive) cache=$cache_root/gpu-kit ;;
@@ -78,7 +84,8 @@ all)
   # Python packages (tests/nodes/test_agent_pod.py), the kubelet node's
   # (tests/kubeletnode: the newest containerd and its shim), the simulated nodes' (tests/nodes:
   # k3s's multicall, CRI-O, then the containerds they run), then every other containerd, which
-  # only the version matrices need, then the rest of the GPU proof's kit (tests/gpu), last. Two
+  # only the version matrices need, then the rest of the GPU proof's kit (tests/gpu), then the agent
+  # chart's tools (helm, kube-state-metrics, promtool: a test that comes first builds its own). Two
   # builds side by side were measured no faster here: the builds are CPU-bound.
   newest=${CONTAINERD_VERSIONS##* }
   ctks=""
@@ -86,7 +93,7 @@ all)
   # shellcheck disable=SC2086 # word lists
   for c in cluster crictl crds kubelet standin agent-site $ctks "containerd:$newest" "shim:$newest" "multicall:$newest" \
       crio crio-import containerd:1.7.35 containerd:2.0.14 containerd:2.2.9 containerd:2.3.3 containerds \
-      runc "ctr:$newest" shim:1.7.35 shim:2.3.3; do
+      runc "ctr:$newest" shim:1.7.35 shim:2.3.3 helm kube-state-metrics promtool; do
     "$0" ${c/:/ } >/dev/null
   done
   exit 0
@@ -246,7 +253,24 @@ build_crds() {  # a file of the module, nothing built: the module zip holds its 
   local src
   src=$(cd "$(wrapper crds)" && go mod download -json \
     "github.com/prometheus-operator/prometheus-operator@v$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  install -m 644 "$src/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml" "$bin/"
+  install -m 644 "$src/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml" \
+    "$src/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" "$bin/"
+}
+
+build_helm() {
+  GOBIN=$bin go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION" "helm.sh/helm/v4/cmd/helm@v$HELM_VERSION"
+}
+
+build_promtool() {  # Prometheus' module carries replace directives: built through a wrapper
+  local dir
+  dir=$(wrapper promtool)
+  (cd "$dir" && go get "github.com/prometheus/prometheus/cmd/promtool@v$PROMETHEUS_VERSION" &&
+    go build -trimpath -ldflags "-s -w" -o "$bin/promtool" github.com/prometheus/prometheus/cmd/promtool)
+}
+
+build_kube_state_metrics() {
+  GOBIN=$bin go install -trimpath -ldflags "-s -w" "k8s.io/kube-state-metrics/v2@v$KUBE_STATE_METRICS_VERSION"
 }
 
 build_standin() {  # static: it runs alone in an image
@@ -268,6 +292,10 @@ crio-import) have_all crio-import || built "crio-import (CRI-O v$CRIO_VERSION's 
 nvidia-ctk) have_all nvidia-ctk nvidia-ctk-installer nvidia-container-runtime nvidia-cdi-hook ||
   built "the NVIDIA container toolkit v$ctk_version (nvidia-ctk, its installer, runtime and CDI hook)" build_nvidia_ctk ;;
 runc) have_all runc || built "runc v$RUNC_VERSION" build_runc ;;
+helm) have_all helm || built "helm v$HELM_VERSION" build_helm ;;
+promtool) have_all promtool || built "promtool v$PROMETHEUS_VERSION" build_promtool ;;
+kube-state-metrics) have_all kube-state-metrics ||
+  built "kube-state-metrics v$KUBE_STATE_METRICS_VERSION" build_kube_state_metrics ;;
 gpu-kit) "$here/gpukit.sh" "$cache/kit" >&2 ;;
 agent-site)
   [ -d "$cache/site" ] || built "the node agent's dependencies" build_agent_site
@@ -289,8 +317,8 @@ gpu-kit-archive)  # under the same lock: the folder assembled anew, then packed 
   echo "$cache/gpuop-gpu-kit.tar.xz"
   exit 0 ;;
 standin) have_all standin || built "the stand-in program" build_standin ;;
-crds) [ -f "$bin/monitoring.coreos.com_prometheusrules.yaml" ] ||
-  built "prometheus-operator v$PROMETHEUS_OPERATOR_VERSION's PrometheusRule CRD" build_crds ;;
+crds) [ -f "$bin/monitoring.coreos.com_prometheusrules.yaml" ] && [ -f "$bin/monitoring.coreos.com_servicemonitors.yaml" ] ||
+  built "prometheus-operator v$PROMETHEUS_OPERATOR_VERSION's PrometheusRule and ServiceMonitor CRDs" build_crds ;;
 containerd) have_all containerd || built "containerd v$containerd_version" build_containerd containerd ;;
 shim) have_all containerd-shim-runc-v2 || built "containerd v$containerd_version's runc shim" build_containerd containerd-shim-runc-v2 ;;
 ctr) have_all ctr || built "containerd v$containerd_version's ctr" build_containerd ctr ;;

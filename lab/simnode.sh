@@ -79,6 +79,10 @@ inside() {  # runs as the namespace's pid 1
     mount -t overlay overlay -o "lowerdir=/etc,upperdir=$dir/etc-upper,workdir=$dir/etc-work" /etc
     mount --bind "$dir/crio" /etc/crio
     mount -t tmpfs -o mode=755 tmpfs /var/log
+    # CRI-O makes its default hooks_dir (/usr/share/containers/oci/hooks.d) where it is missing:
+    # on an overlay of /usr/share whose writes land in DIR/share-upper, never on the host.
+    mkdir -p "$dir/share-upper" "$dir/share-work"
+    mount -t overlay overlay -o "lowerdir=/usr/share,upperdir=$dir/share-upper,workdir=$dir/share-work" /usr/share
     # No huge pages here: kubelet would then ask a limit of 0 for each size, and CRI-O passes them on
     # whenever the kernel knows hugetlb (/proc/cgroups), mounted or not; runc then fails to create
     # any container on a cgroup v1 host that leaves hugetlb unmounted (containerd skips them there).
@@ -136,6 +140,11 @@ case ${1:-} in
     # shellcheck disable=SC2046
     python3 "$(dirname "$0")/labproc.py" stop --grace=5 "node $dir" $(ns_init "$dir")
     wait_until 10 0.1 "node $dir to stop" gone "$dir" || die "node $dir did not stop"
+    # and a sandbox or container its kubelet began after that look: its state dir outlives the
+    # node in /var/lib's upper layer (its cgroup exists as soon as runc made it)
+    for t in "$dir"/varlib/upper/containerd/io.containerd.grpc.v1.cri/*/*/; do
+      [[ -d $t ]] && cgroups+=(/sys/fs/cgroup/*/k8s.io/"$(basename "$t")")
+    done
     for c in "${cgroups[@]}"; do [[ ! -d $c ]] || wait_until 10 0.1 "cgroup $c to empty" rmdir "$c" 2>/dev/null || true; done
     rmdir /sys/fs/cgroup/*/k8s.io 2>/dev/null || true ;;  # only where no other containerd's Pods are
   *) die "usage: start DIR RUNTIME HOSTNAME [CLUSTER] | stop DIR | pid DIR | stop-all CLUSTER" ;;

@@ -47,7 +47,7 @@ def _pod(name: str, runtime_class: str = "", gpus: int = 0, phase: str = "Runnin
 def probe_pod() -> dict:
     """The repair's probe Pod (``drain.probe_manifest``) as the proof runs it: one GPU asked,
     through the GPU handler's RuntimeClass, named as proof.sh names its sandbox."""
-    from gpuop.repair.drain import probe_manifest  # the kubernetes client: only where the probe is asked for
+    from gpuop.repair.probe import probe_manifest  # the kubernetes client: only where the probe is asked for
 
     pod = probe_manifest(NODE, HANDLER, PROBE_IMAGE, NAMESPACE, 120, gpus=1)
     pod["metadata"]["name"] = "gpuop-probe"

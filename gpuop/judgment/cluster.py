@@ -236,6 +236,20 @@ def event_epoch(event: dict) -> float:
     return datetime.fromisoformat(_event_time(event)).timestamp()
 
 
+def said_by_kubelet(event: dict, node: str) -> bool:
+    """Whether ``event`` is the word of ``node``'s own kubelet, as the kubelet writes its Events
+    (``source`` ``{component: kubelet, host: NODE}``, and ``reportingComponent``/``reportingInstance``
+    where set). The API server checks neither field: the agent's admission policy keeps agents from
+    writing them, and a rule that an Event alone turns True believes no other.
+
+        said_by_kubelet({"source": {"component": "kubelet", "host": "gpu-a"}}, "gpu-a") -> True
+    """
+    source = event.get("source") or {}
+    reporting = event.get("reportingComponent"), event.get("reportingInstance")
+    by_source = source.get("component") == "kubelet" and source.get("host") == node
+    return by_source and (reporting[0] in (None, "", "kubelet")) and (reporting[1] in (None, "", node))
+
+
 def sandbox_failure(events: list, pod: dict) -> dict | None:
     """The newest event of the kubelet failing to create this Pod's sandbox (this Pod: its uid, not
     a deleted one's of the same name), or None.

@@ -24,6 +24,7 @@ from gpuop.judgment.cluster import (
     rollout_complete,
     rollout_settled,
     rollout_status,
+    said_by_kubelet,
     sandbox_failure,
 )
 from gpuop.judgment.containerd import release
@@ -116,10 +117,11 @@ def refuses(view: dict, handler: str, message: str) -> bool:
 
 def refused_while_loaded(name: str, view: dict, objects: list, events: list) -> list:
     """The active Pods on node ``name`` whose handler the runtime's live status names while they
-    have no sandbox, the kubelet's newest word on it, said after this daemon started, being that
-    runtime refusing the handler: a status its sandboxes do not share (CRI-O after a reload,
-    cri-o#10202). Each with its class, handler and the kubelet's event. None where the daemon's
-    start is not known (an older event may be a daemon's since restarted).
+    have no sandbox, the newest word on it of that node's own kubelet (``said_by_kubelet``), said
+    after this daemon started, being that runtime refusing the handler: a status its sandboxes do
+    not share (CRI-O after a reload, cri-o#10202). Each with its class, handler and the kubelet's
+    event. None where the daemon's start is not known (an older event may be a daemon's since
+    restarted).
 
         refused_while_loaded("gpu-a", view, objects, events) -> [(pod, "nvidia", "nvidia", "Failed to create pod
             sandbox: ...")]
@@ -127,9 +129,9 @@ def refused_while_loaded(name: str, view: dict, objects: list, events: list) -> 
     started = (view["daemon"] or {}).get("started")
     if view["loaded_from"] not in LIVE or started is None:
         return []
-    found = []
+    found, kubelets = [], [e for e in events if said_by_kubelet(e, name)]  # no other's word on this node
     for pod, rc, handler in classed_pods(name, objects):
-        event = sandbox_failure(events, pod) if handler in view["loaded"] and not has_sandbox(pod) else None
+        event = sandbox_failure(kubelets, pod) if handler in view["loaded"] and not has_sandbox(pod) else None
         if event and event_epoch(event) > started and refuses(view, handler, event["message"]):
             found.append((pod, rc, handler, event["message"]))
     return found

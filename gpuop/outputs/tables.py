@@ -111,7 +111,9 @@ def fleet_table(report: dict) -> list:
     ``cri-o 1.36.3``; ``none`` where none runs). LOADED: what CRI answered (CRI-O's own status API on a node
     with no crictl, marked ``(status)``); what the kubelet reports, marked ``(api)``, where the
     node was not read; else why not. GPU PATH: how a GPU reaches a container there
-    (``handler``, ``cdi``, ``oci-hook``, or ``-``).
+    (``handler``, ``cdi``, ``oci-hook``, or ``-``). PROBLEM, RESTART UNSAFE: the node agent's two
+    conditions as its judgment sets them (``condition.with_conditions``), and each gap says which
+    one it sets.
     """
 
     def loaded(n):
@@ -123,7 +125,20 @@ def fleet_table(report: dict) -> list:
 
     nodes = sorted(report["nodes"].items())
     lines = columns(
-        [("NODE", "RUNTIME", "LOADED", "AFTER RESTART", "CRI AFTER RESTART", "GPU PATH", "PODS AT RISK", "GAPS")]
+        [
+            (
+                "NODE",
+                "RUNTIME",
+                "LOADED",
+                "AFTER RESTART",
+                "CRI AFTER RESTART",
+                "GPU PATH",
+                "PODS AT RISK",
+                "GAPS",
+                "PROBLEM",
+                "RESTART UNSAFE",
+            )
+        ]
         + [
             (
                 name,
@@ -134,13 +149,15 @@ def fleet_table(report: dict) -> list:
                 handlers(n.get("gpu_path") or []),
                 str(n["pods_at_risk"]),
                 str(len(n["gaps"])),
+                (n.get("conditions") or {}).get("GPURuntimeProblem", "-"),
+                (n.get("conditions") or {}).get("GPURuntimeRestartUnsafe", "-"),
             )
             for name, n in nodes
         ]
     )
     refusing = [item for item in nodes if item[1]["cri_after_restart"] == "refuses-start"]
     lines += [
-        f"GAP {name}: [{g['kind']}] {g['detail']}"
+        f"GAP {name}: [{g['kind']}] {g['detail']}" + (f" (sets {g['condition']})" if g.get("condition") else "")
         for name, n in refusing + [item for item in nodes if item not in refusing]
         for g in worst_first(n["gaps"])
     ]

@@ -58,6 +58,12 @@ def registry_of(report: dict) -> CollectorRegistry:
         ["node", "runtime", "version"],
         registry=registry,
     )
+    condition = Gauge(
+        "gpuop_node_condition",
+        "The node agent's conditions as the audit's judgment sets them: 1 for each one's status",
+        ["node", "condition", "status"],
+        registry=registry,
+    )
     fleet = Gauge("gpuop_fleet_gaps", "Gaps of the fleet as a whole, by kind", ["kind"], registry=registry)
     for name, node in report["nodes"].items():
         count.labels(name).set(len(node["gaps"]))
@@ -70,6 +76,9 @@ def registry_of(report: dict) -> CollectorRegistry:
         for state in CRI_STATES:
             cri.labels(name, state).set(1 if node["cri_after_restart"] == state else 0)
         runtime.labels(name, node["runtime"], node["version"]).set(1)
+        for kind, status in (node.get("conditions") or {}).items():  # a fleet's node (a lab host's has none)
+            for state in ("True", "False", "Unknown"):
+                condition.labels(name, kind, state).set(1 if status == state else 0)
         if node["runtime"] == "containerd":
             info.labels(name, node["version"]).set(1)
     for g in report["gaps"]:

@@ -62,6 +62,16 @@ def bounded(configuration: client.Configuration, request_deadline_s: float = 0) 
     return api
 
 
+def plain(api: client.ApiClient, obj, kind: str = "") -> dict:
+    """An object of the kubernetes library as the API server's JSON says it (what the rules read),
+    its ``kind`` set where given (a list's items carry none).
+
+        plain(api, core.read_node("gpu-a"), "Node")["metadata"]["name"] -> "gpu-a"
+    """
+    said = api.sanitize_for_serialization(obj)
+    return {**said, "kind": kind} if kind else said
+
+
 def in_words(e: Exception, deadline_s: float) -> str:
     """Why a request to the API server failed, in one sentence (no client's retry chatter).
 
@@ -136,7 +146,7 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
                         dra = "not served (no resource.k8s.io/v1: Kubernetes before 1.34)"
                         break
                     requests += 1
-                    objects += [{**api.sanitize_for_serialization(item), "kind": kind} for item in answer.items]
+                    objects += [plain(api, item, kind) for item in answer.items]
                     token = answer.metadata._continue
                     if not token:
                         break

@@ -38,6 +38,7 @@ from gpuop.judgment.objects import of_kind, ref
 from gpuop.judgment.regen import V3_TEMPLATE, template_path
 from gpuop.judgment.rules import active, classed_pods
 from gpuop.judgment.view import LIVE
+from gpuop.knobs import DrainPolicy
 from gpuop.layout import NODE_BACKUPS
 from gpuop.reach.nodepod import MANAGED_BY
 
@@ -401,11 +402,9 @@ def _runtimes(text: str) -> list:
     return runtime_names(doc) if doc else []
 
 
-def plan_lines(
-    plan: dict, drain: bool = True, delete_unmanaged: bool = False, delete_emptydir_data: bool = False
-) -> list:
-    """The plan of one node in words, its diff included: what ``--dry`` prints; the drain as the
-    knobs make it (``drain``, ``drain_unmanaged``, ``drain_delete_emptydir_data``).
+def plan_lines(plan: dict, policy: DrainPolicy = DrainPolicy()) -> list:
+    """The plan of one node in words, its diff included: what ``--dry`` prints; the drain as its
+    ``policy`` makes it (the knobs ``drain``, ``drain_unmanaged``, ``drain_delete_emptydir_data``).
 
         plan_lines({"node": "gpu-a", "action": "none", "why": "nvidia is loaded ...", ...})
         -> ["gpu-a: nothing to do: nvidia is loaded now and after a restart"]
@@ -416,7 +415,7 @@ def plan_lines(
     if plan["action"] == "blocked":
         return [f"{name}: NOT repaired: {plan['why']}"]
     unmanaged, local = ", ".join(plan["unmanaged"]), ", ".join(plan["local_storage"])
-    if not drain:
+    if not policy.drain:
         drained = f"{name}:   cordon, no drain (drain=false): every Pod on it runs on through the restart"
     else:
         drained = (
@@ -425,14 +424,14 @@ def plan_lines(
                 ""
                 if not unmanaged
                 else f"; delete {unmanaged} (no controller owns them: drain_unmanaged=true)"
-                if delete_unmanaged
+                if policy.delete_unmanaged
                 else f"; Pods no controller owns stop the drain: {unmanaged}"
             )
             + (
                 ""
                 if not local
                 else f"; their emptyDir data deleted with them: {local} (drain_delete_emptydir_data=true)"
-                if delete_emptydir_data
+                if policy.delete_emptydir_data
                 else f"; Pods whose emptyDir data an eviction deletes stop the drain: {local}"
             )
         )

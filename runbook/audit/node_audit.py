@@ -14,13 +14,14 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
-from gpuop.judgment.condition import agents_report
+from gpuop.judgment.condition import agents_report, with_conditions
 from gpuop.judgment.rules import DRIVER, cluster_gaps, judge
 from gpuop.judgment.view import api_view, node_view
 from gpuop.outputs.tables import fleet_table
 from gpuop.outputs.textfile import registry_of, write_reports
-from gpuop.reach.kubeapi import ClusterUnreadable, api_client, in_words, inventory_read, read_cluster
+from gpuop.reach.kubeapi import ClusterUnreadable, api_client, in_words, inventory_read, plain, read_cluster
 from runbook.reach.node import NodeRuntime
+from runbook.run.poll import failure
 from runbook.run.state import run_of
 
 
@@ -83,7 +84,7 @@ def _whole(state, audit: NodeAudit) -> dict:
             )
             from_api[h.name] = name
     return {
-        "nodes": dict(sorted(nodes.items())),
+        "nodes": {name: with_conditions(entry) for name, entry in sorted(nodes.items())},
         "gaps": cluster_gaps(nodes, audit.objects or []),
         "cluster": audit.cluster,
         "unread": sorted(h.name for h in unread),
@@ -148,7 +149,7 @@ def judge_node(
     if host.name not in audit.hosts:
         read = host.get_fact(NodeRuntime, crictl=crictl, deadline_s=read_timeout_s, _timeout=read_timeout_s)
         if host in host.state.failed_hosts:  # pyinfra said why (its deadline, a lost link): judge nothing
-            yield _failed(
+            yield failure(
                 f"the node's read did not complete within node_read_timeout_s={read_timeout_s}s "
                 "or failed: it is not judged"
             )
@@ -156,26 +157,16 @@ def judge_node(
         try:
             objects = cluster_objects(host.state, kubeconfig, context, cluster_timeout_s)
         except DeployError as e:
-            yield _failed(str(e))
+            yield failure(str(e))
             return
         name = node_name or read["hostname"] or host.name
         twin = next((h for h, n in audit.hosts.items() if n == name), None)
         if twin:
-            yield _failed(f"hosts {twin} and {host.name} both audit node {name}: set node_name for each")
+            yield failure(f"hosts {twin} and {host.name} both audit node {name}: set node_name for each")
             return
         audit.nodes[name] = judge(node_view(read), objects, name, gpu_handler, gpu_driver)
         audit.hosts[host.name] = name
     yield from ()
-
-
-def _failed(words: str) -> FunctionCommand:
-    """The host fails, said in one sentence (an exception raised here would print a traceback)."""
-
-    def say(state, host):
-        logger.error(f"{host.print_prefix}{words}")
-        return False
-
-    return FunctionCommand(say, (), {})
 
 
 @operation(is_idempotent=False)
@@ -228,7 +219,7 @@ def report_fleet(report: str, textfile: str, kubeconfig: str, context: str, clus
 
 
 @operation(is_idempotent=False)
-def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeout_s: int):
+def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeout_s: int, heartbeat_s: int):
     """
     Report the fleet from its node agents alone (``--data reach=agent``): one list of the
     cluster's Nodes, each GPU node judged by its agent's condition (``gpuop.judgment.condition``),
@@ -236,23 +227,23 @@ def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeo
 
     + report: the JSON on this machine; empty: none
     + kubeconfig, context, cluster_timeout_s: the cluster, and its read's deadline
+    + heartbeat_s: the agents' heartbeat: a condition older than two of them is stale
 
     .. code:: python
 
-        report_from_agents(report="fleet.json", kubeconfig="", context="prod", cluster_timeout_s=20)
+        report_from_agents(report="fleet.json", kubeconfig="", context="prod", cluster_timeout_s=20, heartbeat_s=300)
     """
 
     def judge(state, host):
         try:
             api = api_client(kubeconfig, context, cluster_timeout_s)
             nodes = [
-                {**api.sanitize_for_serialization(n), "kind": "Node"}
-                for n in client.CoreV1Api(api).list_node(_request_timeout=cluster_timeout_s).items
+                plain(api, n, "Node") for n in client.CoreV1Api(api).list_node(_request_timeout=cluster_timeout_s).items
             ]
         except Exception as e:  # noqa: BLE001 (one sentence: no library's traceback reaches the run's output)
             logger.error(f"{host.print_prefix}the cluster's Nodes cannot be read: {in_words(e, cluster_timeout_s)}")
             return False
-        found = agents_report(nodes, datetime.now(UTC))
+        found = agents_report(nodes, datetime.now(UTC), heartbeat_s)
         write_reports(found, report, "", None)
         logger.info(f"--> the fleet as its agents say it (one list of {len(nodes)} Nodes):")
         if not found["nodes"]:
@@ -261,12 +252,14 @@ def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeo
                 "or carries the agent's condition"
             )
         for name, v in found["nodes"].items():
+            said = "  ".join(f"{kind}={c['status']}" for kind, c in v["conditions"].items())
             logger.info(
                 f"    {name}  agent {v['agent']}  {v['status'] or '-'}  {v['reason'] or '-'}  "
                 f"heartbeat {v['heartbeat_age_s'] if v['heartbeat_age_s'] is not None else '-'}s ago"
+                + (f"  {said}" if said else "")
             )
             for gap in v["gaps"]:
-                logger.info(f"GAP {name}: [{gap['kind']}] {gap['detail']}")
+                logger.info(f"GAP {name}: [{gap['kind']}] {gap['detail']} (sets {gap['condition']})")
         if found["unread"]:
             logger.error(f"{host.print_prefix}not judged, no live agent: {', '.join(found['unread'])}")
         failing = [n for n, v in found["nodes"].items() if v["status"] != "False"]

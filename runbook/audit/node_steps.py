@@ -21,6 +21,7 @@ def audit_node(node, reporter: bool = False):
             kubeconfig=node.kubeconfig,
             context=node.kube_context,
             cluster_timeout_s=node.cluster_read_timeout_s,
+            heartbeat_s=node.agent_heartbeat_s,
         )
         return
     if not reporter:

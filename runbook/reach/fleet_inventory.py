@@ -61,7 +61,8 @@ def _flagged(found: list, nodes, argv) -> list:
 
     # where the cluster listed the nodes, that same read
     objects, where = _cluster_read(nodes, argv, "nodes_from=agents takes the nodes from their agents' conditions there")
-    kept, left = flagged_by_agents(found, agents_report(of_kind(objects, "Node"), datetime.now(UTC)))
+    heartbeat_s = _asked(nodes, argv, ("agent_heartbeat_s",))["agent_heartbeat_s"]
+    kept, left = flagged_by_agents(found, agents_report(of_kind(objects, "Node"), datetime.now(UTC), heartbeat_s))
     logger.info(f"--> the nodes their agents say a gap of ({where}): {', '.join(n for n, _ in kept) or 'none'}")
     for line in left:
         logger.info(f"    not taken: {line}")

@@ -95,8 +95,8 @@ class KubeNodeConnector(BaseConnector):
             label_selector=f"{nodepod.NODE_LABEL}={self.node}",
             _request_timeout=self._timeout(self.knobs.cluster_read_timeout_s),
         )
-        plain = [self.api.sanitize_for_serialization(p) for p in pods.items]
-        for name in nodepod.leftovers(plain, time.time()):
+        found = [self.kubeapi.plain(self.api, p) for p in pods.items]
+        for name in nodepod.leftovers(found, time.time()):
             logger.info(f"{self.host.print_prefix}removing read Pod {self.namespace}/{name}, left by an earlier run")
             self._delete(name)
 
@@ -194,7 +194,7 @@ class KubeNodeConnector(BaseConnector):
         version its creation returned, so that no change is missed."""
         from kubernetes import watch
 
-        pod = self.api.sanitize_for_serialization(created)
+        pod = self.kubeapi.plain(self.api, created)
         name = pod["metadata"]["name"]
         reasons = []  # the container's waiting reasons, as they came
         while not nodepod.finished(pod) and not nodepod.pull_given_up(reasons):
@@ -218,7 +218,7 @@ class KubeNodeConnector(BaseConnector):
                     _request_timeout=self._timeout(left + 5),
                 ):
                     if event["type"] in ("ADDED", "MODIFIED"):
-                        pod = self.api.sanitize_for_serialization(event["object"])
+                        pod = self.kubeapi.plain(self.api, event["object"])
                         reason = nodepod.waiting_reason(pod)
                         if reason and (not reasons or reasons[-1] != reason):
                             reasons.append(reason)
@@ -227,8 +227,11 @@ class KubeNodeConnector(BaseConnector):
             except Exception as e:  # a watch the API server ends early (410 Gone): look once
                 if getattr(e, "status", None) != 410:
                     raise
-                pod = self.api.sanitize_for_serialization(
-                    self._ask(self.core.read_namespaced_pod, name, self.namespace, _request_timeout=self._timeout(left))
+                pod = self.kubeapi.plain(
+                    self.api,
+                    self._ask(
+                        self.core.read_namespaced_pod, name, self.namespace, _request_timeout=self._timeout(left)
+                    ),
                 )
         return pod, nodepod.pull_given_up(reasons) and not nodepod.finished(pod)
 
@@ -241,7 +244,7 @@ class KubeNodeConnector(BaseConnector):
                 field_selector=f"involvedObject.name={name}",
                 _request_timeout=self._timeout(5),
             )
-            events = [self.api.sanitize_for_serialization(e) for e in events.items]
+            events = [self.kubeapi.plain(self.api, e) for e in events.items]
         except Exception:  # noqa: BLE001 (the state alone is still worth saying)
             events = []
         return nodepod.pod_state(pod, events)

@@ -29,13 +29,14 @@ from gpuop.judgment.view import LIVE, api_handlers, node_view
 from gpuop.layout import node_backup_of
 from gpuop.outputs.tables import fleet_table
 from gpuop.outputs.textfile import repair_registry, write_reports
-from gpuop.reach.kubeapi import api_client, in_words, read_cluster
+from gpuop.reach.kubeapi import api_client, in_words, plain, read_cluster
 from gpuop.reach.node_read import node_read
-from gpuop.repair import drain as nodes
+from gpuop.repair import drain, lease, probe
 from gpuop.repair.plan import free_devices, free_gpus, plan_lines, plan_node
 from runbook.audit.node_audit import cluster_objects
 from runbook.reach.node import NodeRuntime, ToolkitDropin
 from runbook.run.files import inline_write
+from runbook.run.poll import failure
 from runbook.run.state import run_of
 
 REQUEST_DEADLINE_S = 20  # each request of the rollout to the API server (a cordon, an eviction, a read)
@@ -67,7 +68,7 @@ class _Rollout:
     renewals: int = 0  # how often the lock was renewed
     lock_lost: str = ""  # how the lock stopped being this run's: nothing changes on a node after it
     stopped: str = ""  # where the rollout stopped: the lock, or the failure one too many
-    holder: str = field(default_factory=lambda: nodes.holder_of(socket.gethostname(), os.getpid()))
+    holder: str = field(default_factory=lambda: lease.holder_of(socket.gethostname(), os.getpid()))
 
 
 def rollout_of(state) -> _Rollout:
@@ -82,16 +83,6 @@ def _gpu_class(objects: list, handler: str) -> str:
     return next(
         (o["metadata"]["name"] for o in objects if o["kind"] == "RuntimeClass" and o.get("handler") == handler), ""
     )
-
-
-def _failed(words: str) -> FunctionCommand:
-    """The host fails, said in one sentence (an exception raised here would print a traceback)."""
-
-    def say(state, host):
-        logger.error(f"{host.print_prefix}{words}")
-        return False
-
-    return FunctionCommand(say, (), {})
 
 
 @operation()
@@ -118,7 +109,7 @@ def planned_repair(knobs):
     try:
         objects = cluster_objects(host.state, knobs.kubeconfig, knobs.kube_context, knobs.cluster_read_timeout_s)
     except DeployError as e:
-        yield _failed(str(e))
+        yield failure(str(e))
         return
     name = knobs.node_name or read["hostname"] or host.name
     view = node_view(read)
@@ -139,14 +130,14 @@ def planned_repair(knobs):
         if toolkit:
             plan = plan_node(name, read, view, judged["gaps"], objects, knobs.gpu_handler, toolkit)
     rollout_of(host.state).plans[name] = plan
-    for line in plan_lines(plan, knobs.drain, knobs.drain_unmanaged, knobs.drain_delete_emptydir_data):
+    for line in plan_lines(plan, knobs.drain_policy):
         logger.info(f"{host.print_prefix}{line}")
     try:
-        left, left_failed = nodes.gpuop_cordon(
+        left, left_failed = drain.gpuop_cordon(
             client.CoreV1Api(api_client(knobs.kubeconfig, knobs.kube_context, REQUEST_DEADLINE_S)), name
         )
     except Exception as e:  # noqa: BLE001 (one sentence: no library's traceback reaches the run's output)
-        yield _failed(f"node {name}: its Node cannot be read: {in_words(e, knobs.cluster_read_timeout_s)}")
+        yield failure(f"node {name}: its Node cannot be read: {in_words(e, knobs.cluster_read_timeout_s)}")
         return
     if left and plan["action"] == "none":
         logger.info(
@@ -155,7 +146,7 @@ def planned_repair(knobs):
             + ": proven (kubelet Ready, a probe Pod), then uncordoned"
         )
     if plan["action"] == "blocked":
-        yield _failed(f"node {name} not repaired: {plan['why']}")
+        yield failure(f"node {name} not repaired: {plan['why']}")
         return
     # the Host itself: pyinfra's ``host`` is whichever host runs, and the rollout runs on this machine's
     this = host.state.inventory.get_host(host.name)
@@ -240,7 +231,7 @@ def rolled_out(
     textfile: str = "",
     max_unavailable: int = 1,
     max_failures: int = 0,
-    lock_s: int = nodes.LEASE_S,
+    lock_s: int = lease.LEASE_S,
 ):
     """
     Put every planned node through the repair, in the order of their names, at most
@@ -274,15 +265,15 @@ def rolled_out(
         api = api_client(kubeconfig, context, REQUEST_DEADLINE_S)
         keeper = None
         try:
-            taken = nodes.lock(api, namespace, rollout.holder, lock_s)
+            taken = lease.lock(api, namespace, rollout.holder, lock_s)
             if taken:
-                logger.info(f"repair: the Lease {namespace}/{nodes.LEASE} taken over from a run that stopped: {taken}")
+                logger.info(f"repair: the Lease {namespace}/{lease.LEASE} taken over from a run that stopped: {taken}")
             keeper = gevent.spawn(_lock_kept, api, rollout, namespace, lock_s)
         except Exception as e:  # noqa: BLE001 (the lock not had stops the rollout, said in one sentence)
-            rollout.stopped = f"the lock: {e if isinstance(e, nodes.Stalled) else in_words(e, 20)}"
+            rollout.stopped = f"the lock: {e if isinstance(e, drain.Stalled) else in_words(e, 20)}"
         if keeper is not None:  # under the lock, every probe Pod is one a killed run left
             try:
-                left = nodes.probes_left(api, namespace)
+                left = probe.probes_left(api, namespace)
                 if left:
                     logger.info(f"repair: deleted the probe Pod(s) a killed run left: {', '.join(left)}")
             except Exception as e:  # noqa: BLE001 (its deadline ends such a Pod anyway)
@@ -294,7 +285,7 @@ def rolled_out(
                 keeper.kill()
             if not rollout.stopped.startswith("the lock"):
                 try:
-                    nodes.unlock(api, namespace, rollout.holder)
+                    lease.unlock(api, namespace, rollout.holder)
                 except Exception as e:  # noqa: BLE001 (one sentence: the client's own error handling can fail too)
                     logger.warning(
                         f"repair: the Lease was not given back ({in_words(e, REQUEST_DEADLINE_S)}); "
@@ -329,9 +320,9 @@ def _lock_kept(api, rollout: _Rollout, namespace: str, lock_s: int):
     while True:
         gevent.sleep(every)
         try:
-            nodes.renew(api, namespace, rollout.holder)
+            lease.renew(api, namespace, rollout.holder)
             rollout.renewals += 1
-        except nodes.LockLost as e:
+        except lease.LockLost as e:
             rollout.lock_lost = str(e)
             rollout.stopped = rollout.stopped or f"the lock: {e}"
             logger.error(f"the repair's lock is lost: {e}; the run stops before its next change to a node")
@@ -388,12 +379,12 @@ class _Steps:
         try:
             return self.target.run_shell_command(StringCommand(command), _timeout=timeout_s)
         except TimeoutError:
-            raise nodes.Stalled(f"{what} did not end on {self.name} within {deadline}={timeout_s}s") from None
+            raise drain.Stalled(f"{what} did not end on {self.name} within {deadline}={timeout_s}s") from None
 
     def on_node(self, what: str, command: str, timeout_s: int) -> list:
         ok, out = self.ran(what, command, timeout_s, "node_read_timeout_s")
         if not ok:
-            raise nodes.Stalled(f"{what} failed on {self.name}: {out.stderr or out.stdout or 'no words'}")
+            raise drain.Stalled(f"{what} failed on {self.name}: {out.stderr or out.stdout or 'no words'}")
         return out.stdout_lines
 
     def seen_now(self) -> dict:
@@ -406,22 +397,16 @@ class _Steps:
         return node_view(NodeRuntime().process(lines))
 
     def cordon(self):
-        self.ours = nodes.cordon(self.core, self.name, self.rollout.holder)
+        self.ours = drain.cordon(self.core, self.name, self.rollout.holder)
         self.say(
             f"node {self.name}: cordoned"
             + ("" if self.ours else " already by someone else: it stays so after the repair")
         )
 
     def drain(self):
-        if self.knobs.drain:
-            evicted = nodes.drain(
-                self.api,
-                self.name,
-                self.knobs.drain_timeout_s,
-                self.knobs.drain_unmanaged,
-                self.say,
-                self.knobs.drain_delete_emptydir_data,
-            )
+        policy = self.knobs.drain_policy
+        if policy.drain:
+            evicted = drain.drain(self.api, self.name, policy, self.say)
             self.rollout.evicted[self.name] = evicted
             self.say(
                 f"node {self.name}: drained ({len(evicted)} Pod(s) "
@@ -463,7 +448,7 @@ class _Steps:
                 else f"rm -f {path}",
                 self.knobs.node_read_timeout_s,
             )
-        raise nodes.Stalled(
+        raise drain.Stalled(
             f"{view['runtime']} {view['version']}'s own merge of the files says a restart gives "
             f"{','.join(view['after_restart']) or 'nothing'} with CRI {view['cri_after_restart']} "
             f"({view.get('restart_reason') or ''}): not restarted, the files put back"
@@ -474,10 +459,10 @@ class _Steps:
         # sandboxes (cri-o#10202, seen on 1.36.3: docs/cri-o.md)
         on_crio = self.node.plan["runtime"] == crio.NAME
         command = self.knobs.crio_restart if on_crio else self.knobs.containerd_restart
-        self.beat = nodes.heartbeats(self.api, self.name)  # Ready is proof only in a status the kubelet sent after this
+        self.beat = drain.heartbeats(self.api, self.name)  # Ready is proof only in a status the kubelet sent after this
         done, out = self.ran(f"the restart ({command})", command, self.knobs.restart_timeout_s, "restart_timeout_s")
         if not done and self.knobs.reach != "cluster":
-            raise nodes.Stalled(
+            raise drain.Stalled(
                 f"the restart ({command}) failed on {self.name}: {out.stderr or out.stdout or 'no words'}"
             )
         if not done:  # through the cluster, the runtime restarted is the one that carries the read Pod's answer
@@ -499,7 +484,7 @@ class _Steps:
                 f"loaded {','.join(now['loaded']) or '-'} ({now['loaded_from']})",
             )
 
-        nodes.wait(
+        drain.wait(
             f"{self.node.plan['runtime']} on {self.name} to restart and load {handler}",
             holds,
             self.knobs.restart_timeout_s,
@@ -514,10 +499,10 @@ class _Steps:
 
         def ready():
             found = self.core.read_node(self.name)
-            node = self.api.sanitize_for_serialization(found)
+            node = plain(self.api, found)
             cond = next((c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), {})
             handlers = api_handlers(node)
-            heard = self.beat is None or nodes.heard_since(self.beat, nodes.heartbeats(self.api, self.name, found))
+            heard = self.beat is None or drain.heard_since(self.beat, drain.heartbeats(self.api, self.name, found))
             return (
                 cond.get("status") == "True" and heard and (handlers is None or handler in handlers),
                 f"Ready {cond.get('status', 'unknown')} ({cond.get('message', '')})"
@@ -525,7 +510,7 @@ class _Steps:
                 f"runtime handlers {handlers if handlers is not None else '(none reported)'}",
             )
 
-        nodes.wait(
+        drain.wait(
             f"node {self.name} Ready, heard after the restart, with {handler} among its runtime handlers "
             "where it reports them",
             ready,
@@ -540,7 +525,7 @@ class _Steps:
         Never skipped: with no RuntimeClass for the handler, one of gpuop's own for the probe alone."""
         runtime_class, handler, driver = self.node.runtime_class, self.knobs.gpu_handler, self.knobs.gpu_driver
         if not runtime_class:
-            runtime_class = nodes.probe_class(self.api, handler)
+            runtime_class = probe.probe_class(self.api, handler)
             self.say(
                 f"node {self.name}: no RuntimeClass maps to handler {handler}: the probe runs with "
                 f"RuntimeClass {runtime_class}, made for it"
@@ -549,14 +534,14 @@ class _Steps:
         gpus = min(
             1,
             free_gpus(
-                self.api.sanitize_for_serialization(self.core.read_node(self.name)),
-                [self.api.sanitize_for_serialization(p) for p in pods],
+                plain(self.api, self.core.read_node(self.name)),
+                [plain(self.api, p) for p in pods],
             ),
         )
-        free = 0 if gpus else free_devices(self.name, nodes.dra_objects(self.api, self.name), driver)
-        device_class = nodes.device_class_of(self.api, driver) if free else ""
+        free = 0 if gpus else free_devices(self.name, probe.dra_objects(self.api, self.name), driver)
+        device_class = probe.device_class_of(self.api, driver) if free else ""
         try:
-            nodes.probe(
+            probe.probe(
                 self.api,
                 self.name,
                 runtime_class,
@@ -570,7 +555,7 @@ class _Steps:
             )
         finally:
             if runtime_class != self.node.runtime_class:
-                nodes.probe_class_gone(self.api, runtime_class)
+                probe.probe_class_gone(self.api, runtime_class)
         given = (
             ", given a GPU"
             if gpus
@@ -588,7 +573,7 @@ class _Steps:
         if not self.ours:  # someone else's cordon: theirs to lift
             self.say(f"node {self.name}: repaired; it stays cordoned: someone else cordoned it, theirs to put back")
             return
-        nodes.uncordon(self.core, self.name)
+        drain.uncordon(self.core, self.name)
         self.say(
             f"node {self.name}: "
             + (
@@ -605,14 +590,14 @@ class _Steps:
         updated."""
         try:
             if step not in self.UNTOUCHED or self.node.left_failed and self.ours:
-                nodes.mark_failed(self.core, self.name, f"{step}: {words}")
+                drain.mark_failed(self.core, self.name, f"{step}: {words}")
                 if step in self.UNTOUCHED:
                     self.say(
                         f"node {self.name}: stays cordoned: an earlier gpuop run left it failed "
                         f"({self.node.left_failed}), and this run proved nothing"
                     )
             elif self.ours:
-                nodes.uncordon(self.core, self.name)
+                drain.uncordon(self.core, self.name)
         except Exception as e:  # noqa: BLE001 (putting a node back is tried to the end; what failed is said)
             logger.error(f"{self.target.print_prefix}node {self.name}: {in_words(e, 5)}")
 
@@ -648,7 +633,7 @@ def _repair(api, name: str, node: _Node, rollout: _Rollout, namespace: str, max_
         try:
             take(steps)
         except Exception as e:  # noqa: BLE001 (one sentence: no library's traceback reaches the run's output)
-            words = str(e) if isinstance(e, nodes.Stalled) else in_words(e, node.knobs.restart_timeout_s)
+            words = str(e) if isinstance(e, drain.Stalled) else in_words(e, node.knobs.restart_timeout_s)
             rollout.failures.append(f"node {name}, step {step}: {words}")
             rollout.outcomes[name] = f"failed at {step}"
             steps.failed(step, words)

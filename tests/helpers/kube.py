@@ -6,6 +6,7 @@ in-process client, as fast as a request; ``kubectl`` stays where a test plays th
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -74,6 +75,34 @@ def request(
             return None
         raise AssertionError(f"{method} {path} failed: {e.status} {e.reason}: {e.body}") from None
     return json.loads(answer.data)
+
+
+def apiserver_series(context=None) -> dict:
+    """The API server's own counters that say its load (its ``/metrics``): requests by (verb,
+    resource, subresource, scope) from ``apiserver_request_total`` (the resource paths only, not
+    this very ``/metrics``), the watches open by resource (``apiserver_longrunning_requests``),
+    its CPU seconds and resident bytes, and when they were read (``time.monotonic()``).
+
+        apiserver_series()["requests"][("LIST", "pods", "", "cluster")] -> 12.0
+    """
+    answer = api_client(context).call_api(
+        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+    )
+    text, at = answer.data.decode(), time.monotonic()
+    requests, watches = {}, {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name not in ("apiserver_request_total", "apiserver_longrunning_requests"):
+            continue
+        labels, value = dict(re.findall(r'(\w+)="([^"]*)"', rest)), float(line.rsplit(" ", 1)[1])
+        if name == "apiserver_longrunning_requests" and labels.get("verb") == "WATCH":
+            watches[labels["resource"]] = watches.get(labels["resource"], 0) + value
+        elif name == "apiserver_request_total" and labels.get("resource"):
+            key = (labels["verb"], labels["resource"], labels.get("subresource", ""), labels.get("scope", ""))
+            requests[key] = requests.get(key, 0) + value
+    cpu = float(re.search(r"^process_cpu_seconds_total (\S+)$", text, re.M).group(1))
+    rss = float(re.search(r"^process_resident_memory_bytes (\S+)$", text, re.M).group(1))
+    return {"requests": requests, "watches": watches, "cpu": cpu, "rss": rss, "at": at}
 
 
 def path_of(resource, namespace=None) -> str:

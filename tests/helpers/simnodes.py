@@ -80,11 +80,23 @@ CRIO_SOCKET = "/var/run/crio/crio.sock"
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what kubelet sets
 
 
+def _host_tree(path: str):
+    """A host path as ``host_files`` compares it. Under /run/containerd the runc shims' state
+    (``runc/``) is left out, and none is the same as an empty one: the lab's kubelet node, in the
+    lane beside (lab/kubeletnode.sh), runs its Pods through the lab containerd's shims, whose runc
+    state goes to their fixed /run/containerd/runc on the host, made and emptied as that lane's
+    tests run; a simulated node's own is in its private /run."""
+    if path != "/run/containerd":
+        return tree(path) if os.path.isdir(path) else os.path.exists(path)
+    found = tree(path) if os.path.isdir(path) else {}
+    return {p: v for p, v in found.items() if p != "runc" and not p.startswith("runc/")}
+
+
 def host_files() -> dict:
     """What a kubelet and its containerd would write on the host if their namespace leaked:
     the node paths' trees, the stand-in runtime's place, and the global sysctls kubelet sets."""
     found = {
-        p: tree(p) if os.path.isdir(p) else os.path.exists(p)
+        p: _host_tree(p)
         for p in (
             "/etc/containerd",
             "/var/lib/containerd",

@@ -17,11 +17,23 @@ import urllib.request
 import pytest
 import tomli_w
 
-from gpuop.judgment.condition import CONDITION
+from gpuop.judgment.condition import CONDITIONS, GATE, PROBLEM, RESTART_UNSAFE, condition_type, short
 from gpuop.judgment.containerd import nvidia_dropin
 from lab import labcluster
 from tests.helpers import layouts, simnodes
-from tests.helpers.kube import component_pidfile, control_plane_faults, eventually, get, heal_lab, kubectl
+from tests.helpers.charts import alerts_on, kube_state_metrics, node_conditions
+from tests.helpers.kube import (
+    apiserver_series,
+    component_pidfile,
+    control_plane_faults,
+    eventually,
+    exited,
+    get,
+    heal_lab,
+    kill_component,
+    kubectl,
+)
+from tests.helpers.kubelets import READ_IMAGE
 from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.playbook import deploy
 from tests.helpers.simnodes import Node
@@ -35,8 +47,23 @@ COMMON = {"kubelet": ENDPOINT, "registered": True, "supervised": True, "nvidia_r
 NODES = [
     Node("agent-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], **COMMON),
     Node("agent-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))], **COMMON),
-    # nvidia-ctk 1.19+'s version-4 drop-in beside a 2.3 root: the running daemon holds nvidia, its restart refuses
-    Node("agent-v4", "2.3.3", after=[write_file(DROPIN, tomli_w.dumps({"version": 4, **nvidia_dropin()}))], **COMMON),
+    # the seed's incident on 2.4: the drop-in written after the start, a restart would load it (its
+    # cgroup driver the node's own, cgroupfs, as the toolkit writes it: the repair's probe runs on it)
+    Node(
+        "agent-incident-24",
+        "2.4.2",
+        after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin(systemd=False)))],
+        **COMMON,
+    ),
+    # nvidia-ctk 1.19+'s version-4 drop-in over the version-2 one a 2.3 root started with: the running
+    # daemon holds nvidia (fine now), its restart refuses
+    Node(
+        "agent-v4",
+        "2.3.3",
+        before=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))],
+        after=[write_file(DROPIN, tomli_w.dumps({"version": 4, **nvidia_dropin()}))],
+        **COMMON,
+    ),
 ]
 
 
@@ -46,7 +73,7 @@ class Agents:
     def __init__(self, root: str):
         self.root, self.ports, self.running = root, {}, {}
 
-    def start(self, node: Node):
+    def start(self, node: Node, interval_s: float = INTERVAL_S):
         self.ports.setdefault(node.name, free_port())
         with open(os.path.join(self.root, f"agent-{node.name}.log"), "a") as log:
             self.running[node.name] = subprocess.Popen(
@@ -57,7 +84,7 @@ class Agents:
                     "--node",
                     node.name,
                     "--interval-s",
-                    str(INTERVAL_S),
+                    str(interval_s),
                     "--port",
                     str(self.ports[node.name]),
                     "--enter",
@@ -91,22 +118,39 @@ def agents(tmp_path_factory):
             kubectl("delete", "events", "-n", "default", "--field-selector", "source=gpuop-agent", "--ignore-not-found")
 
 
-def condition(node: str) -> dict:
-    return next((c for c in get(f"node/{node}")["status"].get("conditions") or [] if c["type"] == CONDITION), {})
+def condition(node: str, kind: str = PROBLEM) -> dict:
+    return next((c for c in get(f"node/{node}")["status"].get("conditions") or [] if c["type"] == kind), {})
 
 
-def true_as_over_ssh(node: str, reason: str, path: str, root: str) -> dict:
-    """``node``'s condition once True: its ``reason``, and in its message exactly the gap kinds
-    the fleet audit gives over SSH on the same node (nodes file ``path``)."""
-    seen = eventually(
-        f"{node}'s condition True", lambda: condition(node).get("status") == "True" and condition(node), timeout=60
-    )
-    assert seen["reason"] == reason, seen
+def gated(node: str) -> bool:
+    """Whether the Node carries the restart gate's label."""
+    return (get(f"node/{node}")["metadata"].get("labels") or {}).get(GATE) == "true"
+
+
+def true_as_over_ssh(node: str, reasons: tuple, path: str, root: str) -> list:
+    """``node``'s two conditions once settled with ``reasons`` (Problem's, RestartUnsafe's; None:
+    False), and in their messages exactly the gap kinds the fleet audit gives over SSH on the same
+    node (nodes file ``path``), each kind in the condition it sets."""
+
+    last = []
+
+    def settled():
+        both = [condition(node, kind) for kind in (PROBLEM, RESTART_UNSAFE)]
+        wanted = [("True", r) if r else ("False", "NoGap") for r in reasons]
+        last[:] = [(c.get("status"), c.get("reason"), c.get("message")) for c in both]
+        return [(c.get("status"), c.get("reason")) for c in both] == wanted and both
+
+    try:
+        seen = eventually(f"{node}'s conditions {reasons}", settled, timeout=60)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {last}") from None
     report = os.path.join(root, f"audit-{node}.json")
     run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
     with open(report) as f:
         over_ssh = sorted(g["kind"] for g in json.load(f)["nodes"][node]["gaps"])
-    assert over_ssh and sorted(re.findall(r"\[([a-z-]+)\] ", seen["message"])) == over_ssh, (seen, run.log[-2000:])
+    said = {c["type"]: re.findall(r"\[([a-z-]+)\] ", c["message"]) if c["status"] == "True" else [] for c in seen}
+    assert over_ssh and sorted(said[PROBLEM] + said[RESTART_UNSAFE]) == over_ssh, (seen, run.log[-2000:])
+    assert all(condition_type(k) == kind for kind, kinds in said.items() for k in kinds), said
     return seen
 
 
@@ -120,39 +164,74 @@ def agent_events(node: str) -> list:
     return [e["reason"] for e in sorted(found, key=lambda e: e["metadata"]["creationTimestamp"])]
 
 
+def last_events(node: str) -> dict:
+    """The reason of the last Event the agent said for each of ``node``'s conditions (its message
+    names the condition first: ``GPURuntimeProblem False: ...``)."""
+    found = get("events", "default", fieldSelector=f"involvedObject.name={node},source=gpuop-agent")["items"]
+    last = {}
+    for e in sorted(found, key=lambda e: int(e["metadata"]["resourceVersion"])):  # etcd's order of the last writes
+        kind = next((k for k in CONDITIONS if e["message"].startswith(short(k) + " ")), None)
+        if kind:
+            last[kind] = e["reason"]
+    return last
+
+
 def test_a_healthy_node_is_false_and_the_incident_true_with_the_ssh_audit_s_gaps(agents):
+    """The seed's lab node on 1.6.20 (the handler written after the start, its restart takes CRI
+    down): both conditions True, the Node gated; a healthy node both False, not gated."""
     path, running, root = agents
     ports = running.ports
-    healthy = eventually(
-        "agent-healthy's condition False",
-        lambda: condition("agent-healthy").get("status") == "False" and condition("agent-healthy"),
-        timeout=60,
-    )
-    assert (healthy["reason"], healthy["message"]) == (
-        "NoGap",
-        "the runtime loads what is written, and a restart would load it too",
-    )
-    true_as_over_ssh("agent-incident", "RestartTakesCriDown", path, root)
-    assert agent_events("agent-incident") == ["RestartTakesCriDown"]
-    assert agent_events("agent-healthy") == ["NoGap"]
+    for kind, words in (
+        (PROBLEM, "the runtime loads what is written and gives the node's Pods what they ask"),
+        (RESTART_UNSAFE, "a restart would start the runtime, its CRI up, with every handler and device path in use"),
+    ):
+        healthy = eventually(
+            f"agent-healthy's {kind} False",
+            lambda kind=kind: (
+                condition("agent-healthy", kind).get("status") == "False" and condition("agent-healthy", kind)
+            ),
+            timeout=60,
+        )
+        assert (healthy["reason"], healthy["message"]) == ("NoGap", words)
+    problem, _ = true_as_over_ssh("agent-incident", ("SandboxFails", "RestartTakesCriDown"), path, root)
+    assert sorted(agent_events("agent-incident")) == sorted([problem["reason"], "RestartTakesCriDown"])
+    assert agent_events("agent-healthy") == ["NoGap", "NoGap"]
+    eventually("agent-incident's Node gated", lambda: gated("agent-incident"))
+    assert not gated("agent-healthy")
     said = metrics(ports["agent-incident"])
     assert 'gpuop_agent_gap{kind="restart-takes-cri-down"} 1.0' in said
     assert 'gpuop_agent_handler{handler="nvidia",view="written"} 1.0' in said
     assert 'gpuop_agent_handler{handler="nvidia",view="loaded"}' not in said
-    assert 'gpuop_agent_condition{status="True"} 1.0' in said
-    assert 'gpuop_agent_condition{status="False"} 1.0' in metrics(ports["agent-healthy"])
+    assert 'gpuop_agent_condition{condition="GPURuntimeProblem",status="True"} 1.0' in said
+    assert 'gpuop_agent_condition{condition="GPURuntimeRestartUnsafe",status="True"} 1.0' in said
+    healthy_said = metrics(ports["agent-healthy"])
+    assert 'gpuop_agent_condition{condition="GPURuntimeProblem",status="False"} 1.0' in healthy_said
+    assert 'gpuop_agent_condition{condition="GPURuntimeRestartUnsafe",status="False"} 1.0' in healthy_said
 
 
-def test_a_runtime_its_next_start_refuses_is_true(agents):
+def test_a_runtime_fine_now_its_next_start_refused_is_restart_unsafe_only_and_gated(agents):
     """A version-4 drop-in beside containerd 2.3.3's version-2 root: the running daemon is fine, its
-    next start is not: True, in the binary's own words (before the repair, which fixes it)."""
+    next start is not: Problem False, RestartUnsafe True in the binary's own words (before the
+    repair, which fixes it), the Node gated."""
     seen = eventually(
-        "agent-v4's condition True",
-        lambda: condition("agent-v4").get("status") == "True" and condition("agent-v4"),
+        "agent-v4's RestartUnsafe True",
+        lambda: condition("agent-v4", RESTART_UNSAFE).get("status") == "True" and condition("agent-v4", RESTART_UNSAFE),
         timeout=60,
     )
     assert seen["reason"] == "RestartRefusesStart", seen
     assert "drop-in config version 4 higher than root config version 2" in seen["message"], seen
+    assert condition("agent-v4")["status"] == "False", condition("agent-v4")["message"]
+    eventually("agent-v4's Node gated", lambda: gated("agent-v4"))
+
+
+def test_the_incident_on_2_4_is_a_problem_now_its_restart_safe_and_not_gated(agents):
+    """The seed's drop-in written after containerd 2.4.2 started: its GPU Pod refused now
+    (Problem True), its next start would load the handler (RestartUnsafe False): no gate, and the
+    SSH audit's gaps all in the Problem."""
+    path, running, root = agents
+    problem, restart = true_as_over_ssh("agent-incident-24", ("SandboxFails", None), path, root)
+    assert restart["status"] == "False"
+    assert not gated("agent-incident-24")
 
 
 def test_the_fleet_audit_from_the_agents_alone_says_the_ssh_audit_s_gaps_and_names_a_node_with_none(agents):
@@ -196,9 +275,30 @@ def test_the_fleet_audit_from_the_agents_alone_says_the_ssh_audit_s_gaps_and_nam
     assert "not judged, no live agent: " in run.log and "agent-missing (agent missing)" in run.log
 
 
-def test_the_repair_turns_it_false_its_transition_moved_once_more(agents):
+@pytest.fixture(scope="module")
+def scraped(agents):
+    """kube-state-metrics on the lab's cluster (its Nodes): a function that scrapes it."""
+    with kube_state_metrics(os.environ["KUBECONFIG"], agents[2]) as scrape:
+        yield scrape
+
+
+def ksm_says(scrape, node: str, status: str) -> list:
+    """kube-state-metrics' series of gpuop's two conditions on ``node`` once both are 1 on ``status``
+    (``true``, ``false``)."""
+
+    def both():
+        series = node_conditions(scrape(), node)
+        on = {labels["condition"] for labels, value in series if labels["status"] == status and value == 1}
+        return on == set(CONDITIONS) and series
+
+    return eventually(f"kube-state-metrics: {node}'s two conditions {status}", both, timeout=60)
+
+
+def test_the_repair_turns_it_false_its_transition_moved_once_more(agents, scraped):
     """``pyinfra nodes.py fix.py --data nodes_from=agents``: the nodes whose agent says a gap are
-    repaired, the healthy one not touched; the incident's condition False again."""
+    repaired, the healthy one not touched; the incident's condition False again. The real
+    kube-state-metrics says both conditions true, then false; its very series, given to promtool,
+    fire the chart's two alerts before and none after."""
     path, running, root = agents
     ports = running.ports
     true = eventually(
@@ -206,11 +306,18 @@ def test_the_repair_turns_it_false_its_transition_moved_once_more(agents):
         lambda: condition("agent-incident").get("status") == "True" and condition("agent-incident"),
         timeout=60,
     )
+    series = ksm_says(scraped, "agent-incident", "true")
+    fired = {
+        name: [{"condition": kind, "node": "agent-incident", "status": "true", "severity": "warning"}]
+        for name, kind in (("GPURuntimeProblem", PROBLEM), ("GPURuntimeRestartUnsafe", RESTART_UNSAFE))
+    }
+    tested = alerts_on(series, fired)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
     # the nodes taken from their agents: those whose condition says a gap, the healthy one left alone
     run = deploy(None, "nodes_from=agents", env={"GPUOP_NODES": path}, inventory="nodes.py", script="fix.py")
     assert run.code == 0, run.log[-3000:]
     taken = re.search(r"--> the nodes their agents say a gap of \(.*\): (.*)\n", run.log)
-    assert taken and taken.group(1) == "ssh-agent-incident, ssh-agent-v4", run.log[:3000]
+    assert taken and taken.group(1) == "ssh-agent-incident, ssh-agent-incident-24, ssh-agent-v4", run.log[:3000]
     assert "not taken: ssh-agent-healthy: its agent says False (NoGap)" in run.log
     assert "[ssh-agent-healthy]" not in run.log, run.log[-3000:]  # not a host of the run
     false = eventually(
@@ -219,8 +326,20 @@ def test_the_repair_turns_it_false_its_transition_moved_once_more(agents):
         timeout=3 * INTERVAL_S + 30,
     )
     assert false["lastTransitionTime"] != true["lastTransitionTime"]
-    assert agent_events("agent-incident")[0] == "RestartTakesCriDown" and agent_events("agent-incident")[-1] == "NoGap"
+    eventually(
+        "agent-incident's RestartUnsafe False", lambda: condition("agent-incident", RESTART_UNSAFE)["status"] == "False"
+    )
+    series = ksm_says(scraped, "agent-incident", "false")
+    tested = alerts_on(series, {"GPURuntimeProblem": [], "GPURuntimeRestartUnsafe": [], "GPURuntimeUnknown": []})
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    said = agent_events("agent-incident")
+    # each condition's last Event says it False (a reason may move on the way: the restart's moment)
+    assert "RestartTakesCriDown" in said[:2] and last_events("agent-incident") == {
+        PROBLEM: "NoGap",
+        RESTART_UNSAFE: "NoGap",
+    }, said
     assert 'gpuop_agent_gap{kind="restart-takes-cri-down"} 0.0' in metrics(ports["agent-incident"])
+    eventually("agent-incident's gate lifted", lambda: not gated("agent-incident"))
 
 
 def test_a_runtime_whose_socket_is_gone_is_unknown_never_false(agents):
@@ -283,6 +402,7 @@ def test_a_runtimeclass_deleted_and_made_again_reaches_the_judgment_through_the_
     eventually(
         "agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60
     )
+    before = {n.name: condition(n.name).get("status") for n in NODES}
     kubectl("delete", "runtimeclass", "fleet-nvidia")
     try:
         gone = eventually(
@@ -299,6 +419,12 @@ def test_a_runtimeclass_deleted_and_made_again_reaches_the_judgment_through_the_
     eventually(
         "agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False", timeout=60
     )
+    # every node's class was gone with it: each back as it was, so the next test starts from it
+    eventually(
+        f"every node's condition back to {before}",
+        lambda: {n.name: condition(n.name).get("status") for n in NODES} == before,
+        timeout=60,
+    )
 
 
 def _answers(port: int) -> bool:
@@ -310,27 +436,174 @@ def _answers(port: int) -> bool:
 
 
 def test_an_api_server_stalled_for_30_s_is_waited_out(agents):
-    """The API server stopped (SIGSTOP) for 30 s: the agent lives on, counts the judgments it could
-    not make, and judges again once the API server answers."""
+    """The API server stopped (SIGSTOP) for 30 s: the agent lives on, judging from what its
+    watches hold (a judgment needs no read), and judges again once the API server answers."""
     path, running, root = agents
     port = running.ports["agent-incident"]
     with open(component_pidfile("kube-apiserver")) as f:
         apiserver = int(f.read())
+    was = written("agent-incident")
     os.kill(apiserver, signal.SIGSTOP)
     try:
         time.sleep(30)  # the stall itself is the test's condition: nothing to poll while the API server is stopped
+        during = judgments(port)
     finally:
         os.kill(apiserver, signal.SIGCONT)
         if control_plane_faults():  # a controller that lost its lease meanwhile exits: the Nodes kept, it starts again
             heal_lab()
     resumed = time.time()
     assert running.running["agent-incident"].poll() is None  # alive
-    assert re.search(r'^gpuop_agent_read_failures_total\{what="cluster"\} [1-9]', metrics(port), re.M), metrics(port)
+    assert during > 0
     eventually(
         "a judgment after the API server came back",
-        lambda: (
-            float(re.search(r"^gpuop_agent_last_judgment_timestamp_seconds (\S+)$", metrics(port), re.M).group(1))
-            > resumed
-        ),
+        lambda: last_judged(port) > resumed,
         timeout=60,
     )
+    assert condition("agent-incident")["status"] == was
+
+
+def written(node: str) -> str:
+    """``node``'s condition's status once its agent has written one."""
+    return eventually(f"{node}'s condition written", lambda: condition(node).get("status"), timeout=60)
+
+
+def last_judged(port: int) -> float:
+    return float(re.search(r"^gpuop_agent_last_judgment_timestamp_seconds (\S+)$", metrics(port), re.M).group(1))
+
+
+def requests(port: int) -> dict:
+    """The agent's requests to the API server so far, by verb (a watch counted as WATCH)."""
+    found = re.findall(r'^gpuop_agent_api_requests_total\{verb="(\w+)"\} (\S+)$', metrics(port), re.M)
+    return {verb: float(n) for verb, n in found}
+
+
+def test_a_steady_agent_at_a_2_s_interval_sends_no_read_for_60_s(agents):
+    """Its Node, Pods, RuntimeClasses and ResourceSlices are its watches': 30 judgments in 60 s and
+    not one GET or LIST, no write either (the condition unchanged, its heartbeat 5 minutes away),
+    by its own count and by the API server's (no list of those kinds from any client)."""
+    path, running, root = agents
+    port = running.ports["agent-healthy"]
+    eventually(
+        "agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60
+    )
+    eventually("agent-healthy's watches in sync", lambda: ready(port), timeout=60)
+    before, judged, served = requests(port), judgments(port), apiserver_series()["requests"]
+    time.sleep(60)  # the steady state is the test's condition: what is counted is what was sent in it
+    after, listed = requests(port), apiserver_series()["requests"]
+    assert judgments(port) - judged >= 20
+    sent = {verb: after.get(verb, 0) - before.get(verb, 0) for verb in after}
+    assert sent.get("GET", 0) == 0 and sent.get("PATCH", 0) == 0 and sent.get("POST", 0) == 0, sent
+    # The API server's own count, every client's: the lists a judgment sent before its watches
+    # (its Node, its Pods, its ResourceSlices, across all namespaces) not one more, from any agent.
+    lists = {
+        key: n - served.get(key, 0)
+        for key, n in listed.items()
+        if key[0] == "LIST" and key[1] in ("nodes", "pods", "resourceslices", "runtimeclasses") and key[3] == "cluster"
+    }
+    assert not any(lists.values()), lists
+
+
+def ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def test_a_gpu_pod_bound_is_judged_within_5_s_with_a_60_s_interval(agents):
+    """The change the API server announces is judged at once, not at the next interval: a Pod
+    whose RuntimeClass's handler the node does not load, bound to agent-healthy whose agent reads
+    its node every 60 s: True within 5 s; the Pod deleted, False again as quickly."""
+    path, running, root = agents
+    node = next(n for n in NODES if n.name == "agent-healthy")
+    running.stop("agent-healthy")
+    running.start(node, interval_s=60)
+    port = running.ports["agent-healthy"]
+    missing = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "agent-unloaded"},
+        "handler": "unloaded",
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "agent-gpu-job", "namespace": "default"},
+        "spec": {
+            "nodeName": "agent-healthy",
+            "runtimeClassName": "agent-unloaded",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "job", "image": READ_IMAGE}],
+        },
+    }
+    try:
+        eventually("agent-healthy's agent judged once", lambda: _answers(port) and judgments(port) >= 1, timeout=60)
+        eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False")
+        kubectl("apply", "-f", "-", stdin=json.dumps(missing))
+        time.sleep(1)  # the RuntimeClass first, as a user applies it: its own change is judged too
+        bound = time.monotonic()
+        kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+        seen = eventually(
+            "agent-healthy's condition True",
+            lambda: condition("agent-healthy").get("status") == "True" and condition("agent-healthy"),
+            timeout=30,
+        )
+        took = time.monotonic() - bound
+        assert "[sandbox-fails] Pod default/agent-gpu-job (RuntimeClass agent-unloaded" in seen["message"], seen
+        assert took <= 5, f"judged {took:.1f}s after the Pod was bound"
+        kubectl("delete", "pod", "-n", "default", "agent-gpu-job", "--grace-period=0", "--force")
+        eventually(
+            "agent-healthy's condition False again",
+            lambda: condition("agent-healthy").get("status") == "False",
+            timeout=10,
+        )
+    finally:
+        kubectl("delete", "pod", "-n", "default", "agent-gpu-job", "--ignore-not-found", "--grace-period=0", "--force")
+        kubectl("delete", "runtimeclass", "agent-unloaded", "--ignore-not-found")
+        running.stop("agent-healthy")
+        running.start(node)
+
+
+def test_the_api_server_restarted_its_watches_come_back_listed_again_the_condition_still_right(agents):
+    """kube-apiserver killed and started again (as an upgrade does): each watch breaks, is taken
+    up after its jittered backoff, listed again where its version is gone, and the agent is
+    ready again with the conditions as they were; a change after it is still seen."""
+    path, running, root = agents
+    port = running.ports["agent-incident"]
+    eventually("agent-incident's watches in sync", lambda: ready(port), timeout=60)
+    was = {name: written(name) for name in ("agent-incident", "agent-healthy")}
+    before = requests(port)
+    pid = kill_component("kube-apiserver")
+    eventually(f"kube-apiserver pid {pid} to exit", lambda: exited(pid))
+    heal_lab()
+    eventually("agent-incident's watches in sync again", lambda: ready(port), timeout=90)
+    after = requests(port)
+    assert after.get("WATCH", 0) > before.get("WATCH", 0), (before, after)
+    assert {name: condition(name)["status"] for name in was} == was
+    eventually("a judgment after the restart", lambda: judgments(port) > 0 and last_judged(port) > time.time() - 10)
+
+
+def test_forget_takes_gpuop_s_conditions_and_label_off_every_node_once_the_agents_are_gone(agents):
+    """A kustomize user's uninstall (``python -m gpuop.agent --forget``): here the agents are
+    processes, stopped first (no DaemonSet: said, not an error); then no Node keeps gpuop's
+    conditions or gate, each cleared one named."""
+    path, running, root = agents
+    for name in list(running.running):
+        running.stop(name)
+    kubectl("label", "node", "agent-healthy", f"{GATE}=true")  # as a gate its agent left would be
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuop.agent", "--forget", "--kubeconfig", os.environ["KUBECONFIG"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the agents' DaemonSet gpuop-system/gpuop-agent: none" in done.stdout, done.stdout
+    for n in NODES:
+        assert f"{n.name}: removed " in done.stdout, done.stdout
+        assert not [c for c in get(f"node/{n.name}")["status"].get("conditions") or [] if c["type"] in CONDITIONS]
+        assert not gated(n.name)
+    both = f"removed {PROBLEM}, {RESTART_UNSAFE}"
+    assert f"gpuop-agent: agent-healthy: {both}, label {GATE}\n" in done.stdout, done.stdout
+    assert f"gpuop-agent: agent-v4: {both}" in done.stdout, done.stdout

@@ -10,7 +10,8 @@ import os
 import pytest
 
 from gpuop.reach.kubeapi import api_client
-from gpuop.repair import drain
+from gpuop.repair import probe
+from gpuop.repair.drain import Stalled
 from gpuop.repair.plan import free_devices
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
 from tests.helpers.kube import eventually, get, kubectl
@@ -152,10 +153,10 @@ def test_a_probe_claims_a_free_device_of_the_driver_through_the_scheduler(audite
     ResourceClaim is allocated it, the Pod bound there by the scheduler runs, and both are gone after."""
     api = api_client("", "", 20)
     ns, said = fleetobjects.NAMESPACE, []
-    assert free_devices("dra-cdi-on", drain.dra_objects(api, "dra-cdi-on"), DRIVER) == 0
-    assert drain.device_class_of(api, DRIVER) == DRIVER and drain.device_class_of(api, "none.example.com") == ""
-    with pytest.raises(drain.Stalled) as held:
-        drain.probe(api, "dra-cdi-on", "fleet-nvidia", "busybox", ns, 8, said.append, device_class=DRIVER)
+    assert free_devices("dra-cdi-on", probe.dra_objects(api, "dra-cdi-on"), DRIVER) == 0
+    assert probe.device_class_of(api, DRIVER) == DRIVER and probe.device_class_of(api, "none.example.com") == ""
+    with pytest.raises(Stalled) as held:
+        probe.probe(api, "dra-cdi-on", "fleet-nvidia", "busybox", ns, 8, said.append, device_class=DRIVER)
     assert str(held.value).startswith("probe Pod gpuop-fleet/gpuop-probe-"), str(held.value)
     assert (
         "(RuntimeClass fleet-nvidia) to run on dra-cdi-on: not within 8s; last seen: phase Pending, its last event "
@@ -176,10 +177,10 @@ def test_a_probe_claims_a_free_device_of_the_driver_through_the_scheduler(audite
             }
         ),
     )
-    assert free_devices("dra-cdi-on", drain.dra_objects(api, "dra-cdi-on"), DRIVER) == 1
+    assert free_devices("dra-cdi-on", probe.dra_objects(api, "dra-cdi-on"), DRIVER) == 1
     # it returns once its Pod runs: bound by the scheduler (its spec names no node), which binds
     # a Pod only with its claim allocated
-    drain.probe(api, "dra-cdi-on", "fleet-nvidia", "busybox", ns, 60, said.append, device_class=DRIVER)
+    probe.probe(api, "dra-cdi-on", "fleet-nvidia", "busybox", ns, 60, said.append, device_class=DRIVER)
     for kind in ("resourceclaims", "pods"):  # both deleted after
-        assert json.loads(kubectl("get", kind, "-n", ns, "-l", drain.PROBE_LABEL, "-o", "json"))["items"] == [], kind
-    assert free_devices("dra-cdi-on", drain.dra_objects(api, "dra-cdi-on"), DRIVER) == 1  # given back
+        assert json.loads(kubectl("get", kind, "-n", ns, "-l", probe.PROBE_LABEL, "-o", "json"))["items"] == [], kind
+    assert free_devices("dra-cdi-on", probe.dra_objects(api, "dra-cdi-on"), DRIVER) == 1  # given back

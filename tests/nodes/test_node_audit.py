@@ -348,7 +348,13 @@ def test_table_json_and_textfile_say_the_planted_gaps(audited):
         assert metrics[("gpuop_node_gap_count", (("node", name),))] == len(planted)
         assert metrics[("gpuop_node_cri_after_restart", (("node", name), ("state", cri_after_restart(name))))] == 1
         row = next(line for line in run.log.splitlines() if line.split()[:1] == [name])
-        assert row.split()[-1] == str(len(planted)) and cri_after_restart(name) in row.split()
+        conditions = entry["conditions"]
+        assert row.split()[-3:] == [
+            str(len(planted)),
+            conditions["GPURuntimeProblem"],
+            conditions["GPURuntimeRestartUnsafe"],
+        ]
+        assert cri_after_restart(name) in row.split()
         for gap in entry["gaps"]:
             assert f"GAP {name}: [{gap['kind']}] {gap['detail']}" in run.log
     assert metrics[("gpuop_fleet_gaps", (("kind", "runtimeclass-handler-nowhere"),))] == 1

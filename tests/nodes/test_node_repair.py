@@ -22,7 +22,7 @@ import pytest
 import tomli_w
 
 from gpuop.judgment.containerd import nvidia_dropin
-from gpuop.repair.drain import LEASE
+from gpuop.repair.lease import LEASE
 from gpuop.repair.plan import CORDONED_BY, REPAIR_FAILED
 from tests.helpers import layouts, nodesfiles, simnodes
 from tests.helpers.fleetobjects import MARK, NAMESPACE

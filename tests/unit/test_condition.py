@@ -2,7 +2,16 @@
 
 from datetime import UTC, datetime, timedelta
 
-from gpuop.judgment.condition import CONDITION, MESSAGE_MAX, condition_of, next_condition, reason_of
+from gpuop.judgment.condition import (
+    MESSAGE_MAX,
+    NEXT_START,
+    PROBLEM,
+    RESTART_UNSAFE,
+    condition_type,
+    conditions_of,
+    next_condition,
+    reason_of,
+)
 
 T0 = datetime(2026, 12, 4, 22, 0, 0, tzinfo=UTC)
 
@@ -11,41 +20,86 @@ def gap(kind: str, detail: str = "said") -> dict:
     return {"kind": kind, "subject": "s", "views": ["loaded"], "detail": detail}
 
 
-def test_a_gap_is_true_with_the_worst_kind_as_reason_none_is_false_and_an_unread_node_unknown():
+def problem_of(entry, unread=""):
+    return conditions_of(entry, unread)[0]
+
+
+def test_each_condition_is_true_with_its_own_gaps_the_worst_as_reason_none_is_false_an_unread_node_unknown():
     assert reason_of("restart-refuses-start") == "RestartRefusesStart"
-    found = condition_of(
-        {"loaded_from": "cri", "gaps": [gap("handler-not-loaded", "a"), gap("restart-takes-cri-down", "b")]}, ""
-    )
-    assert found == {
-        "type": CONDITION,
-        "status": "True",
-        "reason": "RestartTakesCriDown",
-        "message": "[restart-takes-cri-down] b [handler-not-loaded] a",
+    entry = {
+        "loaded_from": "cri",
+        "gaps": [gap("handler-not-loaded", "a"), gap("restart-takes-cri-down", "b"), gap("sandbox-fails", "c")],
     }
-    assert condition_of({"loaded_from": "cri", "gaps": []}, "") == {
-        "type": CONDITION,
-        "status": "False",
-        "reason": "NoGap",
-        "message": "the runtime loads what is written, and a restart would load it too",
-    }
-    assert condition_of(None, "crictl did not answer within 10s") == {
-        "type": CONDITION,
-        "status": "Unknown",
-        "reason": "NodeNotRead",
-        "message": "the node's runtime was not read: crictl did not answer within 10s",
-    }
-    down = condition_of({"loaded_from": "cri-down", "gaps": [gap("cri-down", "its CRI does not answer")]}, "")
-    assert (down["status"], down["reason"]) == ("Unknown", "RuntimeNotAnswering")
-    assert (
-        down["message"]
-        == "the runtime's own answer was not had (loaded from cri-down): [cri-down] its CRI does not answer"
-    )
-    long = condition_of({"loaded_from": "cri", "gaps": [gap("sandbox-fails", "x" * 5000)]}, "")["message"]
+    assert conditions_of(entry, "") == [
+        {
+            "type": PROBLEM,
+            "status": "True",
+            "reason": "SandboxFails",
+            "message": "[sandbox-fails] c [handler-not-loaded] a",
+        },
+        {
+            "type": RESTART_UNSAFE,
+            "status": "True",
+            "reason": "RestartTakesCriDown",
+            "message": "[restart-takes-cri-down] b",
+        },
+    ]
+    healthy = conditions_of({"loaded_from": "cri", "gaps": []}, "")
+    assert [(c["type"], c["status"], c["reason"]) for c in healthy] == [
+        (PROBLEM, "False", "NoGap"),
+        (RESTART_UNSAFE, "False", "NoGap"),
+    ]
+    assert conditions_of(None, "crictl did not answer within 10s") == [
+        {
+            "type": kind,
+            "status": "Unknown",
+            "reason": "NodeNotRead",
+            "message": "the node's runtime was not read: crictl did not answer within 10s",
+        }
+        for kind in (PROBLEM, RESTART_UNSAFE)
+    ]
+    long = problem_of({"loaded_from": "cri", "gaps": [gap("sandbox-fails", "x" * 5000)]})["message"]
     assert len(long) == MESSAGE_MAX and long.endswith("...")
 
 
-def test_the_transition_time_moves_only_with_the_status_and_an_unchanged_condition_is_refreshed_every_5_minutes():
-    true = condition_of({"loaded_from": "cri", "gaps": [gap("handler-not-loaded", "a")]}, "")
+def test_the_seed_s_three_nodes_each_with_its_two_conditions():
+    """The incident on 2.4 (written after the start, a restart loads it): a problem now, a safe
+    restart; a version-4 drop-in beside a 2.3 root that runs fine: no problem now, its restart
+    refused; the seed's lab node on 1.6.20: both."""
+    statuses = lambda gaps: [c["status"] for c in conditions_of({"loaded_from": "cri", "gaps": gaps}, "")]  # noqa: E731
+    assert statuses([gap("handler-not-loaded")]) == ["True", "False"]
+    assert statuses([gap("restart-refuses-start")]) == ["False", "True"]
+    assert statuses([gap("handler-not-loaded"), gap("restart-takes-cri-down")]) == ["True", "True"]
+
+
+def test_a_runtime_not_answering_is_unknown_now_and_true_for_its_restart_only_where_its_files_say_so():
+    down = conditions_of({"loaded_from": "cri-down", "gaps": [gap("cri-down", "its CRI does not answer")]}, "")
+    assert [(c["status"], c["reason"]) for c in down] == [
+        ("Unknown", "RuntimeNotAnswering"),
+        ("Unknown", "RuntimeNotAnswering"),
+    ]
+    assert down[0]["message"] == (
+        "the runtime's own answer was not had (loaded from cri-down): [cri-down] its CRI does not answer"
+    )
+    refused = conditions_of({"loaded_from": "cri-down", "gaps": [gap("restart-refuses-start", "v4")]}, "")
+    assert [c["status"] for c in refused] == ["Unknown", "True"]
+
+
+def test_every_gap_kind_sets_exactly_one_condition_as_the_glossary_s_table_says():
+    """The glossary's gap kinds, each with its condition: the same split as the code's."""
+    import os
+    import re
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "glossary.md")) as f:
+        rows = re.findall(r"^\| `([a-z-]+)` \| [^|]+ \| `(GPURuntime\w+)` \|", f.read(), re.M)
+    assert len(rows) >= 25, rows
+    assert {kind for kind, c in rows if c == "GPURuntimeRestartUnsafe"} == set(NEXT_START)
+    for kind, c in rows:
+        assert condition_type(kind) == f"gpuop.io/{c}", kind
+
+
+def test_the_transition_time_moves_only_with_the_status_and_the_condition_is_refreshed_every_heartbeat():
+    true = problem_of({"loaded_from": "cri", "gaps": [gap("handler-not-loaded", "a")]})
     first, why = next_condition(None, true, T0)
     assert why == "changed" and first["lastTransitionTime"] == first["lastHeartbeatTime"] == "2026-12-04T22:00:00Z"
     same, why = next_condition(first, true, T0 + timedelta(seconds=60))
@@ -53,49 +107,73 @@ def test_the_transition_time_moves_only_with_the_status_and_an_unchanged_conditi
     beat, why = next_condition(first, true, T0 + timedelta(seconds=300))
     assert why == "refreshed" and beat["lastTransitionTime"] == "2026-12-04T22:00:00Z"
     assert beat["lastHeartbeatTime"] == "2026-12-04T22:05:00Z"
-    other = condition_of(
-        {"loaded_from": "cri", "gaps": [gap("sandbox-fails", "b")]}, ""
+    other = problem_of(
+        {"loaded_from": "cri", "gaps": [gap("sandbox-fails", "b")]}
     )  # still True: the reason moves, not the transition
     moved, why = next_condition(beat, other, T0 + timedelta(seconds=310))
     assert (
         why == "changed" and moved["reason"] == "SandboxFails" and moved["lastTransitionTime"] == "2026-12-04T22:00:00Z"
     )
+    # a new message alone is not written at once: it rides the next heartbeat
     worded = {**other, "message": "[sandbox-fails] c"}
-    same_reason, why = next_condition(moved, worded, T0 + timedelta(seconds=315))
-    assert why == "updated" and same_reason["message"] == "[sandbox-fails] c"
-    healthy, why = next_condition(
-        moved, condition_of({"loaded_from": "cri", "gaps": []}, ""), T0 + timedelta(seconds=320)
-    )
+    kept, why = next_condition(moved, worded, T0 + timedelta(seconds=315))
+    assert why == "" and kept == moved
+    rode, why = next_condition(moved, worded, T0 + timedelta(seconds=310 + 300))
+    assert why == "refreshed" and rode["message"] == "[sandbox-fails] c"
+    assert rode["lastTransitionTime"] == "2026-12-04T22:00:00Z"
+    healthy, why = next_condition(moved, problem_of({"loaded_from": "cri", "gaps": []}), T0 + timedelta(seconds=320))
     assert why == "changed" and healthy["lastTransitionTime"] == "2026-12-04T22:05:20Z"
 
 
-def test_the_fleet_reads_each_agent_from_its_condition_alone():
+def test_the_fleet_reads_each_agent_from_its_conditions_alone():
     from gpuop.judgment.condition import agent_verdict, said_gaps
 
-    true = condition_of(
-        {"loaded_from": "cri", "gaps": [gap("handler-not-loaded", "a [b] c"), gap("sandbox-fails", "d")]}, ""
+    problem, restart = conditions_of(
+        {
+            "loaded_from": "cri",
+            "gaps": [
+                gap("handler-not-loaded", "a [b] c"),
+                gap("sandbox-fails", "d"),
+                gap("restart-refuses-start", "e"),
+            ],
+        },
+        "",
     )
-    assert said_gaps(true) == [
+    assert said_gaps(problem) == [
         {"kind": "sandbox-fails", "detail": "d"},
         {"kind": "handler-not-loaded", "detail": "a [b] c"},
     ]
-    written, _ = next_condition(None, true, T0)
-    node = {"status": {"conditions": [{"type": "Ready", "status": "True"}, written]}}
+    written = [next_condition(None, c, T0)[0] for c in (problem, restart)]
+    node = {"status": {"conditions": [{"type": "Ready", "status": "True"}, *written]}}
     assert agent_verdict(node, T0 + timedelta(seconds=30)) == {
         "agent": "ok",
         "status": "True",
         "reason": "SandboxFails",
         "heartbeat_age_s": 30,
-        "gaps": [{"kind": "sandbox-fails", "detail": "d"}, {"kind": "handler-not-loaded", "detail": "a [b] c"}],
+        "gaps": [
+            {"kind": "sandbox-fails", "detail": "d", "condition": "GPURuntimeProblem"},
+            {"kind": "handler-not-loaded", "detail": "a [b] c", "condition": "GPURuntimeProblem"},
+            {"kind": "restart-refuses-start", "detail": "e", "condition": "GPURuntimeRestartUnsafe"},
+        ],
+        "conditions": {
+            "GPURuntimeProblem": {"status": "True", "reason": "SandboxFails"},
+            "GPURuntimeRestartUnsafe": {"status": "True", "reason": "RestartRefusesStart"},
+        },
     }
     assert agent_verdict(node, T0 + timedelta(seconds=601))["agent"] == "stale"
     assert agent_verdict({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, T0)["agent"] == "missing"
+    # fine now, its next start refused: the node is not healthy, by its restart's condition
+    fine, refused = conditions_of({"loaded_from": "cri", "gaps": [gap("restart-refuses-start", "e")]}, "")
+    node = {"status": {"conditions": [next_condition(None, c, T0)[0] for c in (fine, refused)]}}
+    verdict = agent_verdict(node, T0)
+    assert (verdict["status"], verdict["reason"]) == ("True", "RestartRefusesStart")
+    assert verdict["conditions"]["GPURuntimeProblem"]["status"] == "False"
 
 
 def test_the_fleet_from_its_agents_holds_every_gpu_node_and_names_those_unread():
     from gpuop.judgment.condition import agents_report
 
-    written, _ = next_condition(None, condition_of({"loaded_from": "cri", "gaps": []}, ""), T0)
+    written, _ = next_condition(None, problem_of({"loaded_from": "cri", "gaps": []}), T0)
     node = lambda name, conditions, gpus=None: {  # noqa: E731
         "metadata": {"name": name},
         "status": {"conditions": conditions, **({"allocatable": {"nvidia.com/gpu": gpus}} if gpus else {})},
@@ -126,7 +204,7 @@ def test_a_fleet_run_takes_from_the_agents_only_the_nodes_whose_condition_is_tru
     from gpuop.judgment.condition import agents_report
     from gpuop.reach.nodes_file import flagged_by_agents
 
-    gap_found = condition_of({"loaded_from": "cri", "gaps": [gap("sandbox-fails")]}, "")
+    gap_found = problem_of({"loaded_from": "cri", "gaps": [gap("sandbox-fails")]})
     ready = {"type": "Ready", "status": "True"}
     nodes = [
         {
@@ -135,7 +213,7 @@ def test_a_fleet_run_takes_from_the_agents_only_the_nodes_whose_condition_is_tru
         }
         for name, c in (
             ("gpu-a", gap_found),
-            ("gpu-b", condition_of({"loaded_from": "cri", "gaps": []}, "")),
+            ("gpu-b", problem_of({"loaded_from": "cri", "gaps": []})),
             ("gpu-c", None),
         )
     ]

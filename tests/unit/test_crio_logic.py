@@ -227,7 +227,8 @@ RELOADED_SAID = "Failed to create pod sandbox: rpc error: code = Unknown desc = 
 STARTED = 1796357000  # 2026-12-04T04:03:20Z
 
 
-def refused_event(pod_name: str, at: str) -> dict:
+def refused_event(pod_name: str, at: str, source: dict | None = None) -> dict:
+    """The kubelet's sandbox failure as gpu-a's kubelet writes it (``source``: another's)."""
     return {
         "kind": "Event",
         "reason": "FailedCreatePodSandBox",
@@ -235,6 +236,9 @@ def refused_event(pod_name: str, at: str) -> dict:
         "lastTimestamp": at,
         "involvedObject": {"kind": "Pod", "name": pod_name},
         "metadata": {"name": f"{pod_name}.1", "creationTimestamp": at},
+        "source": source or {"component": "kubelet", "host": "gpu-a"},
+        "reportingComponent": "kubelet",
+        "reportingInstance": (source or {}).get("host", "gpu-a"),
     }
 
 
@@ -282,3 +286,17 @@ def test_a_refusal_said_before_the_daemon_started_or_to_a_pod_that_has_its_sandb
     started = no_sandbox(pod("job", "gpu-a", runtime_class="nvidia"), there=True)  # the kubelet's retry worked
     assert findings(reloaded_view(), [node("gpu-a"), rc("nvidia"), started], "gpu-a", events=after) == []
     assert findings(reloaded_view(None), [node("gpu-a"), rc("nvidia"), job], "gpu-a", events=after) == []
+
+
+def test_a_sandbox_failure_said_by_another_than_the_pod_s_node_s_kubelet_turns_nothing():
+    """One agent's token could forge a FailedCreatePodSandBox Event about another node's Pod: the
+    rule believes only the kubelet of the Pod's node (its source host, its reporting instance)."""
+    job = no_sandbox(pod("job", "gpu-a", runtime_class="nvidia"))
+    objects = [node("gpu-a"), rc("nvidia"), job]
+    at = "2026-12-04T04:05:00Z"
+    for forged in ({"component": "kubelet", "host": "gpu-b"}, {"component": "gpuop-agent", "host": "gpu-a"}):
+        assert findings(reloaded_view(), objects, "gpu-a", events=[refused_event("job", at, forged)]) == [], forged
+    other_instance = {**refused_event("job", at), "reportingInstance": "gpu-b"}
+    assert findings(reloaded_view(), objects, "gpu-a", events=[other_instance]) == []
+    kinds = [g["kind"] for g in findings(reloaded_view(), objects, "gpu-a", events=[refused_event("job", at)])]
+    assert kinds == ["sandbox-refuses-loaded"]

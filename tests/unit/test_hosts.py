@@ -87,7 +87,7 @@ def test_a_uid_0_login_may_go_without_sudo():
 def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
     import pytest
 
-    from gpuop.knobs import NODE_PARSERS, parse_node_knobs
+    from gpuop.knobs import NODE_PARSERS, DrainPolicy, parse_node_knobs
     from gpuop.reach.hosts import HostsFileError, load_hosts
 
     node = "hosts:\n  a:\n    ssh_hostname: 10.0.0.1\n    ssh_user: ubuntu\n    node_name: ip-10-0-0-1\n"
@@ -108,17 +108,22 @@ def test_a_nodes_file_takes_node_knobs_and_names_nodes_in_errors():
             "containerd_restart": "systemctl restart containerd",
             "crio_restart": "systemctl restart crio",
             "drain": True,
-            "drain_unmanaged": False,
+            "drain_unmanaged": True,
             "drain_delete_emptydir_data": False,
-            "drain_timeout_s": 300,
+            "drain_timeout_s": 240,
             "restart_timeout_s": 120,
             "repair_max_unavailable": 1,
             "repair_max_failures": 0,
             "repair_lock_s": 60,
+            "agent_heartbeat_s": 300,
             **data,
         }
     )
     assert knobs.node_name == "ip-10-0-0-1" and knobs.report == ""
+    # the drain's four knobs travel as one object, each by its name
+    assert knobs.drain_policy == DrainPolicy(
+        drain=True, delete_unmanaged=True, delete_emptydir_data=False, timeout_s=240
+    )
     with pytest.raises(HostsFileError, match="ssh_hostname missing; expected the address of the node"):
         load_hosts("hosts:\n  a:\n    node_name: x\n", "nodes.yaml", "the node", NODE_PARSERS)
     # Each kind of target takes its own knobs: a lab's hosts file has no node_name, a nodes file no gpuop_root.

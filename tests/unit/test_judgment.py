@@ -157,7 +157,8 @@ ROOMS = {
     "judgment": {"judgment"},
     "outputs": {"judgment", "outputs"},
     "reach": {"judgment", "reach", "knobs", "layout"},
-    "repair": {"judgment", "reach", "repair", "layout"},
+    "repair": {"judgment", "reach", "repair", "layout", "knobs"},
+    "agent": {"judgment", "reach", "agent"},
 }
 # runbook/, pyinfra's half, by room from the bottom up: each imports gpuop and the rooms before it.
 RUNBOOK_ROOMS = ("reach", "run", "replay", "audit", "repair")
@@ -187,6 +188,25 @@ def test_the_rooms_import_only_the_rooms_below_them():
                     assert parts[0] not in ("kubernetes", "prometheus_client", "urllib3"), (
                         f"{path.relative_to(ROOT)} imports {name}: the judgment does no I/O"
                     )
+
+
+# gpuop/repair/, by module: what each may import of its room's (the plan pure, the drain's waits
+# under the probe and the Lease).
+REPAIR_MODULES = {"plan": set(), "drain": {"plan"}, "probe": {"plan", "drain"}, "lease": {"drain"}}
+
+
+def test_the_repair_s_modules_import_only_those_below_them_and_its_plan_does_no_io():
+    assert sorted(p.stem for p in (ROOT / "gpuop" / "repair").glob("*.py") if p.stem != "__init__") == sorted(
+        REPAIR_MODULES
+    ), "a module of gpuop/repair not in the order"
+    for module, allowed in REPAIR_MODULES.items():
+        path = ROOT / "gpuop" / "repair" / f"{module}.py"
+        for name in _imported(path):
+            parts = name.split(".")
+            if parts[:2] == ["gpuop", "repair"] and len(parts) > 2:
+                assert parts[2] in allowed, f"{path.relative_to(ROOT)} imports {name}, beside or above it"
+            if module == "plan":
+                assert parts[0] not in ("kubernetes", "urllib3"), f"{path.relative_to(ROOT)} imports {name}: pure"
 
 
 def test_the_runbook_rooms_import_only_the_rooms_below_them():

@@ -7,6 +7,7 @@ import tarfile
 import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuop.judgment.condition import with_conditions
 from gpuop.judgment.containerd import nvidia_dropin, seed_config
 from gpuop.judgment.rules import cluster_gaps, findings, node_entry, sandbox_error
 from gpuop.judgment.view import api_view, node_view, written_view
@@ -234,8 +235,8 @@ def test_fleet_table_json_and_textfile_from_one_report():
         {"kind": "RuntimeClass", "metadata": {"name": "kata"}, "handler": "kata"},
     ]
     nodes = {
-        "a": node_entry(healthy, findings(healthy, objects, "a")),
-        "b": node_entry(incident, findings(incident, objects, "b")),
+        "a": with_conditions(node_entry(healthy, findings(healthy, objects, "a"))),
+        "b": with_conditions(node_entry(incident, findings(incident, objects, "b"))),
     }
     report = {"nodes": nodes, "gaps": cluster_gaps(nodes, objects)}
     assert [g["subject"] for g in report["gaps"]] == ["kata"]
@@ -260,9 +261,18 @@ def test_fleet_table_json_and_textfile_from_one_report():
         "AT",
         "RISK",
         "GAPS",
+        "PROBLEM",
+        "RESTART",
+        "UNSAFE",
     ]
-    assert lines[1].split() == ["a", "containerd", "1.6.20", "runc,nvidia", "runc,nvidia", "ok", "handler", "0", "0"]
-    assert lines[2].split() == ["b", "containerd", "1.6.20", "runc", "nvidia", "fails", "-", "1", "3"]
+    row_a = ["a", "containerd", "1.6.20", "runc,nvidia", "runc,nvidia", "ok", "handler", "0", "0", "False", "False"]
+    assert lines[1].split() == row_a
+    assert lines[2].split() == ["b", "containerd", "1.6.20", "runc", "nvidia", "fails", "-", "1", "3", "True", "True"]
+    # each gap says the condition it sets: the restart's forecast, or the node now
+    assert lines[3].startswith("GAP b: [restart-takes-cri-down]") and lines[3].endswith(
+        "(sets GPURuntimeRestartUnsafe)"
+    )
+    assert lines[4].startswith("GAP b: [sandbox-fails]") and lines[4].endswith("(sets GPURuntimeProblem)")
     assert lines[-1] == "4 gap(s) on 2 node(s)"  # b's three and the fleet's own
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -273,6 +283,11 @@ def test_fleet_table_json_and_textfile_from_one_report():
     assert samples[("gpuop_node_pods_at_risk", (("node", "b"),))] == 1
     assert samples[("gpuop_node_cri_after_restart", (("node", "b"), ("state", "fails")))] == 1
     assert samples[("gpuop_node_runtime_handler", (("handler", "nvidia"), ("node", "a"), ("view", "loaded")))] == 1
+    unsafe = (("condition", "GPURuntimeRestartUnsafe"), ("node", "b"), ("status", "True"))
+    assert samples[("gpuop_node_condition", unsafe)] == 1
+    assert (
+        samples[("gpuop_node_condition", (("condition", "GPURuntimeProblem"), ("node", "a"), ("status", "False")))] == 1
+    )
 
 
 def _tar(files):

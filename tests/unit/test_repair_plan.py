@@ -8,6 +8,7 @@ import tomli_w
 from gpuop.judgment import crio
 from gpuop.judgment.containerd import nvidia_dropin, runtime_names, seed_config
 from gpuop.judgment.view import node_view
+from gpuop.knobs import DrainPolicy
 from gpuop.repair.plan import drainable, dropin_target, handler_dropin, plan_lines, with_import
 from runbook.reach.containerd import cri_answer
 from runbook.reach.node import ToolkitDropin
@@ -328,11 +329,11 @@ def test_a_pod_with_emptydir_data_stops_the_drain_unless_its_knob_says_delete_it
         "gpu-a:   cordon, then drain: evict ns/train; Pods whose emptyDir data an eviction "
         "deletes stop the drain: ns/train (emptyDir ckpt, scratch)"
     )
-    assert plan_lines(p, delete_emptydir_data=True)[1] == (
+    assert plan_lines(p, DrainPolicy(delete_emptydir_data=True))[1] == (
         "gpu-a:   cordon, then drain: evict ns/train; their emptyDir data deleted with them: ns/train (emptyDir ckpt, "
         "scratch) (drain_delete_emptydir_data=true)"
     )
-    assert plan_lines(p, drain=False)[1] == (
+    assert plan_lines(p, DrainPolicy(drain=False))[1] == (
         "gpu-a:   cordon, no drain (drain=false): every Pod on it runs on through the restart"
     )
 
@@ -373,8 +374,8 @@ def test_a_ready_status_is_proof_only_when_the_kubelet_beat_after_the_restart():
 
 
 def test_a_probe_claims_only_a_device_no_claim_holds_and_is_then_placed_by_the_scheduler():
-    from gpuop.repair.drain import probe_manifest
     from gpuop.repair.plan import free_devices
+    from gpuop.repair.probe import probe_manifest
 
     published = {
         "kind": "ResourceSlice",

@@ -1,0 +1,5 @@
+import sys
+
+from gpuop.agent.agent import main
+
+sys.exit(main())

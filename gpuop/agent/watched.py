@@ -1,0 +1,166 @@
+"""The cluster's objects a node's judgment joins, kept by list-then-watch as client-go's reflector
+keeps them, so that a judgment sends no read: one list (``resourceVersion=0``: from the API
+server's watch cache, not etcd), then one watch from its version, with bookmarks; each watch
+ends at a random time between ``WATCH_S`` and twice that (client-go's), and is taken up again from
+the last version seen; a version the server no longer has (410 Gone) is listed again; a broken
+list or watch is tried again after a backoff with full jitter (so that every agent of a fleet
+does not come back in the same second after an API server restart).
+
+    node = Watched(api, "Node", "list_node", on_change, field_selector="metadata.name=gpu-a")
+    node.start(); node.synced.wait(10); node.items()   # [{"kind": "Node", "metadata": {...}, ...}]
+"""
+
+import json
+import logging
+import random
+import threading
+import time
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from gpuop.reach.kubeapi import CONNECT_TIMEOUT_S, in_words
+
+LOG = logging.getLogger("gpuop.agent")
+WATCH_S = 300  # a watch request's shortest end (timeoutSeconds), as client-go's minWatchTimeout
+BACKOFF_S = (0.8, 30)  # a broken list or watch waits uniformly up to 0.8 s x 2^failures, at most 30 s
+LIST_DEADLINE_S = 30  # one list request
+UNSERVED_S = 600  # a kind the cluster does not serve (404: no DRA) is asked again after this
+
+# Each kind the agent watches: its API class and list call.
+APIS = {
+    "Node": ("CoreV1Api", "list_node"),
+    "Pod": ("CoreV1Api", "list_pod_for_all_namespaces"),
+    "RuntimeClass": ("NodeV1Api", "list_runtime_class"),
+    "ResourceSlice": ("ResourceV1Api", "list_resource_slice"),
+}
+
+
+def backoff_s(failures: int, rand=random.random) -> float:
+    """How long to wait after ``failures`` broken requests in a row: full jitter (uniform from 0)
+    over an exponential cap.
+
+        backoff_s(1) -> between 0 and 1.6; backoff_s(10) -> between 0 and 30
+    """
+    return rand() * min(BACKOFF_S[1], BACKOFF_S[0] * 2**failures)
+
+
+class Watched:
+    """One kind's objects as the API server last said them, by ``namespace/name``, plain JSON
+    with their ``kind``. ``on_change(kind)`` is called after each change; ``synced`` is set once
+    listed (or found not served); ``up`` says whether its last request succeeded."""
+
+    def __init__(self, api: client.ApiClient, kind: str, on_change, field_selector: str = ""):
+        group, call = APIS[kind]
+        self.kind, self.lister = kind, getattr(getattr(client, group)(api), call)
+        self.on_change, self.selector = on_change, field_selector
+        self.objects, self.version, self.served = {}, None, True
+        self.synced, self.up, self.lists, self.failures = threading.Event(), False, 0, 0
+        self.thread = None
+
+    def items(self) -> list:
+        return list(self.objects.values())
+
+    def _selected(self) -> dict:
+        return {"field_selector": self.selector} if self.selector else {}
+
+    def _key(self, obj: dict) -> str:
+        meta = obj["metadata"]
+        return f"{meta.get('namespace', '')}/{meta['name']}"
+
+    def list(self):
+        """One list, from the watch cache; the objects replaced by it, its version kept."""
+        answer = self.lister(
+            **self._selected(),
+            resource_version="0",
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT_S, LIST_DEADLINE_S),
+        )
+        body = json.loads(answer.data)
+        self.objects = {self._key(o): {**o, "kind": self.kind} for o in body.get("items") or []}
+        self.version = body["metadata"]["resourceVersion"]
+        self.lists += 1
+
+    def watch(self):
+        """One watch from the version last seen, until the server ends it or it breaks. Its lines
+        read here, not by ``kubernetes.watch``: that one reads an ERROR line (a 410) as a model's."""
+        timeout = int(WATCH_S * (1 + random.random()))
+        answer = self.lister(
+            **self._selected(),
+            watch=True,
+            resource_version=self.version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout,
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT_S, timeout + 30),
+        )
+        self.up, self.failures = True, 0  # the server took the watch (a quiet one sends no event)
+        try:
+            for line in iter_resp_lines(answer):
+                if line:
+                    self._seen(json.loads(line))
+        finally:
+            answer.close()
+            answer.release_conn()
+
+    def _seen(self, event: dict):
+        obj, kind = event["object"], event["type"]
+        if kind == "ERROR":  # a Status: 410 where the version expired
+            raise ApiException(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
+        self.up, self.failures = True, 0
+        self.version = obj["metadata"]["resourceVersion"]
+        if kind == "BOOKMARK":  # no change: only where the watch is, for a watch taken up later
+            return
+        if kind == "DELETED":
+            self.objects.pop(self._key(obj), None)
+        else:
+            self.objects[self._key(obj)] = {**obj, "kind": self.kind}
+        self.on_change(self.kind)
+
+    def _keep(self):
+        while True:
+            try:
+                if self.version is None:
+                    self.list()
+                    self.up, self.failures = True, 0
+                    self.synced.set()
+                    self.on_change(self.kind)
+                self.watch()
+            except ApiException as e:
+                if e.status == 410:  # the version expired: listed again, at once
+                    self.version = None
+                    continue
+                if e.status == 404 and self.version is None:  # not served here (a cluster with no DRA)
+                    self.served, self.objects = False, {}
+                    self.synced.set()
+                    self.on_change(self.kind)
+                    time.sleep(UNSERVED_S * (1 + random.random() / 10))
+                    continue
+                self._broken(e)
+            except Exception as e:  # noqa: BLE001 (the API server away or restarted: tried again after a backoff)
+                self._broken(e)
+
+    def _broken(self, e: Exception):
+        self.up, self.failures = False, self.failures + 1
+        wait = backoff_s(self.failures)
+        LOG.warning("the %ss' watch broke: %s; again in %.1fs", self.kind, in_words(e, LIST_DEADLINE_S), wait)
+        time.sleep(wait)
+
+    def start(self):
+        """Its thread, once."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._keep, name=f"watch-{self.kind}", daemon=True)
+            self.thread.start()
+
+
+def node_watches(api: client.ApiClient, node: str, on_change) -> dict:
+    """What one node's judgment joins, each kept by a watch: its Node and the Pods bound to it
+    (by field selector), its ResourceSlices (``spec.nodeName``) and the RuntimeClasses (every
+    node shares them: the only kind not selected by node)."""
+    return {
+        "Node": Watched(api, "Node", on_change, f"metadata.name={node}"),
+        "Pod": Watched(api, "Pod", on_change, f"spec.nodeName={node}"),
+        "RuntimeClass": Watched(api, "RuntimeClass", on_change),
+        "ResourceSlice": Watched(api, "ResourceSlice", on_change, f"spec.nodeName={node}"),
+    }

@@ -1,0 +1,241 @@
+"""The node agent's parts that need no cluster: its flags checked in one place (one sentence and
+exit 2 on a bad one), its Events correlated as client-go's, its watches' backoff, its health
+endpoints on a real HTTP server, and its node read under one deadline that ends its whole
+session, its CPU counted."""
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gpuop.agent.events import BURST, REFILL_S, SIMILAR_MAX, Correlator, event_of
+from gpuop.agent.flags import FlagError, parse_flags
+from gpuop.agent.health import Health, serve
+from gpuop.agent.noderead import NodeRead, session_of
+from gpuop.agent.watched import BACKOFF_S, backoff_s
+from tests.helpers.ssh import free_port
+
+
+def test_the_flags_parse_with_their_defaults_and_the_health_bound_follows_them():
+    flags = parse_flags(["--node", "gpu-a", "--enter", "nsenter -t 1 -m --"])
+    assert (flags.interval_s, flags.heartbeat_s, flags.read_deadline_s, flags.port) == (60, 300, 150, 9909)
+    assert flags.enter == ("nsenter", "-t", "1", "-m", "--")
+    assert flags.health_bound_s == 3 * 60 + 150
+
+
+def test_forget_needs_no_node_and_names_the_agents_daemonset():
+    env = os.environ.pop("NODE_NAME", None)
+    try:
+        assert parse_flags(["--forget"]).forget == "gpuop-system/gpuop-agent"
+        assert parse_flags(["--forget=gpu-ops/edge-gpuop-agent"]).forget == "gpu-ops/edge-gpuop-agent"
+        for bad in ("gpuop-agent", "a/b/c", "/gpuop-agent"):
+            with pytest.raises(FlagError) as e:
+                parse_flags([f"--forget={bad}"])
+            assert str(e.value) == f"--forget: expected the agents' DaemonSet as NAMESPACE/NAME, got {bad!r}"
+    finally:
+        if env is not None:
+            os.environ["NODE_NAME"] = env
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--interval-s", "-1"], "--interval-s: expected seconds, at least 1 and at most 86400, got '-1'"),
+        (["--interval-s", "0"], "--interval-s: expected seconds, at least 1 and at most 86400, got '0'"),
+        (["--interval-s", "soon"], "--interval-s: expected seconds, at least 1 and at most 86400, got 'soon'"),
+        (["--interval-s", "600"], "--heartbeat-s: expected seconds, at least 600 and at most 86400, got '300'"),
+        (["--read-deadline-s", "5"], "--read-deadline-s: expected seconds, at least 10 and at most 300, got '5'"),
+        (["--port", "70000"], "--port: expected a TCP port from 1 to 65535, or 0 for none, got '70000'"),
+        (
+            ["--enter", "nsenter '"],
+            '--enter: expected a command in shell words, got "nsenter \'" (No closing quotation)',
+        ),
+        (["--crictl", " "], "--crictl: expected a name, got none"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_a_bad_flag_is_one_sentence(argv, said):
+    with pytest.raises(FlagError) as e:
+        parse_flags(["--node", "gpu-a", *argv])
+    assert str(e.value) == said
+
+
+def test_a_bad_flag_exits_2_with_one_line_and_no_traceback():
+    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuop.agent", "--node", "gpu-a", "--interval-s", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done
+    assert done.stderr == "gpuop-agent: --interval-s: expected seconds, at least 1 and at most 86400, got '-1'\n"
+    nameless = subprocess.run(
+        [sys.executable, "-m", "gpuop.agent"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert (nameless.returncode, nameless.stderr.count("\n")) == (2, 1), nameless
+    assert "--node (or $NODE_NAME): expected the name of the node this agent judges" in nameless.stderr
+
+
+def _event(message: str, reason: str = "RestartTakesCriDown") -> dict:
+    condition = {"type": "gpuop.io/GPURuntimeProblem", "status": "True", "reason": reason, "message": message}
+    return event_of("gpu-a", condition, "2026-12-05T10:00:00Z")
+
+
+def test_the_same_event_again_is_counted_on_the_one_written_not_written_anew():
+    c = Correlator()
+    verb, first = c.correlate(_event("[restart-takes-cri-down] a"), 0.0)
+    assert (verb, first["count"]) == ("create", 1)
+    c.written(first["_key"], "gpu-a.gpuop-x1")
+    verb, again = c.correlate(_event("[restart-takes-cri-down] a"), 10.0)
+    assert (verb, again["count"], again["metadata"]["name"]) == ("patch", 2, "gpu-a.gpuop-x1")
+    verb, other = c.correlate(_event("[restart-takes-cri-down] b"), 20.0)
+    assert verb == "create"  # another message: another Event
+
+
+def test_similar_events_past_the_most_are_aggregated_into_one():
+    c = Correlator()
+    for i in range(SIMILAR_MAX):
+        verb, e = c.correlate(_event(f"[sandbox-fails] Pod p{i}", "SandboxFails"), float(i))
+        assert verb == "create" and not e["message"].startswith("(combined")
+        c.written(e["_key"], f"e{i}")
+    verb, combined = c.correlate(_event("[sandbox-fails] Pod p-next", "SandboxFails"), 20.0)
+    assert verb == "create"
+    assert combined["message"] == "(combined from similar events): GPURuntimeProblem True: [sandbox-fails] Pod p-next"
+    c.written(combined["_key"], "combined")
+    verb, counted = c.correlate(_event("[sandbox-fails] Pod p-last", "SandboxFails"), 21.0)
+    assert (verb, counted["metadata"]["name"], counted["count"]) == ("patch", "combined", 2)
+
+
+def test_a_storm_of_events_is_held_to_the_bucket_and_let_through_as_it_refills():
+    c = Correlator()
+    said = [c.correlate(_event(f"m{i}", f"Reason{i}"), 0.0) for i in range(BURST + 5)]
+    assert sum(s is not None for s in said) == BURST
+    assert c.correlate(_event("late", "Late"), REFILL_S / 2) is None
+    assert c.correlate(_event("later", "Later"), REFILL_S + 1) is not None
+
+
+def test_the_backoff_is_full_jitter_under_an_exponential_cap():
+    assert backoff_s(1, rand=lambda: 1.0) == pytest.approx(1.6)
+    assert backoff_s(3, rand=lambda: 0.5) == pytest.approx(3.2)
+    assert backoff_s(30, rand=lambda: 1.0) == BACKOFF_S[1]
+    assert backoff_s(2, rand=lambda: 0.0) == 0.0
+
+
+class _Watch:
+    def __init__(self, kind, synced, up):
+        import threading
+
+        self.kind, self.synced, self.up = kind, threading.Event(), up
+        if synced:
+            self.synced.set()
+
+
+def _get(port: int, path: str) -> tuple:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_healthz_fails_past_its_bound_and_readyz_says_which_watch_is_behind():
+    now = [100.0]
+    watches = [_Watch("Node", True, True), _Watch("Pod", False, False)]
+    health = Health(330, watches, clock=lambda: now[0])
+    port = free_port()
+    server = serve(port, CollectorRegistry(), health)
+    try:
+        assert _get(port, "/healthz") == (200, "ok: judged 0s ago\n")
+        now[0] += 331
+        assert _get(port, "/healthz") == (
+            503,
+            "no judgment for 331s, past 330s (three intervals and the read's deadline)\n",
+        )
+        health.judged()
+        assert _get(port, "/healthz")[0] == 200
+        assert _get(port, "/readyz") == (503, "not in sync: Pod\n")
+        watches[1].synced.set()
+        watches[1].up = True
+        assert _get(port, "/readyz") == (200, "ok: every watch in sync\n")
+        assert _get(port, "/metrics")[0] == 200
+    finally:
+        server.shutdown()
+
+
+def test_a_read_past_its_deadline_is_ended_with_its_whole_session():
+    """The read's deadline ends every process of its session, those a ``timeout`` put in a process
+    group of their own too (as the read's sections are): none is left."""
+    mark = f"gpuop-read-{os.getpid()}-{time.monotonic_ns()}"
+    # the enter command stands for a host whose read hangs: a grandchild in a group of its own
+    enter = ["sh", "-c", f"timeout 60 sh -c 'sleep 60; : {mark}' & sleep 60; : {mark}", "enter"]
+    began = time.monotonic()
+    answer = NodeRead(enter, "crictl", 1)()
+    assert time.monotonic() - began < 8
+    assert (answer.read, answer.unread) == (None, "the node's read did not end within 1s")
+    time.sleep(0.5)
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if mark.encode() in f.read() and session_of(int(pid)) is not None:
+                    left.append(pid)
+        except OSError:
+            pass
+    assert left == [], left
+
+
+def test_the_read_s_cpu_is_counted_from_its_processes():
+    answer = NodeRead([], "crictl", 30)()
+    assert answer.unread == "" and answer.read is not None, answer
+    assert answer.read["hostname"], answer.read
+    assert answer.cpu_s > 0, answer
+
+
+class _Core:
+    """What the gate sends, in order: (what, name, body)."""
+
+    def __init__(self):
+        self.sent = []
+
+    def patch_node(self, name, body, **_):
+        self.sent.append(("Node", name, body))
+
+    def patch_namespaced_pod(self, name, namespace, body, **_):
+        self.sent.append(("Pod", f"{namespace}/{name}", body))
+
+
+def _obj(name, version, labels=None, namespace=None):
+    meta = {"name": name, "resourceVersion": version, "labels": labels or {}}
+    return {"metadata": {**meta, **({"namespace": namespace} if namespace else {})}}
+
+
+def test_the_restart_gate_labels_the_node_and_the_agent_s_own_pod_only_while_restart_unsafe_is_true():
+    from gpuop.agent.gate import RestartGate
+    from gpuop.judgment.condition import GATE
+
+    core = _Core()
+    gate = RestartGate(core, "gpu-a", "agent-x", "gpuop-system")
+    other = _obj("train-0", "5", namespace="ml")
+    node, own = _obj("gpu-a", "1"), _obj("agent-x", "2", namespace="gpuop-system")
+    gate.keep("True", node, [other, own])
+    put = {"metadata": {"labels": {GATE: "true"}}}
+    assert core.sent == [("Node", "gpu-a", put), ("Pod", "gpuop-system/agent-x", put)]  # never another Pod
+    gate.keep("True", node, [other, own])  # the watches have not said it yet: not written twice
+    assert len(core.sent) == 2
+    node, own = _obj("gpu-a", "3", {GATE: "true"}), _obj("agent-x", "4", {GATE: "true"}, "gpuop-system")
+    gate.keep("True", node, [own])
+    gate.keep("Unknown", node, [own])  # not known: left as it is
+    assert len(core.sent) == 2
+    gate.keep("False", node, [own])
+    lift = {"metadata": {"labels": {GATE: None}}}
+    assert core.sent[2:] == [("Node", "gpu-a", lift), ("Pod", "gpuop-system/agent-x", lift)]
+    outside = _Core()  # an agent run outside a Pod: its Node only
+    RestartGate(outside, "gpu-a").keep("True", _obj("gpu-a", "1"), [own])
+    assert [what for what, *_ in outside.sent] == ["Node"]
