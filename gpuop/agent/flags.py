@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from gpuop.judgment.condition import REFRESH_S
-from gpuop.judgment.rules import DRIVER
+from gpuop.judgment.node_rules import DRIVER
 
 
 class FlagError(Exception):

@@ -4,6 +4,7 @@ from datetime import datetime
 
 import jmespath
 
+from gpuop.judgment.objects import of_kind
 from gpuop.judgment.quantity import parse_quantity
 from gpuop.judgment.scheduling import blocker, pod_scheduled, unschedulable
 
@@ -322,4 +323,27 @@ def reboot_lines(forecast_cri_ok: bool, node: dict, moment: datetime) -> list:
         f"MESSAGE={cond.get('message', '')}",
         f"CHANGED_AFTER_S={after}",
         f"MATCHES={'yes' if matches else 'no'}",
+    ]
+
+
+def active(pod: dict) -> bool:
+    """A Pod that runs or will: not ended, not being deleted."""
+    return pod["status"].get("phase") not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
+
+
+def classed_pods(name: str, objects: list) -> list:
+    """The active Pods bound to node ``name`` that name a RuntimeClass, each with its class and
+    the handler it asks for (the class's, or its own name where the class is gone).
+
+        classed_pods("gpu-a", objects) -> [(pod, "nvidia", "nvidia")]
+    """
+    handlers = {rc["metadata"]["name"]: rc.get("handler") for rc in of_kind(objects, "RuntimeClass")}
+    return [
+        (
+            pod,
+            pod["spec"]["runtimeClassName"],
+            handlers.get(pod["spec"]["runtimeClassName"], pod["spec"]["runtimeClassName"]),
+        )
+        for pod in of_kind(objects, "Pod")
+        if pod["spec"].get("nodeName") == name and active(pod) and pod["spec"].get("runtimeClassName")
     ]

@@ -432,3 +432,15 @@ def repaired_dropin(version: str, main_doc: dict) -> dict:
     if release(version) >= (2,):
         return dropin
     return dropin_keeping_cri(main_doc, dropin)
+
+
+def sandbox_error(version: str, handler: str) -> str:
+    """What containerd of ``version`` answers kubelet for a sandbox whose handler it does not load
+    (kubelet's event: ``Failed to create pod sandbox: rpc error: code = Unknown desc = ...``).
+
+        sandbox_error("1.6.20", "nvidia") -> 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
+    """
+    cause = f'no runtime for "{handler}" is configured'
+    if release(version) >= (2,):
+        return f'unable to get OCI runtime for sandbox "<id>": {cause}'
+    return f"failed to get sandbox runtime: {cause}"

@@ -1,5 +1,5 @@
 """A gap: one view of a GPU node against another, the finding both audits report (the lab
-host's and a real node's, both from gpuop/judgment/rules.py), in one shape.
+host's and a real node's, both through gpuop/judgment/rules.py), in one shape.
 
 The views are where the runtime handlers and GPUs are seen: ``written`` (the config files),
 ``loaded`` (the running daemon, asked through CRI), ``after-restart`` (the binary's own merge of

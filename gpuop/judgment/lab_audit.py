@@ -5,19 +5,11 @@ the fleet audit's, naming the views it joins; everything else the audit reads
 (loaded handlers, GPU use per node, Pending Pods by reason, rollouts) is reported beside them.
 """
 
-from gpuop.judgment.cluster import allocatable_count, rollout_status
+from gpuop.judgment.cluster import allocatable_count, classed_pods, rollout_status
+from gpuop.judgment.cluster_rules import gpus_held, overcommitted, stalled_rollout, time_slicing_gaps, unloaded_class
 from gpuop.judgment.objects import of_kind, ref
-from gpuop.judgment.rules import (
-    classed_pods,
-    gpus_held,
-    judge,
-    kubelet_agrees,
-    overcommitted,
-    sandbox_refusal,
-    stalled_rollout,
-    time_slicing_gaps,
-    unloaded_class,
-)
+from gpuop.judgment.rules import judge
+from gpuop.judgment.sandbox import kubelet_agrees, sandbox_refusal
 from gpuop.judgment.scheduling import pod_scheduled, reasons, unschedulable
 from gpuop.judgment.slots import replicas_of
 from gpuop.judgment.view import api_handlers

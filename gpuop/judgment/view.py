@@ -17,7 +17,7 @@ the API alone. Every audit judges this one shape (``gpuop.judgment.rules.finding
 
 A section unread leaves its part as never read ("runtime": the files, "restart", "started", "cdi",
 "hooks", "nvidia", "status"; "containerd PID", "crio PID", "kubelet PID": a process's flags), and
-the rules judge the rest without it (``gpuop.judgment.rules.unread_gaps``).
+the rules judge the rest without it (``gpuop.judgment.runtime_rules.unread_gaps``).
 
 Where "loaded" comes from, one vocabulary for every target: ``cri`` (the daemon answered through
 CRI), ``status`` (CRI-O answered its own status API, ``crio status config``, on a node with no

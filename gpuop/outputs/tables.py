@@ -1,7 +1,7 @@
 """What a person reads first: the audit's tables, for every target from one module.
 
 A lab host's table has one row per reading (``host_table``), the fleet's one line per node
-(``fleet_table``). Both read a node from its one JSON entry (``rules.node_entry``), list its
+(``fleet_table``). Both read a node from its one JSON entry (``gpuop.judgment.entry.node_entry``), list its
 handlers the same way and show first the gap that puts every Pod at risk: a runtime that would
 not start again.
 """

@@ -100,7 +100,7 @@ _LISTS = (
     # the devices each node publishes; a cluster that serves no v1 is read without them
     ("ResourceClaim", "ResourceV1Api", "list_resource_claim_for_all_namespaces"),
     ("ResourceSlice", "ResourceV1Api", "list_resource_slice"),
-    # the kubelets' own word on a sandbox that fails (gpuop.judgment.rules.kubelet_agrees)
+    # the kubelets' own word on a sandbox that fails (gpuop.judgment.sandbox.kubelet_agrees)
     ("Event", "CoreV1Api", "list_event_for_all_namespaces"),
 )
 # What the API server selects for a kind, beside the label selector of the Nodes.

@@ -11,7 +11,7 @@ them (over SSH, or ``@kubenode/NODE`` through the cluster).
 from dataclasses import dataclass
 
 from gpuop.judgment.cluster import gpus_asked
-from gpuop.judgment.rules import DRIVER, claims_of, dra_gpus, node_gpus
+from gpuop.judgment.node_rules import DRIVER, claims_of, dra_gpus, node_gpus
 from gpuop.knobs import REACHES
 from gpuop.reach.hosts import HostsFileError, host_data, yaml_document
 

@@ -23,7 +23,7 @@ import re
 import tomli_w
 
 from gpuop.judgment import crio
-from gpuop.judgment.cluster import allocatable_count, gpus_asked
+from gpuop.judgment.cluster import active, allocatable_count, classed_pods, gpus_asked
 from gpuop.judgment.containerd import (
     CRI_PLUGIN,
     dropin_keeping_cri,
@@ -36,7 +36,6 @@ from gpuop.judgment.containerd import (
 )
 from gpuop.judgment.objects import of_kind, ref
 from gpuop.judgment.regen import V3_TEMPLATE, template_path
-from gpuop.judgment.rules import active, classed_pods
 from gpuop.judgment.view import LIVE
 from gpuop.knobs import DrainPolicy
 from gpuop.layout import NODE_BACKUPS

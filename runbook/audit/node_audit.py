@@ -14,8 +14,10 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
+from gpuop.judgment.cluster_rules import cluster_gaps
 from gpuop.judgment.condition import agents_report, with_conditions
-from gpuop.judgment.rules import DRIVER, cluster_gaps, judge
+from gpuop.judgment.node_rules import DRIVER
+from gpuop.judgment.rules import judge
 from gpuop.judgment.view import api_view, node_view
 from gpuop.outputs.tables import fleet_table
 from gpuop.outputs.textfile import registry_of, write_reports

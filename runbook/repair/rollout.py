@@ -23,8 +23,9 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from gpuop.judgment import crio
+from gpuop.judgment.cluster_rules import cluster_gaps
 from gpuop.judgment.containerd import release
-from gpuop.judgment.rules import cluster_gaps, judge
+from gpuop.judgment.rules import judge
 from gpuop.judgment.view import LIVE, api_handlers, node_view
 from gpuop.layout import node_backup_of
 from gpuop.outputs.tables import fleet_table

@@ -198,7 +198,8 @@ def test_on_a_kubelet_node_the_sandbox_forecast_is_held_against_the_kubelet_s_ev
 
 
 def test_the_kubelet_s_words_match_each_version_s_sandbox_error():
-    from gpuop.judgment.rules import sandbox_error, says_sandbox_error
+    from gpuop.judgment.containerd import sandbox_error
+    from gpuop.judgment.sandbox import says_sandbox_error
 
     prefix = "Failed to create pod sandbox: rpc error: code = Unknown desc = "
     two = f'unable to get OCI runtime for sandbox "{"a1" * 32}": no runtime for "nvidia" is configured'

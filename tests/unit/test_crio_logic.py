@@ -4,7 +4,9 @@ node audit reads them, and judged by the one rule set."""
 import os
 
 from gpuop.judgment import crio
-from gpuop.judgment.rules import findings, gpu_paths, sandbox_refusal, says_sandbox_error
+from gpuop.judgment.node_rules import gpu_paths
+from gpuop.judgment.rules import findings
+from gpuop.judgment.sandbox import sandbox_refusal, says_sandbox_error
 from gpuop.judgment.view import api_view, cdi_part, loaded_part, restart_part, unknown_view
 from runbook.reach.containerd import cri_answer
 from tests.helpers.plans import plan_of

@@ -7,8 +7,8 @@ import pathlib
 
 import runbook.audit.node_audit
 import runbook.repair.rollout
+from gpuop.judgment import cluster_rules, rules
 from gpuop.judgment import lab_audit as audit
-from gpuop.judgment import rules
 from tests.helpers.plans import plan_of
 from tests.unit.test_crio_logic import no_sandbox, node, pod, rc, refused_event, reloaded_view
 
@@ -133,7 +133,7 @@ def toolkit_rollout(updated: int) -> list:
 
 def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab():
     ds, *pods = objects = toolkit_rollout(1)
-    assert rules.cluster_gaps({"gpu-a": {"loaded": ["runc"]}}, objects) == [
+    assert cluster_rules.cluster_gaps({"gpu-a": {"loaded": ["runc"]}}, objects) == [
         {
             "kind": "rollout-stalled",
             "subject": "gpu-operator/nvidia-container-toolkit",
@@ -145,11 +145,11 @@ def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab():
     lab = audit.audit(
         reloaded_view(), objects, {"node": "none", "physical_gpus": 1, "vram_per_gpu_gib": 1, "configmap": "a/b"}
     )
-    assert [g for g in lab["gaps"] if g["kind"] == "rollout-stalled"] == rules.cluster_gaps(
+    assert [g for g in lab["gaps"] if g["kind"] == "rollout-stalled"] == cluster_rules.cluster_gaps(
         {"gpu-b": {"loaded": []}}, objects
     )
-    assert rules.cluster_gaps({"gpu-a": {"loaded": []}}, toolkit_rollout(2)) == []
-    assert rules.cluster_gaps({"gpu-z": {"loaded": []}}, objects) == []  # a rollout on no node of the fleet
+    assert cluster_rules.cluster_gaps({"gpu-a": {"loaded": []}}, toolkit_rollout(2)) == []
+    assert cluster_rules.cluster_gaps({"gpu-z": {"loaded": []}}, objects) == []  # a rollout on no node of the fleet
 
 
 # Each room of gpuop/ and what it may import of the project: no arrow back up.
@@ -207,6 +207,27 @@ def test_the_repair_s_modules_import_only_those_below_them_and_its_plan_does_no_
                 assert parts[2] in allowed, f"{path.relative_to(ROOT)} imports {name}, beside or above it"
             if module == "plan":
                 assert parts[0] not in ("kubernetes", "urllib3"), f"{path.relative_to(ROOT)} imports {name}: pure"
+
+
+# gpuop/judgment's rules, by module: what each may import of the others (the door above them all,
+# the entry's shape above the node's rules, the sandbox's words under them).
+RULE_MODULES = {
+    "sandbox": set(),
+    "runtime_rules": set(),
+    "node_rules": {"sandbox"},
+    "cluster_rules": set(),
+    "entry": {"node_rules"},
+    "rules": {"runtime_rules", "node_rules", "entry"},
+}
+
+
+def test_the_rules_modules_import_only_those_below_them():
+    for module, allowed in RULE_MODULES.items():
+        path = ROOT / "gpuop" / "judgment" / f"{module}.py"
+        for name in _imported(path):
+            parts = name.split(".")
+            if parts[:2] == ["gpuop", "judgment"] and len(parts) > 2 and parts[2] in RULE_MODULES:
+                assert parts[2] in allowed, f"{path.relative_to(ROOT)} imports {name}, beside or above it"
 
 
 def test_the_runbook_rooms_import_only_the_rooms_below_them():

@@ -1,7 +1,7 @@
 """The audit's tables: a lab host and a fleet's node read alike, and the worst gap is read first."""
 
+from gpuop.judgment.entry import node_entry
 from gpuop.judgment.lab_audit import audit
-from gpuop.judgment.rules import node_entry
 from gpuop.outputs.tables import fleet_table, host_table, worst_first
 from tests.unit.test_audit_logic import RC, TS, configmap, node, pod, runtime
 
