@@ -9,46 +9,50 @@ from gpuop.judgment.view import KNOWN, RUNTIME
 
 
 def runtime_findings(view: dict) -> list:
-    """The gaps of the daemon alone, before any cluster object: what a restart does, its files,
-    whether CRI answers, and handlers written but not loaded.
+    """The gaps of the daemon alone, before any cluster object, in this order: what its next start
+    does, the other runtimes beside it, its files, whether CRI answers, and the handlers written
+    but not loaded or lost at the next start.
 
         runtime_findings(view) -> [{"kind": "restart-takes-cri-down", "subject": "containerd", ...}, ...]
     """
-    gaps, version, d, rt = [], view["version"], view["daemon"], view["runtime"]
-    if view["cri_after_restart"] == "refuses-start":
-        gaps.append(
-            gap(
-                "restart-refuses-start",
-                rt,
-                ["after-restart"],
-                f"{rt} {version} would not start at its next restart, so no Pod could start on "
-                f"this node{_above_root(view)}: {view['restart_reason']}",
-            )
+    return restart_gaps(view) + second_runtime_gaps(view) + file_gaps(view) + cri_gaps(view) + handler_gaps(view)
+
+
+def restart_gaps(view: dict) -> list:
+    """What the runtime's next start does: it refuses to start, takes CRI down, or (CRI-O) starts
+    without a runtime whose binary is missing (``gpuop.judgment.crio.restart_forecast``).
+
+        restart_gaps(view) -> [{"kind": "restart-takes-cri-down", "subject": "containerd", ...}]
+    """
+    version, rt, after = view["version"], view["runtime"], view["cri_after_restart"]
+    if after == "refuses-start":
+        words = (
+            f"{rt} {version} would not start at its next restart, so no Pod could start on "
+            f"this node{_above_root(view)}: {view['restart_reason']}"
         )
-    elif view["cri_after_restart"] == "fails":
-        gaps.append(
-            gap(
-                "restart-takes-cri-down",
-                rt,
-                ["after-restart"],
-                f"a restart of {rt} on this node takes CRI down: {view['restart_reason']} "
-                f"(after restart: {view['restart_from']})",
-            )
+        return [gap("restart-refuses-start", rt, ["after-restart"], words)]
+    if after == "fails":
+        words = (
+            f"a restart of {rt} on this node takes CRI down: {view['restart_reason']} "
+            f"(after restart: {view['restart_from']})"
         )
-    elif rt == crio.NAME and view["cri_after_restart"] == "ok":
-        # it starts without a runtime whose binary is missing (gpuop.judgment.crio.restart_forecast)
-        for handler in view["written"]:
-            if handler not in view["after_restart"]:
-                why = next((w for w in view["restart_reason"].split("; ") if f"runtime {handler}'s" in w), "")
-                gaps.append(
-                    gap(
-                        "restart-drops-runtime",
-                        handler,
-                        ["written", "after-restart"],
-                        f"runtime handler {handler} is written, but a restart or reload of {rt} {version} "
-                        f"drops it: {why}",
-                    )
-                )
+        return [gap("restart-takes-cri-down", rt, ["after-restart"], words)]
+    if rt != crio.NAME or after != "ok":
+        return []
+    gaps = []
+    for handler in _missing(view["written"], view["after_restart"]):
+        why = next((w for w in view["restart_reason"].split("; ") if f"runtime {handler}'s" in w), "")
+        words = f"runtime handler {handler} is written, but a restart or reload of {rt} {version} drops it: {why}"
+        gaps.append(gap("restart-drops-runtime", handler, ["written", "after-restart"], words))
+    return gaps
+
+
+def second_runtime_gaps(view: dict) -> list:
+    """A gap for each runtime beside the audited one (a second containerd, or CRI-O also).
+
+    second_runtime_gaps(view) -> [{"kind": "second-containerd", "subject": "4242", ...}]
+    """
+    gaps, rt, d = [], view["runtime"], view["daemon"]
     for other in view["others"]:
         ort = other.get("runtime", RUNTIME)
         gaps.append(
@@ -62,67 +66,77 @@ def runtime_findings(view: dict) -> list:
                 + (", kubelet's endpoint" if view["kubelet_endpoint"] else ""),
             )
         )
-    config = d["config"] if d else "the main config"
-    gaps += [gap("config-unreadable", config, ["written"], e) for e in view["config_errors"]]
+    return gaps
+
+
+def file_gaps(view: dict) -> list:
+    """The runtime's files: a config it cannot read, a drop-in no imports glob reaches.
+
+    file_gaps(view) -> [{"kind": "dropin-not-imported", "subject": "/etc/containerd/conf.d/99-nvidia.toml", ...}]
+    """
+    config = _config(view)
+    gaps = [gap("config-unreadable", config, ["written"], e) for e in view["config_errors"]]
     for path in view["unreached"]:
-        gaps.append(
-            gap(
-                "dropin-not-imported",
-                path,
-                ["written"],
-                f"{path} is in conf.d but no imports glob of {config} reaches it "
-                f"(imports: {', '.join(view['imports']) or 'none'}): containerd never reads it",
-            )
+        words = (
+            f"{path} is in conf.d but no imports glob of {config} reaches it "
+            f"(imports: {', '.join(view['imports']) or 'none'}): containerd never reads it"
         )
-    if view["loaded_from"] == "crictl-hung":  # one view unread: named, and the rest judged without it
-        gaps.append(
-            gap(
-                "view-unread",
-                rt,
-                ["loaded"],
-                f"what {rt} {version} holds was not read: {view['cri_error']} (crictl itself hung, past "
-                "its own 3 s deadline): nothing is judged against the loaded view, the rest is",
-            )
+        gaps.append(gap("dropin-not-imported", path, ["written"], words))
+    return gaps
+
+
+def cri_gaps(view: dict) -> list:
+    """Whether what the runtime holds was read: crictl hung (the loaded view named unread, the rest
+    judged without it), a section of the read unread (``unread_gaps``), CRI down.
+
+        cri_gaps(view) -> [{"kind": "cri-down", "subject": "containerd", ...}]
+    """
+    gaps, version, d, rt = [], view["version"], view["daemon"], view["runtime"]
+    if view["loaded_from"] == "crictl-hung":
+        words = (
+            f"what {rt} {version} holds was not read: {view['cri_error']} (crictl itself hung, past "
+            "its own 3 s deadline): nothing is judged against the loaded view, the rest is"
         )
+        gaps.append(gap("view-unread", rt, ["loaded"], words))
     gaps += unread_gaps(view)
     if view["loaded_from"] == "cri-down":
         where = f" on {d['address']}" if d else ""
-        gaps.append(
-            gap(
-                "cri-down",
-                rt,
-                ["loaded"],
-                f"{rt} {version} runs but its CRI does not answer{where} ({view['cri_error']}): "
-                "no Pod can start on this node",
-            )
-        )
-    if view["loaded_from"] in KNOWN:
-        for handler in view["written"]:
-            if handler not in view["loaded"]:
-                gaps.append(
-                    gap(
-                        "handler-not-loaded",
-                        handler,
-                        ["written", "loaded"],
-                        f"runtime handler {handler} is written but not loaded ({_loaded_words(view)})",
-                    )
-                )
-    regen = view.get("regenerated")
-    if regen and regen["known"]:
-        for handler in view["written"]:
-            if handler not in regen["runtimes"]:
-                gaps.append(
-                    gap(
-                        "lost-at-regeneration",
-                        handler,
-                        ["written", "after-restart"],
-                        f"runtime handler {handler} is written in {config} (or a file its imports "
-                        f"reach), which {regen['by']} writes anew at its next start from "
-                        f"{regen['source']}, and that does not define it: the next start loses it. "
-                        f"Define it in {template_to_edit(config, version, regen)}",
-                    )
-                )
+        words = f"{rt} {version} runs but its CRI does not answer{where} ({view['cri_error']}): "
+        gaps.append(gap("cri-down", rt, ["loaded"], words + "no Pod can start on this node"))
     return gaps
+
+
+def handler_gaps(view: dict) -> list:
+    """The handlers written but not loaded (where loaded is known), and those the runtime's next
+    start loses because k3s or RKE2 writes its config anew from a template without them.
+
+        handler_gaps(view) -> [{"kind": "handler-not-loaded", "subject": "nvidia", ...}]
+    """
+    gaps = []
+    if view["loaded_from"] in KNOWN:
+        for handler in _missing(view["written"], view["loaded"]):
+            words = f"runtime handler {handler} is written but not loaded ({_loaded_words(view)})"
+            gaps.append(gap("handler-not-loaded", handler, ["written", "loaded"], words))
+    regen, config = view.get("regenerated"), _config(view)
+    if regen and regen["known"]:
+        for handler in _missing(view["written"], regen["runtimes"]):
+            words = (
+                f"runtime handler {handler} is written in {config} (or a file its imports "
+                f"reach), which {regen['by']} writes anew at its next start from "
+                f"{regen['source']}, and that does not define it: the next start loses it. "
+                f"Define it in {template_to_edit(config, view['version'], regen)}"
+            )
+            gaps.append(gap("lost-at-regeneration", handler, ["written", "after-restart"], words))
+    return gaps
+
+
+def _missing(written: list, held: list) -> list:
+    """The handlers written that ``held`` does not name, in their written order."""
+    return [h for h in written if h not in held]
+
+
+def _config(view: dict) -> str:
+    return view["daemon"]["config"] if view["daemon"] else "the main config"
 
 
 def _loaded_words(view: dict) -> str:
