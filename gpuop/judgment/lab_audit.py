@@ -46,52 +46,70 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
         -> [{"kind": "restart-takes-cri-down", ...}, {"kind": "handler-not-loaded", ...}, ...]
     """
     judged = judge(view, objects, kubelet_node)
-    gaps, warnings = judged["gaps"], []
     pods = of_kind(objects, "Pod")
-    loaded = view["loaded"]
+    classes, class_gaps = _runtimeclasses(objects, view["loaded"], pods)
+    nodes, node_gaps, warnings = _nodes(objects, pods, time_slicing)
+    daemonsets, rollout_gaps = _daemonsets(objects, pods)
+    return {
+        **judged,
+        **({"sandboxes": _sandboxes(view, objects, of_kind(objects, "Event"), kubelet_node)} if kubelet_node else {}),
+        "handlers": _handlers(view, objects, kubelet_node),
+        "runtimeclasses": classes,
+        "nodes": nodes,
+        "pending": _pending(pods),
+        "daemonsets": daemonsets,
+        "gaps": judged["gaps"] + class_gaps + node_gaps + rollout_gaps,
+        "warnings": warnings,
+    }
 
-    classes = []
+
+def _runtimeclasses(objects: list, loaded: list, pods: list) -> tuple:
+    """Each RuntimeClass, whether the runtime loads its handler and the Pods of it; the gap of each
+    whose handler it does not load (``unloaded_class``)."""
+    classes, gaps = [], []
     for rc in of_kind(objects, "RuntimeClass"):
         users = [ref(p) for p in pods if p["spec"].get("runtimeClassName") == rc["metadata"]["name"]]
         classes.append(
             {"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": rc["handler"] in loaded, "pods": users}
         )
-        unloaded = unloaded_class(rc, loaded, pods)
-        if unloaded:
-            gaps.append(unloaded)
+        gaps += [g for g in [unloaded_class(rc, loaded, pods)] if g]
+    return classes, gaps
 
-    ts_ref = time_slicing["configmap"]
-    cm = next((c for c in of_kind(objects, "ConfigMap") if ref(c) == ts_ref), None)
+
+def _nodes(objects: list, pods: list, time_slicing: dict) -> tuple:
+    """Each Node's GPUs advertised and held, the time-sliced node's arithmetic; the gaps of those
+    overcommitted or mismatched, the time-sliced node's warning (``time_slicing_gaps``)."""
+    cm = next((c for c in of_kind(objects, "ConfigMap") if ref(c) == time_slicing["configmap"]), None)
     replicas = replicas_of((cm or {}).get("data", {}).get("any", "")) if cm else None
-    nodes = []
+    nodes, gaps, warnings = [], [], []
     for node in of_kind(objects, "Node"):
         name = node["metadata"]["name"]
-        advertised = allocatable_count(node)
-        asked = gpus_held(name, pods)
-        entry = {"name": name, "advertised": advertised, "requested": asked}
+        entry = {"name": name, "advertised": allocatable_count(node), "requested": gpus_held(name, pods)}
         gaps += [g for g in [overcommitted(node, pods)] if g]
         if name == time_slicing["node"] and replicas is not None:
-            expected = time_slicing["physical_gpus"] * replicas
-            entry["time_sliced"] = {
-                "physical": time_slicing["physical_gpus"],
-                "replicas": replicas,
-                "expected": expected,
-            }
+            physical = time_slicing["physical_gpus"]
+            entry["time_sliced"] = {"physical": physical, "replicas": replicas, "expected": physical * replicas}
             mismatch, shared = time_slicing_gaps(node, replicas, time_slicing)
-            gaps += mismatch
-            warnings += shared
+            gaps, warnings = gaps + mismatch, warnings + shared
         nodes.append(entry)
+    return nodes, gaps, warnings
 
+
+def _pending(pods: list) -> dict:
+    """The Pods the scheduler refuses, by each reason it gives (sorted)."""
     pending = {}
     for pod in pods:
         if pod["status"].get("phase") == "Pending" and unschedulable(pod):
             for _, reason in reasons(pod_scheduled(pod).get("message", "")) or [(0, "Unschedulable")]:
                 pending.setdefault(reason, []).append(ref(pod))
+    return {reason: sorted(refs) for reason, refs in sorted(pending.items())}
 
-    daemonsets = []
+
+def _daemonsets(objects: list, pods: list) -> tuple:
+    """Each DaemonSet's rollout; the gap of each stalled (``stalled_rollout``)."""
+    daemonsets, gaps = [], []
     for ds in of_kind(objects, "DaemonSet"):
-        status = rollout_status(ds, pods)
-        stalled = stalled_rollout(ds, pods)
+        status, stalled = rollout_status(ds, pods), stalled_rollout(ds, pods)
         daemonsets.append(
             {
                 "name": ref(ds),
@@ -104,25 +122,20 @@ def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "")
             }
         )
         gaps += [stalled] if stalled else []
+    return daemonsets, gaps
 
+
+def _handlers(view: dict, objects: list, kubelet_node: str) -> dict:
+    """The runtime's handlers written, loaded (and the kubelet node's Node's word on them) and after
+    a restart, as the lab's report prints them."""
     node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == kubelet_node), None)
     restart = view["cri_after_restart"]
     return {
-        **judged,
-        **({"sandboxes": _sandboxes(view, objects, of_kind(objects, "Event"), kubelet_node)} if kubelet_node else {}),
-        "handlers": {
-            "written": view["written"],
-            "loaded": loaded,
-            **({"runtime_handlers": api_handlers(node) if node else None} if kubelet_node else {}),
-            "loaded_source": {"cri": "live"}.get(view["loaded_from"], view["loaded_from"]),
-            "containerd_version": view["version"],
-            "after_restart": None if restart == "unknown" else view["after_restart"],
-            "restart_cri": {"ok": "ok", "unknown": "unknown"}.get(restart, "fails"),
-        },
-        "runtimeclasses": classes,
-        "nodes": nodes,
-        "pending": {reason: sorted(refs) for reason, refs in sorted(pending.items())},
-        "daemonsets": daemonsets,
-        "gaps": gaps,
-        "warnings": warnings,
+        "written": view["written"],
+        "loaded": view["loaded"],
+        **({"runtime_handlers": api_handlers(node) if node else None} if kubelet_node else {}),
+        "loaded_source": {"cri": "live"}.get(view["loaded_from"], view["loaded_from"]),
+        "containerd_version": view["version"],
+        "after_restart": None if restart == "unknown" else view["after_restart"],
+        "restart_cri": {"ok": "ok", "unknown": "unknown"}.get(restart, "fails"),
     }
