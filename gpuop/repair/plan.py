@@ -177,14 +177,7 @@ def plan_node(
         "why": "",
         "files": [],
         "restart": False,
-        "evict": sorted(ref(p) for p in pods if drainable(p) == "evict"),
-        "unmanaged": sorted(ref(p) for p in pods if drainable(p) == "unmanaged"),
-        "local_storage": sorted(
-            f"{ref(p)} (emptyDir {', '.join(local_storage(p))})"
-            for p in pods
-            if drainable(p) != "stays" and local_storage(p)
-        ),
-        "stays": sorted(ref(p) for p in pods if drainable(p) == "stays"),
+        **_drain_lists(pods),
         "runtime": view["runtime"],
         "version": view["version"],
         "asking": sorted(asking),
@@ -203,69 +196,81 @@ def plan_node(
             f"after a restart {view['cri_after_restart']}): nothing is planned blind",
         }
     if after_ok:  # the files are right; only the daemon is behind them
-        return {
-            **plan,
-            "action": "repair",
-            "restart": True,
-            "why": f"{gpu_handler} is written and a restart loads it with CRI up; {behind}",
-        }
+        why = f"{gpu_handler} is written and a restart loads it with CRI up; {behind}"
+        return {**plan, "action": "repair", "restart": True, "why": why}
     daemon = next((d for d in read["containerds"] if d["serves"]), None)
     if view.get("regenerated"):
         return {**plan, **_template_repair(daemon, view, gpu_handler)}
+    return {**plan, **_containerd_repair(daemon, view, gpu_handler, toolkit)}
+
+
+def _drain_lists(pods: list) -> dict:
+    """The node's Pods as its drain takes them: evicted, unmanaged (deleted only when told), those
+    with emptyDir data, and those that stay (``drainable``)."""
+    return {
+        "evict": sorted(ref(p) for p in pods if drainable(p) == "evict"),
+        "unmanaged": sorted(ref(p) for p in pods if drainable(p) == "unmanaged"),
+        "local_storage": sorted(
+            f"{ref(p)} (emptyDir {', '.join(local_storage(p))})"
+            for p in pods
+            if drainable(p) != "stays" and local_storage(p)
+        ),
+        "stays": sorted(ref(p) for p in pods if drainable(p) == "stays"),
+    }
+
+
+def _containerd_repair(daemon: dict | None, view: dict, gpu_handler: str, toolkit: dict | None) -> dict:
+    """A containerd node whose files do not give ``gpu_handler`` after a restart: the drop-in that
+    does (``_dropin_by``: nvidia-ctk's where the root takes it, else gpuop's), an import of its
+    directory where the root's reach none, then one restart; blocked where the root config cannot
+    be read or has no imports."""
     config = daemon["config"] if daemon else ""
     main_doc, error = (
         parsed_toml(config, daemon["files"][config]["text"]) if daemon and config in daemon["files"] else (None, "")
     )
     if main_doc is None:
-        return {
-            **plan,
-            "action": "blocked",
-            "why": f"its config {config or '(none)'} cannot be read: {error or 'missing'}",
-        }
-    target, imported = dropin_target(
-        config,
-        main_doc,
-        view["dropins"],
-        [p for p in view["dropins"] if gpu_handler in _runtimes(daemon["files"][p]["text"])],
-    )
+        return {"action": "blocked", "why": f"its config {config or '(none)'} cannot be read: {error or 'missing'}"}
+    holding = [p for p in view["dropins"] if gpu_handler in _runtimes(daemon["files"][p]["text"])]
+    target, imported = dropin_target(config, main_doc, view["dropins"], holding)
     if target is None:
-        return {
-            **plan,
-            "action": "blocked",
-            "why": f"{config} is a version-{main_doc.get('version', 1)} config, which has no "
-            "imports: its handler would have to be written into it (not done by gpuop)",
-        }
-    ours = tomli_w.dumps(handler_dropin(view["version"], main_doc, gpu_handler))
-    by, after = "gpuop", ours
-    if toolkit and release(view["version"]) >= (2,) and toolkit.get("dropin"):
-        doc, _ = parsed_toml(target, toolkit["dropin"])
-        if doc and gpu_handler in runtime_names(doc) and doc.get("version", 1) <= main_doc.get("version", 1):
-            by, after = f"nvidia-ctk {toolkit['version']} ({toolkit['path']})", toolkit["dropin"]
-        else:  # the toolkit's drop-in would be refused by some containerd (2.3.0-2.3.4 refuse one above the root)
-            by = (
-                f"gpuop, not nvidia-ctk {toolkit['version']} (its drop-in is version "
-                f"{(doc or {}).get('version', '?')}, "
-                f"the root's {main_doc.get('version', 1)})"
-            )
+        why = (
+            f"{config} is a version-{main_doc.get('version', 1)} config, which has no "
+            "imports: its handler would have to be written into it (not done by gpuop)"
+        )
+        return {"action": "blocked", "why": why}
+    by, after = _dropin_by(view["version"], main_doc, target, gpu_handler, toolkit)
     files = [_change(target, daemon["files"].get(target, {}).get("text"), after, by)]
     if not imported:  # the root's imports reach no place for it: one line added, nothing else of it touched
         text = daemon["files"][config]["text"]
-        files.insert(
-            0,
-            _change(
-                config,
-                text,
-                with_import(text, posixpath.join(posixpath.dirname(target), "*.toml")),
-                "gpuop (an import of the drop-in's directory)",
-                daemon["files"][config].get("mode", "644"),
-            ),
-        )
+        added = with_import(text, posixpath.join(posixpath.dirname(target), "*.toml"))
+        mode = daemon["files"][config].get("mode", "644")
+        files.insert(0, _change(config, text, added, "gpuop (an import of the drop-in's directory)", mode))
     why = (
         f"a restart {_restart_harm(view, gpu_handler)}"
         f" ({view.get('restart_reason') or 'its own merge of the files'}): {target} is written for containerd "
         f"{view['version']}, then restarted once its own merge says CRI comes up with {gpu_handler}"
     )
-    return {**plan, "action": "repair", "restart": True, "why": why, "files": files}
+    return {"action": "repair", "restart": True, "why": why, "files": files}
+
+
+def _dropin_by(version: str, main_doc: dict, target: str, gpu_handler: str, toolkit: dict | None) -> tuple:
+    """Who writes the drop-in and its text: on containerd 2.x nvidia-ctk's own (``toolkit``) where
+    it defines ``gpu_handler`` in a version the root's takes, else gpuop's (``handler_dropin``), the
+    reason said in ``by``.
+
+        _dropin_by("2.4.2", root, "/etc/containerd/conf.d/99-nvidia.toml", "nvidia", toolkit)
+        -> ("nvidia-ctk 1.18.1 (/usr/bin/nvidia-ctk)", 'version = 3\n...')
+    """
+    ours = tomli_w.dumps(handler_dropin(version, main_doc, gpu_handler))
+    if not (toolkit and release(version) >= (2,) and toolkit.get("dropin")):
+        return "gpuop", ours
+    doc, _ = parsed_toml(target, toolkit["dropin"])
+    root = main_doc.get("version", 1)
+    if doc and gpu_handler in runtime_names(doc) and doc.get("version", 1) <= root:
+        return f"nvidia-ctk {toolkit['version']} ({toolkit['path']})", toolkit["dropin"]
+    # the toolkit's drop-in would be refused by some containerd (2.3.0-2.3.4 refuse one above the root)
+    theirs = (doc or {}).get("version", "?")
+    return f"gpuop, not nvidia-ctk {toolkit['version']} (its drop-in is version {theirs}, the root's {root})", ours
 
 
 def _restart_harm(view: dict, gpu_handler: str) -> str:
