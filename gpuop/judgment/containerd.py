@@ -420,18 +420,30 @@ def restart_lines(version: str, loaded: list, loaded_from: str, forecast: Foreca
     return lines + ([] if forecast.cri_ok else [f"RESTART_REASON={forecast.reason}"])
 
 
-def repaired_dropin(version: str, main_doc: dict) -> dict:
-    """The nvidia drop-in that survives this containerd's merge: containerd 2.x merges plugin
-    sections deeply, so the toolkit's minimal drop-in is enough; 1.x replaces a plugin's whole
-    section with the drop-in's, so the drop-in carries the main config's CRI section too.
+def repaired_dropin(version: str, main_doc: dict, handler: str = "nvidia") -> dict:
+    """The drop-in that gives ``handler`` to this containerd and survives its merge, in its root
+    config's version and layout: 1.x replaces a plugin's whole section with the drop-in's, so it
+    carries the root's CRI section too; 2.x merges deeply, so the handler alone, in the version-3
+    layout where the root is version 3 or more (a drop-in above the root's version is what
+    2.3.0-2.3.4 refuse to start on). The lab's fix and the fleet's repair both write this one.
 
         repaired_dropin("1.6.20", seed_config("/x"))  # runc, the default runtime, and nvidia
         repaired_dropin("2.4.2", seed_config("/x")) == nvidia_dropin()
+        repaired_dropin("2.4.2", {"version": 3}, "gpu")["version"] -> 3
     """
     dropin = nvidia_dropin(systemd=systemd_cgroup(main_doc))
-    if release(version) >= (2,):
-        return dropin
-    return dropin_keeping_cri(main_doc, dropin)
+    cri = next(iter(dropin["plugins"]))
+    runtime = dropin["plugins"][cri]["containerd"]["runtimes"].pop("nvidia")
+    dropin["plugins"][cri]["containerd"]["runtimes"][handler] = runtime
+    root_version = main_doc.get("version", 1)
+    if release(version) < (2,):
+        return dropin_keeping_cri(main_doc, dropin)
+    if root_version >= 3:
+        return {
+            "version": root_version,
+            "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {handler: runtime}}}},
+        }
+    return dropin
 
 
 def sandbox_error(version: str, handler: str) -> str:

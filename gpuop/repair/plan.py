@@ -26,11 +26,11 @@ from gpuop.judgment import crio
 from gpuop.judgment.cluster import active, allocatable_count, classed_pods, gpus_asked
 from gpuop.judgment.containerd import (
     CRI_PLUGIN,
-    dropin_keeping_cri,
     import_globs,
     nvidia_dropin,
     parsed_toml,
     release,
+    repaired_dropin,
     runtime_names,
     systemd_cgroup,
 )
@@ -44,29 +44,6 @@ from gpuop.reach.nodepod import MANAGED_BY
 CORDONED_BY = "gpuop.io/cordoned-by"  # on a Node gpuop cordoned: only such a node is uncordoned by gpuop
 REPAIR_FAILED = "gpuop.io/repair-failed"  # on a Node left cordoned: the step and what was seen
 DROPIN_NAME = "99-nvidia.toml"  # where gpuop writes the handler when no file of the imports' reach has it
-
-
-def handler_dropin(version: str, main_doc: dict, handler: str) -> dict:
-    """The drop-in that gives ``handler`` to this containerd, in its root config's version and
-    layout: 1.x carries the root's CRI section whole (its merge replaces plugin sections), 2.x
-    the handler alone, in the version-3 layout where the root is version 3 or more (a drop-in
-    above the root's version is what 2.3.0-2.3.4 refuse to start on).
-
-        handler_dropin("2.4.2", {"version": 3}, "nvidia")["version"] -> 3
-    """
-    dropin = nvidia_dropin(systemd=systemd_cgroup(main_doc))
-    cri = next(iter(dropin["plugins"]))
-    runtime = dropin["plugins"][cri]["containerd"]["runtimes"].pop("nvidia")
-    dropin["plugins"][cri]["containerd"]["runtimes"][handler] = runtime
-    root_version = main_doc.get("version", 1)
-    if release(version) < (2,):
-        return dropin_keeping_cri(main_doc, dropin)
-    if root_version >= 3:
-        return {
-            "version": root_version,
-            "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {handler: runtime}}}},
-        }
-    return dropin
 
 
 def drainable(pod: dict) -> str:
@@ -255,13 +232,13 @@ def _containerd_repair(daemon: dict | None, view: dict, gpu_handler: str, toolki
 
 def _dropin_by(version: str, main_doc: dict, target: str, gpu_handler: str, toolkit: dict | None) -> tuple:
     """Who writes the drop-in and its text: on containerd 2.x nvidia-ctk's own (``toolkit``) where
-    it defines ``gpu_handler`` in a version the root's takes, else gpuop's (``handler_dropin``), the
+    it defines ``gpu_handler`` in a version the root's takes, else gpuop's (``repaired_dropin``), the
     reason said in ``by``.
 
         _dropin_by("2.4.2", root, "/etc/containerd/conf.d/99-nvidia.toml", "nvidia", toolkit)
         -> ("nvidia-ctk 1.18.1 (/usr/bin/nvidia-ctk)", 'version = 3\n...')
     """
-    ours = tomli_w.dumps(handler_dropin(version, main_doc, gpu_handler))
+    ours = tomli_w.dumps(repaired_dropin(version, main_doc, gpu_handler))
     if not (toolkit and release(version) >= (2,) and toolkit.get("dropin")):
         return "gpuop", ours
     doc, _ = parsed_toml(target, toolkit["dropin"])

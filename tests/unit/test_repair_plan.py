@@ -6,10 +6,10 @@ import tomllib
 import tomli_w
 
 from gpuop.judgment import crio
-from gpuop.judgment.containerd import nvidia_dropin, runtime_names, seed_config
+from gpuop.judgment.containerd import nvidia_dropin, repaired_dropin, runtime_names, seed_config
 from gpuop.judgment.view import node_view
 from gpuop.knobs import DrainPolicy
-from gpuop.repair.plan import drainable, dropin_target, handler_dropin, plan_lines, with_import
+from gpuop.repair.plan import drainable, dropin_target, plan_lines, with_import
 from runbook.reach.containerd import cri_answer
 from runbook.reach.node import ToolkitDropin
 from tests.helpers.plans import plan_of
@@ -162,9 +162,9 @@ def test_a_drain_evicts_what_a_controller_brings_back_and_names_what_nothing_doe
 
 def test_the_handler_drop_in_per_version():
     root2 = seed_config("/x/*.toml")
-    assert handler_dropin("2.4.2", root2, "nvidia") == nvidia_dropin()
-    assert sorted(runtime_names(handler_dropin("1.6.20", root2, "nvidia"))) == ["nvidia", "runc"]
-    v3 = handler_dropin("2.2.9", {**root2, "version": 3}, "gpu")
+    assert repaired_dropin("2.4.2", root2, "nvidia") == nvidia_dropin()
+    assert sorted(runtime_names(repaired_dropin("1.6.20", root2, "nvidia"))) == ["nvidia", "runc"]
+    v3 = repaired_dropin("2.2.9", {**root2, "version": 3}, "gpu")
     assert v3["version"] == 3 and list(v3["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]) == [
         "gpu"
     ]
