@@ -49,25 +49,7 @@ def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> 
     refused = {ref(p): said for p, _, _, said in refused_while_loaded(name, view, objects, events or [])}
     for pod, rc, handler in classed_pods(name, objects):
         if knows and handler not in view["loaded"]:
-            if loaded_from == "cri-down":
-                why = "its CRI is down"
-            elif loaded_from == "api":
-                why = (
-                    f"its kubelet reports only {','.join(view['loaded']) or 'none'} loaded "
-                    "(Node.status.runtimeHandlers; the node itself was not read)"
-                )
-            else:
-                refusal = sandbox_refusal(view, handler)
-                why = f"{rt} {version} says: {refusal}"
-                if events is not None:
-                    said = kubelet_agrees(pod, events, refusal)
-                    why += (
-                        "; the kubelet's event agrees"
-                        if said["agrees"]
-                        else f"; the kubelet's event says otherwise: {said['event']}"
-                        if said["event"]
-                        else "; no kubelet event for it yet"
-                    )
+            why = _why_no_sandbox(view, pod, handler, events)
             gaps.append(
                 gap(
                     "sandbox-fails",
@@ -106,6 +88,28 @@ def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> 
                 )
             )
     return gaps
+
+
+def _why_no_sandbox(view: dict, pod: dict, handler: str, events: list | None) -> str:
+    """Why a Pod's sandbox fails where its handler is not loaded: CRI down, the API's word alone, or
+    the runtime's own refusal, held against the kubelet's where Events were read."""
+    if view["loaded_from"] == "cri-down":
+        return "its CRI is down"
+    if view["loaded_from"] == "api":
+        return (
+            f"its kubelet reports only {','.join(view['loaded']) or 'none'} loaded "
+            "(Node.status.runtimeHandlers; the node itself was not read)"
+        )
+    refusal = sandbox_refusal(view, handler)
+    why = f"{view['runtime']} {view['version']} says: {refusal}"
+    if events is None:
+        return why
+    said = kubelet_agrees(pod, events, refusal)
+    if said["agrees"]:
+        return why + "; the kubelet's event agrees"
+    return why + (
+        f"; the kubelet's event says otherwise: {said['event']}" if said["event"] else "; no kubelet event for it yet"
+    )
 
 
 def _gpu_pods_without_a_class(name: str, view: dict, objects: list, gpu_handler: str) -> list:
