@@ -305,32 +305,36 @@ def node_view(read: dict) -> dict:
         unread=unread,
     )
     regen = regenerated(daemon["config"], daemon["files"], version, daemon.get("nvidia_runtimes", []))
-    if regen is not None and "nvidia" in unread:  # what it registers at start depends on the binaries found
-        regen = {
-            **regen,
-            "known": False,
-            "reason": f"{regen['by']} writes {daemon['config']} anew at its next "
-            "start, with the NVIDIA runtimes it finds, not looked for",
-        }
     if regen is not None:  # k3s or RKE2 writes the file anew at start: that file is what loads
-        cri = "unknown" if not regen["known"] else "ok" if regen["default_runtime"] in regen["runtimes"] else "fails"
-        reason = regen["reason"] + (
-            f", whose default_runtime_name {regen['default_runtime']} has no runtime" if cri == "fails" else ""
-        )
-        return {
-            **view,
-            "regenerated": regen,
-            "after_restart": regen["runtimes"],
-            "cri_after_restart": cri,
-            "restart_reason": reason,
-            "restart_from": f"the config {regen['by']} writes anew at its next start",
-        }
+        return {**view, **_regenerated_part(regen, daemon["config"], "nvidia" in unread)}
     if restart is None and not daemon.get("binary") and "restart" not in unread:
         return {
             **view,
             "restart_reason": f"{daemon['exe']} is not named containerd and has no containerd beside it to ask",
         }
     return {**view, **restart_part(restart, version, daemon.get("binary") or "", RUNTIME, unread.get("restart", ""))}
+
+
+def _regenerated_part(regen: dict, config: str, binaries_unread: bool) -> dict:
+    """The after-restart view of a node whose config k3s or RKE2 writes anew at start
+    (``gpuop.judgment.regen.regenerated``): what that config holds, unknown where the NVIDIA
+    binaries it registers were not looked for."""
+    if binaries_unread:  # what it registers at start depends on the binaries found
+        reason = (
+            f"{regen['by']} writes {config} anew at its next start, with the NVIDIA runtimes it finds, not looked for"
+        )
+        regen = {**regen, "known": False, "reason": reason}
+    cri = "unknown" if not regen["known"] else "ok" if regen["default_runtime"] in regen["runtimes"] else "fails"
+    reason = regen["reason"] + (
+        f", whose default_runtime_name {regen['default_runtime']} has no runtime" if cri == "fails" else ""
+    )
+    return {
+        "regenerated": regen,
+        "after_restart": regen["runtimes"],
+        "cri_after_restart": cri,
+        "restart_reason": reason,
+        "restart_from": f"the config {regen['by']} writes anew at its next start",
+    }
 
 
 def crio_view(daemon: dict, endpoint: str | None, others: list, unread: dict | None = None) -> dict:
