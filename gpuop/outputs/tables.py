@@ -100,6 +100,42 @@ def host_table(result: dict) -> list:
     return key_values(rows)
 
 
+FLEET_COLUMNS = (
+    "NODE",
+    "RUNTIME",
+    "LOADED",
+    "AFTER RESTART",
+    "CRI AFTER RESTART",
+    "GPU PATH",
+    "PODS AT RISK",
+    "GAPS",
+    "PROBLEM",
+    "RESTART UNSAFE",
+)
+
+
+def _fleet_row(name: str, n: dict) -> tuple:
+    """One node's line of the fleet table, in ``FLEET_COLUMNS``' order."""
+    loaded = {
+        "cri": handlers(n["loaded"]),
+        "status": f"{handlers(n['loaded'])} (status)",
+        "api": f"{handlers(n['loaded'])} (api)",
+    }.get(n["loaded_from"], n["loaded_from"])
+    conditions = n.get("conditions") or {}
+    return (
+        name,
+        "none" if n["version"] == "none" else f"{n['runtime']} {n['version']}",
+        loaded,
+        handlers(n["after_restart"]),
+        n["cri_after_restart"],
+        handlers(n.get("gpu_path") or []),
+        str(n["pods_at_risk"]),
+        str(len(n["gaps"])),
+        conditions.get("GPURuntimeProblem", "-"),
+        conditions.get("GPURuntimeRestartUnsafe", "-"),
+    )
+
+
 def fleet_table(report: dict) -> list:
     """The fleet as a table, one line per node, then every gap (a node whose runtime would not
     start again first).
@@ -116,45 +152,8 @@ def fleet_table(report: dict) -> list:
     one it sets.
     """
 
-    def loaded(n):
-        return {
-            "cri": handlers(n["loaded"]),
-            "status": f"{handlers(n['loaded'])} (status)",
-            "api": f"{handlers(n['loaded'])} (api)",
-        }.get(n["loaded_from"], n["loaded_from"])
-
     nodes = sorted(report["nodes"].items())
-    lines = columns(
-        [
-            (
-                "NODE",
-                "RUNTIME",
-                "LOADED",
-                "AFTER RESTART",
-                "CRI AFTER RESTART",
-                "GPU PATH",
-                "PODS AT RISK",
-                "GAPS",
-                "PROBLEM",
-                "RESTART UNSAFE",
-            )
-        ]
-        + [
-            (
-                name,
-                "none" if n["version"] == "none" else f"{n['runtime']} {n['version']}",
-                loaded(n),
-                handlers(n["after_restart"]),
-                n["cri_after_restart"],
-                handlers(n.get("gpu_path") or []),
-                str(n["pods_at_risk"]),
-                str(len(n["gaps"])),
-                (n.get("conditions") or {}).get("GPURuntimeProblem", "-"),
-                (n.get("conditions") or {}).get("GPURuntimeRestartUnsafe", "-"),
-            )
-            for name, n in nodes
-        ]
-    )
+    lines = columns([FLEET_COLUMNS] + [_fleet_row(name, n) for name, n in nodes])
     refusing = [item for item in nodes if item[1]["cri_after_restart"] == "refuses-start"]
     lines += [
         f"GAP {name}: [{g['kind']}] {g['detail']}" + (f" (sets {g['condition']})" if g.get("condition") else "")

@@ -26,6 +26,17 @@ def registry_of(report: dict) -> CollectorRegistry:
     -> '# HELP gpuop_node_gaps Gaps the audit found on a node, by kind ...'
     """
     registry = CollectorRegistry()
+    g = _node_gauges(registry)
+    for name, node in report["nodes"].items():
+        _set_node(g, name, node)
+    fleet = Gauge("gpuop_fleet_gaps", "Gaps of the fleet as a whole, by kind", ["kind"], registry=registry)
+    for gap in report["gaps"]:
+        fleet.labels(gap["kind"]).inc()
+    return registry
+
+
+def _node_gauges(registry: CollectorRegistry) -> dict:
+    """The per-node gauges of the fleet report, by short name, in ``registry``."""
     gaps = Gauge("gpuop_node_gaps", "Gaps the audit found on a node, by kind", ["node", "kind"], registry=registry)
     count = Gauge("gpuop_node_gap_count", "Gaps the audit found on a node, all kinds", ["node"], registry=registry)
     at_risk = Gauge(
@@ -64,26 +75,35 @@ def registry_of(report: dict) -> CollectorRegistry:
         ["node", "condition", "status"],
         registry=registry,
     )
-    fleet = Gauge("gpuop_fleet_gaps", "Gaps of the fleet as a whole, by kind", ["kind"], registry=registry)
-    for name, node in report["nodes"].items():
-        count.labels(name).set(len(node["gaps"]))
-        for g in node["gaps"]:
-            gaps.labels(name, g["kind"]).inc()
-        at_risk.labels(name).set(node["pods_at_risk"])
-        for view in ("written", "loaded", "after_restart"):
-            for h in node[view]:
-                handler.labels(name, h, view).set(1)
-        for state in CRI_STATES:
-            cri.labels(name, state).set(1 if node["cri_after_restart"] == state else 0)
-        runtime.labels(name, node["runtime"], node["version"]).set(1)
-        for kind, status in (node.get("conditions") or {}).items():  # a fleet's node (a lab host's has none)
-            for state in ("True", "False", "Unknown"):
-                condition.labels(name, kind, state).set(1 if status == state else 0)
-        if node["runtime"] == "containerd":
-            info.labels(name, node["version"]).set(1)
-    for g in report["gaps"]:
-        fleet.labels(g["kind"]).inc()
-    return registry
+    return {
+        "gaps": gaps,
+        "count": count,
+        "at_risk": at_risk,
+        "handler": handler,
+        "cri": cri,
+        "info": info,
+        "runtime": runtime,
+        "condition": condition,
+    }
+
+
+def _set_node(g: dict, name: str, node: dict) -> None:
+    """Node ``name``'s series from its report entry, in the gauges ``_node_gauges`` made."""
+    g["count"].labels(name).set(len(node["gaps"]))
+    for gap in node["gaps"]:
+        g["gaps"].labels(name, gap["kind"]).inc()
+    g["at_risk"].labels(name).set(node["pods_at_risk"])
+    for view in ("written", "loaded", "after_restart"):
+        for h in node[view]:
+            g["handler"].labels(name, h, view).set(1)
+    for state in CRI_STATES:
+        g["cri"].labels(name, state).set(1 if node["cri_after_restart"] == state else 0)
+    g["runtime"].labels(name, node["runtime"], node["version"]).set(1)
+    for kind, status in (node.get("conditions") or {}).items():  # a fleet's node (a lab host's has none)
+        for state in ("True", "False", "Unknown"):
+            g["condition"].labels(name, kind, state).set(1 if status == state else 0)
+    if node["runtime"] == "containerd":
+        g["info"].labels(name, node["version"]).set(1)
 
 
 def textfile(report: dict) -> str:
