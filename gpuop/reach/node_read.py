@@ -46,19 +46,8 @@ def parse(output: list) -> dict:
     ``unread`` ({"cdi": "10s", "containerd 812": "10s"}), its part left as never read.
     """
     result = {"hostname": "", "containerds": [], "crios": [], "kubelet": None, "unread": {}}
-    sections, current = [], None
-    for line in output:
-        if line.startswith(_SECTION + "unread "):
-            name, _, deadline = line[len(_SECTION + "unread ") :].strip().rpartition(" ")
-            result["unread"][name] = deadline
-            current = None
-        elif line.startswith(_SECTION):
-            current = (line[len(_SECTION) :].split(" ", 1), [])
-            sections.append(current)
-        elif current is not None:
-            current[1].append(line)
     daemons, runtime = {}, None
-    for (kind, *rest), lines in sections:
+    for (kind, *rest), lines in _sections(output, result["unread"]):
         unread = result["unread"].get(" ".join([kind, *rest]))
         if unread and kind == "runtime":  # the runtime, its files unread
             runtime = daemons[rest[0]]
@@ -72,61 +61,82 @@ def parse(output: list) -> dict:
         elif kind == "kubelet":
             exe, args, endpoint = (lines + ["", "", ""])[:3]
             result["kubelet"] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "endpoint": endpoint}
-        elif kind == "containerd":
-            exe, args, config, address, binary = (lines + [""] * 5)[:5]
-            daemons[rest[0]] = {
-                "pid": int(rest[0]),
-                "exe": exe,
-                "args": _args(args),
-                "config": config,
-                "address": address,
-                "binary": binary,
-                "serves": False,
-                "files": {},
-                "restart": None,
-                "loaded": None,
-                "gpu_cdi_specs": [],
-                "nvidia_runtimes": [],
-            }
-            result["containerds"].append(daemons[rest[0]])
-        elif kind == "crio":
-            exe, args, config, config_dir, address = (lines + [""] * 5)[:5]
-            daemons[rest[0]] = {
-                "pid": int(rest[0]),
-                "exe": exe,
-                "args": _args(args),
-                "config": config,
-                "config_dir": config_dir,
-                "address": address,
-                "binary": exe,
-                "serves": False,
-                "files": {},
-                "restart": None,
-                "loaded": None,
-                "gpu_cdi_specs": [],
-                "hooks": {},
-            }
-            result["crios"].append(daemons[rest[0]])
+        elif kind in ("containerd", "crio"):
+            daemons[rest[0]] = _daemon(kind, int(rest[0]), lines)
+            result["containerds" if kind == "containerd" else "crios"].append(daemons[rest[0]])
         elif kind == "runtime":
             runtime = daemons[rest[0]]
             runtime.update(serves=True, files=untarred(lines[0]) if lines and lines[0].strip() else {})
-        elif kind == "restart" and "config_dir" in runtime:
-            runtime["restart"] = crio.restart_answer(lines) if any(x.strip() for x in lines) else None
-        elif kind == "restart":
-            runtime["restart"] = restart_answer(lines) if lines else None
-        elif kind == "started":
-            runtime["started"] = int(lines[0]) if lines and lines[0].strip().isdigit() else None
-        elif kind == "cri":
-            runtime["loaded"] = cri_answer(lines)
-        elif kind == "cdi":
-            runtime["gpu_cdi_specs"] = [line for line in lines if line.strip()]
-        elif kind == "status":  # CRI-O's own answer, asked where the node has no crictl
-            runtime["loaded"] = crio.status_answer(lines) or runtime["loaded"]
-        elif kind == "hooks":
-            runtime["hooks"] = untarred(lines[0]) if lines and lines[0].strip() else {}
-        elif kind == "nvidia":
-            runtime["nvidia_runtimes"] = [line for line in lines if line.strip()]
+        else:
+            _runtime_part(runtime, kind, lines)
     return result
+
+
+def _sections(output: list, unread: dict) -> list:
+    """The read's sections in order, ``([kind, rest...], lines)``; each section named unread put in
+    ``unread`` (name -> deadline), its lines none."""
+    sections, current = [], None
+    for line in output:
+        if line.startswith(_SECTION + "unread "):
+            name, _, deadline = line[len(_SECTION + "unread ") :].strip().rpartition(" ")
+            unread[name] = deadline
+            current = None
+        elif line.startswith(_SECTION):
+            current = (line[len(_SECTION) :].split(" ", 1), [])
+            sections.append(current)
+        elif current is not None:
+            current[1].append(line)
+    return sections
+
+
+def _daemon(kind: str, pid: int, lines: list) -> dict:
+    """A containerd or CRI-O process as its section describes it, its parts not read yet."""
+    common = {"serves": False, "files": {}, "restart": None, "loaded": None, "gpu_cdi_specs": []}
+    if kind == "crio":
+        exe, args, config, config_dir, address = (lines + [""] * 5)[:5]
+        return {
+            "pid": pid,
+            "exe": exe,
+            "args": _args(args),
+            "config": config,
+            "config_dir": config_dir,
+            "address": address,
+            "binary": exe,
+            **common,
+            "hooks": {},
+        }
+    exe, args, config, address, binary = (lines + [""] * 5)[:5]
+    return {
+        "pid": pid,
+        "exe": exe,
+        "args": _args(args),
+        "config": config,
+        "address": address,
+        "binary": binary,
+        **common,
+        "nvidia_runtimes": [],
+    }
+
+
+def _runtime_part(runtime: dict, kind: str, lines: list) -> None:
+    """One section of the runtime's own (its next start, its start time, CRI, CDI, status, hooks, the
+    NVIDIA binaries) read into ``runtime``."""
+    if kind == "restart" and "config_dir" in runtime:
+        runtime["restart"] = crio.restart_answer(lines) if any(x.strip() for x in lines) else None
+    elif kind == "restart":
+        runtime["restart"] = restart_answer(lines) if lines else None
+    elif kind == "started":
+        runtime["started"] = int(lines[0]) if lines and lines[0].strip().isdigit() else None
+    elif kind == "cri":
+        runtime["loaded"] = cri_answer(lines)
+    elif kind == "cdi":
+        runtime["gpu_cdi_specs"] = [line for line in lines if line.strip()]
+    elif kind == "status":  # CRI-O's own answer, asked where the node has no crictl
+        runtime["loaded"] = crio.status_answer(lines) or runtime["loaded"]
+    elif kind == "hooks":
+        runtime["hooks"] = untarred(lines[0]) if lines and lines[0].strip() else {}
+    elif kind == "nvidia":
+        runtime["nvidia_runtimes"] = [line for line in lines if line.strip()]
 
 
 def _args(b64: str) -> list:
