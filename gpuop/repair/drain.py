@@ -151,19 +151,9 @@ def _blocking_budgets(api: client.ApiClient, pod: dict) -> list:
     return found
 
 
-def drain(api: client.ApiClient, node: str, policy: DrainPolicy, say) -> list:
-    """Every Pod a controller owns on ``node`` evicted through the Eviction API, PodDisruptionBudgets
-    honoured, and gone within ``policy.timeout_s``; DaemonSet and mirror Pods stay. Before any
-    eviction, as ``kubectl drain`` decides: a Pod no controller owns stops the drain (``Stalled``,
-    naming it) unless ``policy.delete_unmanaged`` deletes it, as ``--force`` does; a Pod with
-    ``emptyDir`` data, which an eviction deletes, stops it unless ``policy.delete_emptydir_data``, as
-    ``--delete-emptydir-data``. Returns the Pods evicted or deleted (``namespace/name``).
-
-        drain(api, "gpu-a", knobs.drain_policy, logger.info) -> ["ml/train-7d9f-x2"]
-    """
-    deadline_s = policy.timeout_s
-    core = client.CoreV1Api(api)
-    pods = [plain(api, p) for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items]
+def _refusals(pods: list, policy: DrainPolicy) -> list:
+    """Why the drain would not start, as ``kubectl drain`` decides before any eviction: Pods no
+    controller owns, and Pods with ``emptyDir`` data, unless ``policy`` says to delete them."""
     refused = []
     unmanaged = [p for p in pods if drainable(p) == "unmanaged"]
     if unmanaged and not policy.delete_unmanaged:
@@ -182,33 +172,57 @@ def drain(api: client.ApiClient, node: str, policy: DrainPolicy, say) -> list:
             f"Pod(s) {names} have local data an eviction deletes (drain_delete_emptydir_data=true "
             "evicts them, as kubectl drain --delete-emptydir-data does)"
         )
+    return refused
+
+
+def _evict(api: client.ApiClient, pod: dict, node: str, deadline_s: float, say) -> None:
+    """``pod`` evicted through the Eviction API, retried while a PodDisruptionBudget allows no
+    disruption, within ``deadline_s``; one already gone is evicted."""
+    core = client.CoreV1Api(api)
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=ns))
+
+    def evicted():
+        try:
+            core.create_namespaced_pod_eviction(name, ns, body)
+            return True, ""
+        except ApiException as e:
+            if e.status == 404:
+                return True, ""
+            if e.status == 429:  # a PodDisruptionBudget allows no disruption now
+                budgets = _blocking_budgets(api, pod)
+                return (
+                    False,
+                    f"Pod {ns}/{name} held by PodDisruptionBudget {', '.join(budgets) or '(one of its namespace)'}",
+                )
+            raise
+
+    wait(f"the eviction of Pod {ns}/{name} from {node}", evicted, deadline_s, say)
+
+
+def drain(api: client.ApiClient, node: str, policy: DrainPolicy, say) -> list:
+    """Every Pod a controller owns on ``node`` evicted through the Eviction API, PodDisruptionBudgets
+    honoured, and gone within ``policy.timeout_s``; DaemonSet and mirror Pods stay. Before any
+    eviction, as ``kubectl drain`` decides: a Pod no controller owns stops the drain (``Stalled``,
+    naming it) unless ``policy.delete_unmanaged`` deletes it, as ``--force`` does; a Pod with
+    ``emptyDir`` data, which an eviction deletes, stops it unless ``policy.delete_emptydir_data``, as
+    ``--delete-emptydir-data``. Returns the Pods evicted or deleted (``namespace/name``).
+
+        drain(api, "gpu-a", knobs.drain_policy, logger.info) -> ["ml/train-7d9f-x2"]
+    """
+    deadline_s = policy.timeout_s
+    core = client.CoreV1Api(api)
+    pods = [plain(api, p) for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items]
+    refused = _refusals(pods, policy)
     if refused:
         raise Stalled(f"drain of {node}: {'; '.join(refused)}")
     leaving = [p for p in pods if drainable(p) in ("evict", "unmanaged")]
     start = time.monotonic()
     for p in leaving:
-        ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
         if drainable(p) == "unmanaged":
-            core.delete_namespaced_pod(name, ns)
-            continue
-        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=ns))
-
-        def evicted():
-            try:
-                core.create_namespaced_pod_eviction(name, ns, body)
-                return True, ""
-            except ApiException as e:
-                if e.status == 404:
-                    return True, ""
-                if e.status == 429:  # a PodDisruptionBudget allows no disruption now
-                    budgets = _blocking_budgets(api, p)
-                    return (
-                        False,
-                        f"Pod {ns}/{name} held by PodDisruptionBudget {', '.join(budgets) or '(one of its namespace)'}",
-                    )
-                raise
-
-        wait(f"the eviction of Pod {ns}/{name} from {node}", evicted, deadline_s - (time.monotonic() - start), say)
+            core.delete_namespaced_pod(p["metadata"]["name"], p["metadata"]["namespace"])
+        else:
+            _evict(api, p, node, deadline_s - (time.monotonic() - start), say)
     uids = {p["metadata"]["uid"]: f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in leaving}
     # and the Pods already terminating there (deleted by someone else): gone too before the restart
     waited = {
