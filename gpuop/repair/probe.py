@@ -127,34 +127,11 @@ def probe(
             say,
             api_retry_s,
         )
+        words = f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class})"
         try:
-
-            def ran():
-                pod = plain(api, core.read_namespaced_pod(name, namespace))
-                phase = (pod.get("status") or {}).get("phase")
-                if phase in ("Succeeded", "Running"):
-                    return True, phase
-                events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
-                failed = [e.message for e in events if e.reason in PROBE_REFUSED]
-                # the kubelet not reaching its runtime yet (its connection backs off after an outage)
-                # is no word on the handler: it tries the sandbox again, and the wait goes on
-                if failed and "code = Unavailable" not in failed[-1]:
-                    raise Stalled(
-                        f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) on {node}: "
-                        f"no sandbox: {in_one_line(failed[-1])}"
-                    )
-                last = max(
-                    events,
-                    key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp,
-                    default=None,
-                )
-                return False, f"phase {phase}" + (
-                    f", its last event {last.reason}: {in_one_line(last.message or '')}" if last else ""
-                )
-
             wait(
-                f"probe Pod {namespace}/{name} (RuntimeClass {runtime_class}) to run on {node}",
-                ran,
+                f"{words} to run on {node}",
+                _ran(api, namespace, name, f"{words} on {node}"),
                 deadline_s,
                 say,
                 api_retry_s,
@@ -164,6 +141,34 @@ def probe(
     finally:
         if claim:
             _deleted(lambda: resource.delete_namespaced_resource_claim(claim, namespace))
+
+
+def _ran(api: client.ApiClient, namespace: str, name: str, probe_words: str):
+    """The probe wait's check: whether Pod ``name`` ran (Succeeded or Running), else its phase and
+    last event; ``Stalled`` on the kubelet's refusal (``PROBE_REFUSED``), said with ``probe_words``."""
+    core = client.CoreV1Api(api)
+
+    def ran():
+        pod = plain(api, core.read_namespaced_pod(name, namespace))
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Running"):
+            return True, phase
+        events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+        failed = [e.message for e in events if e.reason in PROBE_REFUSED]
+        # the kubelet not reaching its runtime yet (its connection backs off after an outage)
+        # is no word on the handler: it tries the sandbox again, and the wait goes on
+        if failed and "code = Unavailable" not in failed[-1]:
+            raise Stalled(f"{probe_words}: no sandbox: {in_one_line(failed[-1])}")
+        last = max(
+            events,
+            key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp,
+            default=None,
+        )
+        return False, f"phase {phase}" + (
+            f", its last event {last.reason}: {in_one_line(last.message or '')}" if last else ""
+        )
+
+    return ran
 
 
 def created(what: str, create, deadline_s: float, say, api_retry_s: float) -> str:
