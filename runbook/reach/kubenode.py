@@ -135,31 +135,10 @@ class KubeNodeConnector(BaseConnector):
             )
             name = created.metadata.name
             pod, pull_failed = self._wait(created, started, deadline_s)
-            if pull_failed:
-                return False, _said(
-                    f"read Pod {self.namespace}/{name} on node {self.node} given up: its image "
-                    f"{self.knobs.node_pod_image} cannot be pulled there ({nodepod.PULL_TRIES} tries; "
-                    f"node_pod_image names another): {self._state(name, pod)}"
-                )
-            if not nodepod.finished(pod):
-                return False, _said(
-                    f"read Pod {self.namespace}/{name} on node {self.node} did not "
-                    f"complete within {deadline_s}s: {self._state(name, pod)}"
-                )
-            if not nodepod.ran(pod):  # ended before its container ran (evicted, deleted, its deadline)
-                return False, _said(
-                    f"read Pod {self.namespace}/{name} on node {self.node} ended before "
-                    f"its command ran: {self._state(name, pod)}"
-                )
-            left = deadline_s - (time.monotonic() - started)
-            log = self._ask(
-                self.core.read_namespaced_pod_log,
-                name,
-                self.namespace,
-                container="read",
-                _preload_content=False,
-                _request_timeout=self._timeout(left),
-            )
+            why = self._not_run(name, pod, pull_failed, deadline_s)
+            if why:
+                return False, _said(why)
+            log = self._log(name, deadline_s - (time.monotonic() - started))
             status, out, err = nodepod.parsed_log(log.data.decode(errors="replace"), token)
         except Exception as e:  # noqa: BLE001 (the read Pod's every failure is the read's one sentence)
             return False, _said(f"read Pod on node {self.node} ({self.where}): {self._words(e, deadline_s)}")
@@ -186,6 +165,31 @@ class KubeNodeConnector(BaseConnector):
                 logger.info(f"{self.host.print_prefix}{line.line}")
         ok = status in (control.get("_success_exit_codes") or (0,))
         return ok, CommandOutput(lines)
+
+    def _not_run(self, name: str, pod, pull_failed: bool, deadline_s: int) -> str:
+        """Why the read Pod's command did not run to its end, in one sentence; "" where it did."""
+        where = f"read Pod {self.namespace}/{name} on node {self.node}"
+        if pull_failed:
+            return (
+                f"{where} given up: its image {self.knobs.node_pod_image} cannot be pulled there "
+                f"({nodepod.PULL_TRIES} tries; node_pod_image names another): {self._state(name, pod)}"
+            )
+        if not nodepod.finished(pod):
+            return f"{where} did not complete within {deadline_s}s: {self._state(name, pod)}"
+        if not nodepod.ran(pod):  # ended before its container ran (evicted, deleted, its deadline)
+            return f"{where} ended before its command ran: {self._state(name, pod)}"
+        return ""
+
+    def _log(self, name: str, left_s: float):
+        """The read Pod's log, the command's output and status in it, within what is left of its deadline."""
+        return self._ask(
+            self.core.read_namespaced_pod_log,
+            name,
+            self.namespace,
+            container="read",
+            _preload_content=False,
+            _request_timeout=self._timeout(left_s),
+        )
 
     def _wait(self, created, started: float, deadline_s: int) -> tuple:
         """The read Pod once it has ended, else as last seen at its deadline or once its image
