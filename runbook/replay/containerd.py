@@ -207,6 +207,21 @@ def _incident_drift(daemon: LabDaemon, seen: dict, want) -> str:
     return ""
 
 
+def _say_replay(daemon: LabDaemon, why: str) -> None:
+    """Why the lab containerd's incident start is replayed: it never started, or what it is now."""
+    if why == "never started":
+        logger.info(
+            f"{host.print_prefix}starting the lab containerd ({daemon.binary}) with the "
+            "main config alone, before the drop-in exists"
+        )
+    else:
+        logger.warning(
+            f"{host.print_prefix}the lab containerd is not the incident's: {why}; "
+            "stopping what holds its root and replaying its start with the main config "
+            "alone (drop-ins set aside, then put back)"
+        )
+
+
 @operation()
 def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: int = 120):
     """
@@ -250,17 +265,8 @@ def incident_daemon(daemon: LabDaemon, dropin_glob: str, aside: str, timeout_s: 
                 )
             yield daemon.adopt(seen["pid"])
         return
-    if host.state.is_executing and why == "never started":
-        logger.info(
-            f"{host.print_prefix}starting the lab containerd ({daemon.binary}) with the "
-            "main config alone, before the drop-in exists"
-        )
-    elif host.state.is_executing:
-        logger.warning(
-            f"{host.print_prefix}the lab containerd is not the incident's: {why}; "
-            "stopping what holds its root and replaying its start with the main config "
-            "alone (drop-ins set aside, then put back)"
-        )
+    if host.state.is_executing:
+        _say_replay(daemon, why)
     yield reads.containerd_changes(
         StringCommand(
             f"mkdir -p {shlex.quote(aside)} && for f in {shell_glob(dropin_glob)}; do "
@@ -337,6 +343,41 @@ def _loads(restart, runtimes) -> bool:
     return bool(restart) and restart["cri_ok"] and set(runtimes) <= set(restart["runtimes"])
 
 
+def _ctk_or_ours(host, daemon: LabDaemon, path: str, copy: str, *, runtimes, nvidia_ctk, version, ours, keep) -> bool:
+    """After nvidia-ctk's try (its scratch ``copy`` there only where it ran): its drop-in kept where
+    the restart forecast loads ``runtimes``, else gpuop's own (``ours``) written to ``path``, the one
+    before kept (``keep``) where nvidia-ctk did not already. Whether it ended well."""
+    after, scratch_files = host.get_fact(
+        Batch,
+        parts=(
+            (ContainerdRestart, {"binary": daemon.binary, "config": daemon.config}),
+            (Files, {"paths": (copy,)}),
+        ),
+    )  # one round trip
+    for part in (after, scratch_files):
+        if isinstance(part, Exception):  # a part that failed: its own words
+            raise part
+    by_ctk = copy in scratch_files
+    if by_ctk and _loads(after, runtimes):
+        logger.info(
+            f"{host.print_prefix}{nvidia_ctk} wrote {path}; the restart forecast loads "
+            f"{','.join(after['runtimes'])} with CRI ok"
+        )
+        return True
+    why = (
+        f"what {nvidia_ctk} wrote would not load ({after['reason'] or ','.join(after['runtimes'])})"
+        if by_ctk
+        else f"no {nvidia_ctk} on this host"
+    )
+    logger.warning(f"{host.print_prefix}{why}: writing gpuop's own drop-in for containerd {version} to {path}")
+    status, _ = host.run_shell_command(
+        StringCommand(("" if by_ctk else keep) + _inline_write(path, ours, "644")),
+        _sudo=bool(host.data.get("_sudo")),
+        _timeout=host.data.get("_timeout"),
+    )
+    return status
+
+
 @operation()
 def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict, runtimes, nvidia_ctk: str, scratch: str):
     """
@@ -381,37 +422,17 @@ def surviving_dropin(path: str, daemon: LabDaemon, main_doc: dict, runtimes, nvi
     )
 
     def judged(state, host):
-        after, scratch_files = host.get_fact(
-            Batch,
-            parts=(
-                (ContainerdRestart, {"binary": daemon.binary, "config": daemon.config}),
-                (Files, {"paths": (copy,)}),
-            ),
-        )  # one round trip
-        for part in (after, scratch_files):
-            if isinstance(part, Exception):  # a part that failed: its own words
-                raise part
-        by_ctk = copy in scratch_files
-        if by_ctk and _loads(after, runtimes):
-            logger.info(
-                f"{host.print_prefix}{nvidia_ctk} wrote {path}; the restart forecast loads "
-                f"{','.join(after['runtimes'])} with CRI ok"
-            )
-            return True
-        why = (
-            f"what {nvidia_ctk} wrote would not load ({after['reason'] or ','.join(after['runtimes'])})"
-            if by_ctk
-            else f"no {nvidia_ctk} on this host"
+        return _ctk_or_ours(
+            host,
+            daemon,
+            path,
+            copy,
+            runtimes=runtimes,
+            nvidia_ctk=nvidia_ctk,
+            version=restart["version"],
+            ours=ours,
+            keep=keep,
         )
-        logger.warning(
-            f"{host.print_prefix}{why}: writing gpuop's own drop-in for containerd {restart['version']} to {path}"
-        )
-        status, _ = host.run_shell_command(
-            StringCommand(("" if by_ctk else keep) + _inline_write(path, ours, "644")),
-            _sudo=bool(host.data.get("_sudo")),
-            _timeout=host.data.get("_timeout"),
-        )
-        return status
 
     yield FunctionCommand(judged, (), {})
 
