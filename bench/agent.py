@@ -29,7 +29,7 @@ os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tomli_w  # noqa: E402
 
-from gpuop.judgment.containerd import nvidia_dropin  # noqa: E402
+from gpuop.judgment.configs import nvidia_dropin  # noqa: E402
 from tests.helpers import layouts, simnodes  # noqa: E402
 from tests.helpers.kube import eventually  # noqa: E402
 from tests.helpers.layouts import DROPIN  # noqa: E402

@@ -63,7 +63,7 @@ def record_reads(path: str):
     (the seed's drop-in written after its start: nvidia written, not loaded)."""
     import tomli_w
 
-    from gpuop.judgment.containerd import nvidia_dropin
+    from gpuop.judgment.configs import nvidia_dropin
     from gpuop.reach.node_read import node_read
     from tests.helpers import layouts, simnodes
     from tests.helpers.layouts import DROPIN, write_file

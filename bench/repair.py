@@ -30,7 +30,7 @@ os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tomli_w  # noqa: E402
 
-from gpuop.judgment.containerd import nvidia_dropin  # noqa: E402
+from gpuop.judgment.configs import nvidia_dropin  # noqa: E402
 from tests.helpers import nodesfiles, simnodes  # noqa: E402
 from tests.helpers.kube import eventually, kubectl  # noqa: E402
 from tests.helpers.layouts import DROPIN, write_file  # noqa: E402

@@ -24,16 +24,8 @@ import tomli_w
 
 from gpuop.judgment import crio
 from gpuop.judgment.cluster import active, allocatable_count, classed_pods, gpus_asked
-from gpuop.judgment.containerd import (
-    CRI_PLUGIN,
-    import_globs,
-    nvidia_dropin,
-    parsed_toml,
-    release,
-    repaired_dropin,
-    runtime_names,
-    systemd_cgroup,
-)
+from gpuop.judgment.configs import nvidia_dropin, repaired_dropin, systemd_cgroup
+from gpuop.judgment.containerd import CRI_PLUGIN, import_globs, parsed_toml, release, runtime_names
 from gpuop.judgment.objects import of_kind, ref
 from gpuop.judgment.regen import V3_TEMPLATE, template_path
 from gpuop.judgment.view import LIVE

@@ -10,7 +10,8 @@ import tomli_w
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from gpuop.judgment.containerd import repaired_dropin, runtime_names
+from gpuop.judgment.configs import repaired_dropin
+from gpuop.judgment.containerd import runtime_names
 from gpuop.layout import STOP_GRACE_S, backup_of
 from runbook.reach.batch import Batch
 from runbook.reach.containerd import ContainerdRestart, LabContainerd

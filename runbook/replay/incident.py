@@ -12,7 +12,7 @@ import yaml
 from pyinfra import host
 from pyinfra.api import deploy
 
-from gpuop.judgment import containerd
+from gpuop.judgment import configs
 from gpuop.judgment.cluster import (
     SANDBOX_FAILED,
     allocatable_count,
@@ -87,11 +87,11 @@ def nvidia_dropin(lab, at: Layout):
             aside=at.dropins_aside,
             timeout_s=lab.wait_timeout_s,
         )
-    systemd = containerd.systemd_cgroup(lab_host.lab_config(lab, at))  # the toolkit follows runc's driver
+    systemd = configs.systemd_cgroup(lab_host.lab_config(lab, at))  # the toolkit follows runc's driver
     text(
         name="conf.d/99-nvidia.toml",
         path=at.nvidia_dropin,
-        content=tomli_w.dumps(containerd.nvidia_dropin(systemd=systemd)),
+        content=tomli_w.dumps(configs.nvidia_dropin(systemd=systemd)),
     )
 
 

@@ -8,7 +8,7 @@ import posixpath
 from pyinfra import logger
 from pyinfra.api.exceptions import DeployError
 
-from gpuop.judgment import containerd
+from gpuop.judgment import configs
 from gpuop.knobs import KnobError, parse_knobs, renamed
 from gpuop.layout import Layout
 from runbook.replay.containerd import LabDaemon
@@ -38,12 +38,12 @@ def lab_daemon(lab, at: Layout):
 
 def lab_config(lab, at: Layout) -> dict:
     """The lab node's main config.toml: the seed's, and on the kubelet node (``kubelet_node``) with what
-    its kubelet's Pods need on this kind of machine (``gpuop.judgment.containerd.kubelet_node_cri``).
+    its kubelet's Pods need on this kind of machine (``gpuop.judgment.configs.kubelet_node_cri``).
 
         lab_config(lab, Layout("/root/gpuop"))["imports"] -> ["/root/gpuop/etc/containerd/conf.d/*.toml"]
     """
-    node_cri = containerd.kubelet_node_cri(*at.kubelet_node_cni) if lab.kubelet_node else None
-    return containerd.seed_config(at.dropin_glob, node_cri=node_cri)
+    node_cri = configs.kubelet_node_cri(*at.kubelet_node_cni) if lab.kubelet_node else None
+    return configs.seed_config(at.dropin_glob, node_cri=node_cri)
 
 
 def checked(host):

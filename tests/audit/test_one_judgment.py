@@ -15,7 +15,7 @@ import tomllib
 import pytest
 import tomli_w
 
-from gpuop.judgment.containerd import nvidia_dropin, seed_config
+from gpuop.judgment.configs import nvidia_dropin, seed_config
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
 from tests.helpers.kube import lab_up, reset_lab
 from tests.helpers.labcontainerd import binary, nvidia_ctk

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import tomli_w
 
-from gpuop.judgment import containerd
+from gpuop.judgment import configs
 from runbook.reach.containerd import ContainerdRestart
 from tests.helpers.proc import run
 
@@ -42,7 +42,7 @@ NVIDIA = {
 # The drop-ins of the matrix, by name: their text, or (nvidia-ctk's version, its config source) for
 # the one that nvidia-ctk writes.
 DROPINS = {
-    "seed": tomli_w.dumps(containerd.nvidia_dropin()),
+    "seed": tomli_w.dumps(configs.nvidia_dropin()),
     **{f"ctk-{v}-{source}": (v, source) for v in CTK_VERSIONS for source in ("file", "command")},
     "version-3": tomli_w.dumps(
         {"version": 3, "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {"nvidia": NVIDIA}}}}}
@@ -191,7 +191,7 @@ def cell(version: str, dropin: str, binary: str, crictl: str, nvidia_ctk, base: 
     os.makedirs(f"{conf}/conf.d", exist_ok=True)
     main, path = f"{conf}/config.toml", f"{conf}/conf.d/99-nvidia.toml"
     with open(main, "w") as f:
-        f.write(tomli_w.dumps(containerd.seed_config(f"{conf}/conf.d/*.toml")))
+        f.write(tomli_w.dumps(configs.seed_config(f"{conf}/conf.d/*.toml")))
     if isinstance(DROPINS[dropin], tuple):
         ctk, source = DROPINS[dropin]
         nvidia_ctk_dropin(nvidia_ctk(ctk), source, binary, main, path)

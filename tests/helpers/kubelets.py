@@ -153,7 +153,7 @@ def pod_ready(node) -> tuple:
     node's /var/lib overlay), its runc shim beside a built binary, and the images nothing can
     pull here, imported into its store: its sandbox image (the stand-in program) and the
     cluster reach's (Debian's static busybox, lab/standin/images.py)."""
-    from gpuop.judgment.containerd import kubelet_node_cri
+    from gpuop.judgment.configs import kubelet_node_cri
 
     cni = pod_network(node)
     containerd = binary(node.version)

@@ -7,7 +7,7 @@ import time
 
 import tomli_w
 
-from gpuop.judgment import containerd
+from gpuop.judgment import configs
 from gpuop.layout import Layout
 from lab import labproc
 from tests.helpers import ROOT as HERE  # the project
@@ -114,8 +114,8 @@ def restart(root, containerd_binary):
 
 def write_dropin_keeping_runc(root):
     """Replace the drop-in with one in the toolkit 1.18 style: the whole CRI section, runc kept."""
-    main = containerd.seed_config(f"{root}/etc/containerd/conf.d/*.toml")
-    text = tomli_w.dumps(containerd.dropin_keeping_cri(main, containerd.nvidia_dropin()))
+    main = configs.seed_config(f"{root}/etc/containerd/conf.d/*.toml")
+    text = tomli_w.dumps(configs.dropin_keeping_cri(main, configs.nvidia_dropin()))
     (root / "etc/containerd/conf.d/99-nvidia.toml").write_text(text)
 
 

@@ -6,7 +6,7 @@ import os
 
 import tomli_w
 
-from gpuop.judgment.containerd import nvidia_dropin, seed_config
+from gpuop.judgment.configs import nvidia_dropin, seed_config
 from tests.helpers import ROOT as HERE  # the project
 from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk
 from tests.helpers.proc import run

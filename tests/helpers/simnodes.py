@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import tomli_w
 
-from gpuop.judgment.containerd import seed_config
+from gpuop.judgment.configs import seed_config
 from lab import labproc
 from tests.helpers import ROOT as HERE  # the project
 from tests.helpers.fleetobjects import create_settled, delete_cluster_objects

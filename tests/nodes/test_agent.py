@@ -18,7 +18,7 @@ import pytest
 import tomli_w
 
 from gpuop.judgment.condition import CONDITIONS, GATE, PROBLEM, RESTART_UNSAFE, condition_type, short
-from gpuop.judgment.containerd import nvidia_dropin
+from gpuop.judgment.configs import nvidia_dropin
 from lab import labcluster
 from tests.helpers import layouts, simnodes
 from tests.helpers.charts import alerts_on, kube_state_metrics, node_conditions

@@ -22,7 +22,7 @@ import pytest
 import tomli_w
 
 from gpuop.judgment.condition import CONDITIONS, GATE, RESTART_UNSAFE
-from gpuop.judgment.containerd import nvidia_dropin
+from gpuop.judgment.configs import nvidia_dropin
 from tests.helpers.charts import CHART, helm
 from tests.helpers.kube import eventually, get, kubectl, request
 from tests.helpers.labcontainerd import crictl

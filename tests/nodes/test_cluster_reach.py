@@ -12,7 +12,7 @@ import time
 import pytest
 import tomli_w
 
-from gpuop.judgment.containerd import nvidia_dropin
+from gpuop.judgment.configs import nvidia_dropin
 from gpuop.reach import nodepod
 from lab import labproc
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes

@@ -13,7 +13,7 @@ import tomli_w
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuop.judgment.containerd import nvidia_dropin
+from gpuop.judgment.configs import nvidia_dropin
 from tests.helpers import layouts, nodesfiles, simnodes
 from tests.helpers.fleetobjects import NAMESPACE
 from tests.helpers.kube import component_pidfile, eventually, kubectl, lab_up

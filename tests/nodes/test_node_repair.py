@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 import pytest
 import tomli_w
 
-from gpuop.judgment.containerd import nvidia_dropin
+from gpuop.judgment.configs import nvidia_dropin
 from gpuop.repair.lease import LEASE
 from gpuop.repair.plan import CORDONED_BY, REPAIR_FAILED
 from tests.helpers import layouts, nodesfiles, simnodes

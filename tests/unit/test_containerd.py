@@ -5,7 +5,7 @@ import tomllib
 import pytest
 import tomli_w
 
-from gpuop.judgment import containerd
+from gpuop.judgment import configs, containerd
 from gpuop.judgment.tomlpath import find_tables, key_path, quote_key
 from runbook.reach.containerd import ContainerdRestart
 from tests.containerd.matrix import outcome
@@ -15,12 +15,12 @@ def roundtrip(doc):
     return tomllib.loads(tomli_w.dumps(doc))
 
 
-MAIN = roundtrip(containerd.seed_config("/root/gpuop/etc/containerd/conf.d/*.toml"))
-DROPIN = roundtrip(containerd.nvidia_dropin())
+MAIN = roundtrip(configs.seed_config("/root/gpuop/etc/containerd/conf.d/*.toml"))
+DROPIN = roundtrip(configs.nvidia_dropin())
 
 
 def test_written_main_config_has_the_quoted_plugin_hierarchy():
-    text = tomli_w.dumps(containerd.seed_config("/r/conf.d/*.toml"))
+    text = tomli_w.dumps(configs.seed_config("/r/conf.d/*.toml"))
     assert '[plugins."io.containerd.grpc.v1.cri".containerd]' in text
     cri = MAIN["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
     assert MAIN["version"] == 2
@@ -237,7 +237,7 @@ def test_restart_lines():
 
 
 def test_dropin_keeping_cri_carries_the_main_config_section():
-    doc = roundtrip(containerd.dropin_keeping_cri(MAIN, DROPIN))
+    doc = roundtrip(configs.dropin_keeping_cri(MAIN, DROPIN))
     cri = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
     assert cri["default_runtime_name"] == "runc"
     assert list(cri["runtimes"]) == ["runc", "nvidia"]
@@ -246,8 +246,8 @@ def test_dropin_keeping_cri_carries_the_main_config_section():
 
 
 def test_repaired_dropin_follows_the_version_s_merge():
-    assert containerd.repaired_dropin("2.4.2", MAIN) == containerd.nvidia_dropin()
-    on_1x = containerd.repaired_dropin("1.6.20", MAIN)
+    assert configs.repaired_dropin("2.4.2", MAIN) == configs.nvidia_dropin()
+    on_1x = configs.repaired_dropin("1.6.20", MAIN)
     # SPEC's two runtimes, and the main config's default, in the one CRI section 1.x keeps whole.
     assert on_1x == {
         "plugins": {
@@ -265,21 +265,21 @@ def test_repaired_dropin_follows_the_version_s_merge():
             }
         }
     }
-    assert containerd.repaired_dropin("unknown", MAIN) == on_1x  # when in doubt, the safe one
+    assert configs.repaired_dropin("unknown", MAIN) == on_1x  # when in doubt, the safe one
     assert containerd.release("1.6.20") == (1, 6, 20) and containerd.release("x") == (0, 0, 0)
 
 
 def test_a_kubelet_node_s_main_config_and_the_toolkit_follow_its_cgroup_driver():
-    node_cri = containerd.kubelet_node_cri("/r/var/node/cni/bin", "/r/var/node/cni/net.d")
-    real = roundtrip(containerd.seed_config("/r/conf.d/*.toml", node_cri=node_cri))
+    node_cri = configs.kubelet_node_cri("/r/var/node/cni/bin", "/r/var/node/cni/net.d")
+    real = roundtrip(configs.seed_config("/r/conf.d/*.toml", node_cri=node_cri))
     cri = real["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["restrict_oom_score_adj"] is True  # this machine refuses a lower oom_score_adj
     assert cri["cni"] == {"bin_dir": "/r/var/node/cni/bin", "conf_dir": "/r/var/node/cni/net.d"}
-    assert containerd.systemd_cgroup(real) is False and containerd.systemd_cgroup(MAIN) is True
+    assert configs.systemd_cgroup(real) is False and configs.systemd_cgroup(MAIN) is True
     # the seed's main config is unchanged by the knob's existence
     assert set(MAIN["plugins"]["io.containerd.grpc.v1.cri"]) == {"containerd"}
     for version in ("1.6.20", "2.4.2"):
-        runtimes = [t for _, t in find_tables(containerd.repaired_dropin(version, real), ("runtimes",))][0]
+        runtimes = [t for _, t in find_tables(configs.repaired_dropin(version, real), ("runtimes",))][0]
         assert runtimes["nvidia"]["options"]["SystemdCgroup"] is False
-    kept = containerd.repaired_dropin("1.6.20", real)["plugins"]["io.containerd.grpc.v1.cri"]
+    kept = configs.repaired_dropin("1.6.20", real)["plugins"]["io.containerd.grpc.v1.cri"]
     assert kept["cni"] == cri["cni"] and kept["restrict_oom_score_adj"] is True  # 1.x keeps the section whole

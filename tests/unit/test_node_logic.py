@@ -9,7 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuop.judgment.cluster_rules import cluster_gaps
 from gpuop.judgment.condition import with_conditions
-from gpuop.judgment.containerd import nvidia_dropin, sandbox_error, seed_config
+from gpuop.judgment.configs import nvidia_dropin, seed_config
+from gpuop.judgment.containerd import sandbox_error
 from gpuop.judgment.entry import node_entry
 from gpuop.judgment.rules import findings
 from gpuop.judgment.view import api_view, node_view, written_view

@@ -2,7 +2,7 @@
 
 import tomli_w
 
-from gpuop.judgment.containerd import nvidia_dropin, seed_config
+from gpuop.judgment.configs import nvidia_dropin, seed_config
 from gpuop.judgment.regen import nvidia_binaries, regenerated, regenerator, template
 from gpuop.judgment.rules import findings
 from gpuop.judgment.view import node_view

@@ -6,7 +6,8 @@ import tomllib
 import tomli_w
 
 from gpuop.judgment import crio
-from gpuop.judgment.containerd import nvidia_dropin, repaired_dropin, runtime_names, seed_config
+from gpuop.judgment.configs import nvidia_dropin, repaired_dropin, seed_config
+from gpuop.judgment.containerd import runtime_names
 from gpuop.judgment.view import node_view
 from gpuop.knobs import DrainPolicy
 from gpuop.repair.plan import drainable, dropin_target, plan_lines, with_import
