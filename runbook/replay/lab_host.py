@@ -11,7 +11,7 @@ from pyinfra.api.exceptions import DeployError
 from gpuop.judgment import configs
 from gpuop.knobs import KnobError, parse_knobs, renamed
 from gpuop.layout import Layout
-from runbook.replay.containerd import LabDaemon
+from runbook.replay.labdaemon import LabDaemon
 from runbook.replay.manifests import KUBELET_NODE_REPORTS, MANIFESTS, REPORTS
 from runbook.run import reads
 

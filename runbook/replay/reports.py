@@ -9,7 +9,7 @@ from pyinfra.api import operation
 from gpuop.judgment.containerd import Forecast, analyze_merge, import_globs, merge_lines, parsed_toml, restart_lines
 from gpuop.judgment.view import lab_view
 from gpuop.outputs.reports import render, stamp_holds, stamp_text
-from runbook.replay.containerd import LabDaemon
+from runbook.replay.labdaemon import LabDaemon
 from runbook.run import reads
 from runbook.run.files import text
 from runbook.run.poll import failure

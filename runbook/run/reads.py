@@ -37,7 +37,7 @@ CLUSTER_KINDS = "namespaces,nodes,runtimeclasses,pods,daemonsets,configmaps,serv
 class _Scope:
     files: tuple  # paths and globs read in one batch
     context: str  # the kube context whose objects are read
-    daemon: object  # the lab containerd (runbook.replay.containerd.LabDaemon), or None
+    daemon: object  # the lab containerd (runbook.replay.labdaemon.LabDaemon), or None
 
 
 @dataclass
