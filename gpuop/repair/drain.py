@@ -17,7 +17,8 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuop.knobs import DrainPolicy
 from gpuop.reach.kubeapi import in_words, plain
-from gpuop.repair.plan import CORDONED_BY, REPAIR_FAILED, drainable, local_storage
+from gpuop.repair.plan import CORDONED_BY, REPAIR_FAILED
+from gpuop.repair.pods import drainable, local_storage
 
 PROGRESS_S = 10  # a wait says where it is this often
 POLL_S = 1  # how often a wait asks again

@@ -21,7 +21,7 @@ from gpuop.layout import node_backup_of
 from gpuop.reach.kubeapi import in_words, plain
 from gpuop.reach.node_read import node_read
 from gpuop.repair import drain, lease, probe
-from gpuop.repair.plan import free_devices, free_gpus
+from gpuop.repair.pods import free_devices, free_gpus
 from runbook.reach.node import NodeRuntime
 from runbook.run.files import inline_write
 

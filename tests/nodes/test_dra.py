@@ -12,7 +12,7 @@ import pytest
 from gpuop.reach.kubeapi import api_client
 from gpuop.repair import probe
 from gpuop.repair.drain import Stalled
-from gpuop.repair.plan import free_devices
+from gpuop.repair.pods import free_devices
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.playbook import deploy

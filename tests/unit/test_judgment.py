@@ -190,9 +190,15 @@ def test_the_rooms_import_only_the_rooms_below_them():
                     )
 
 
-# gpuop/repair/, by module: what each may import of its room's (the plan pure, the drain's waits
-# under the probe and the Lease).
-REPAIR_MODULES = {"plan": set(), "drain": {"plan"}, "probe": {"plan", "drain"}, "lease": {"drain"}}
+# gpuop/repair/, by module: what each may import of its room's (the Pods' rules and the plan pure,
+# the drain's waits under the probe and the Lease).
+REPAIR_MODULES = {
+    "pods": set(),
+    "plan": {"pods"},
+    "drain": {"plan", "pods"},
+    "probe": {"plan", "drain"},
+    "lease": {"drain"},
+}
 
 
 def test_the_repair_s_modules_import_only_those_below_them_and_its_plan_does_no_io():
@@ -205,7 +211,7 @@ def test_the_repair_s_modules_import_only_those_below_them_and_its_plan_does_no_
             parts = name.split(".")
             if parts[:2] == ["gpuop", "repair"] and len(parts) > 2:
                 assert parts[2] in allowed, f"{path.relative_to(ROOT)} imports {name}, beside or above it"
-            if module == "plan":
+            if module in ("pods", "plan"):
                 assert parts[0] not in ("kubernetes", "urllib3"), f"{path.relative_to(ROOT)} imports {name}: pure"
 
 

@@ -10,7 +10,8 @@ from gpuop.judgment.configs import nvidia_dropin, repaired_dropin, seed_config
 from gpuop.judgment.containerd import runtime_names
 from gpuop.judgment.view import node_view
 from gpuop.knobs import DrainPolicy
-from gpuop.repair.plan import drainable, dropin_target, plan_lines, with_import
+from gpuop.repair.plan import dropin_target, plan_lines, with_import
+from gpuop.repair.pods import drainable
 from runbook.reach.containerd import cri_answer
 from runbook.reach.node import ToolkitDropin
 from tests.helpers.plans import plan_of
@@ -312,7 +313,7 @@ def test_on_cri_o_a_handler_its_merge_drops_or_a_node_not_read_whole_is_not_repa
 def test_a_pod_with_emptydir_data_stops_the_drain_unless_its_knob_says_delete_it():
     """As kubectl drain decides it: an emptyDir of any medium is data an eviction deletes; a
     DaemonSet's Pod stays, so its scratch never counts."""
-    from gpuop.repair.plan import local_storage
+    from gpuop.repair.pods import local_storage
 
     files = {CONFIG: {"mode": "644", "text": MAIN}, NVIDIA: {"mode": "644", "text": SEED_DROPIN}}
     train = owned(pod("train", runtime_class="nvidia"), "ReplicaSet")
@@ -344,7 +345,7 @@ def test_a_probe_asks_a_gpu_only_where_one_is_free_and_an_api_server_away_is_ask
     from kubernetes.client.exceptions import ApiException
 
     from gpuop.repair.drain import api_away
-    from gpuop.repair.plan import free_gpus
+    from gpuop.repair.pods import free_gpus
 
     node = {"metadata": {"name": "gpu-a"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}
     holding = owned(pod("train", runtime_class="nvidia"), "ReplicaSet")
@@ -375,7 +376,7 @@ def test_a_ready_status_is_proof_only_when_the_kubelet_beat_after_the_restart():
 
 
 def test_a_probe_claims_only_a_device_no_claim_holds_and_is_then_placed_by_the_scheduler():
-    from gpuop.repair.plan import free_devices
+    from gpuop.repair.pods import free_devices
     from gpuop.repair.probe import probe_manifest
 
     published = {
