@@ -5,6 +5,7 @@ from gpuop.judgment.cluster import active
 from gpuop.judgment.node_rules import DRIVER, gpu_paths, node_gpus
 from gpuop.judgment.objects import of_kind
 from gpuop.judgment.view import api_handlers
+from gpuop.judgment.viewtype import View
 
 AT_RISK = (
     "sandbox-fails",
@@ -23,7 +24,7 @@ def pods_at_risk(gaps: list) -> int:
 
 
 def node_entry(
-    runtime: dict,
+    runtime: View,
     gaps: list,
     node: dict | None = None,
     objects: list = (),

@@ -13,9 +13,10 @@ from gpuop.judgment.sandbox import kubelet_agrees, sandbox_refusal
 from gpuop.judgment.scheduling import pod_scheduled, reasons, unschedulable
 from gpuop.judgment.slots import replicas_of
 from gpuop.judgment.view import api_handlers
+from gpuop.judgment.viewtype import View
 
 
-def _sandboxes(view: dict, objects: list, events: list, kubelet_node: str) -> list:
+def _sandboxes(view: View, objects: list, events: list, kubelet_node: str) -> list:
     """For each Pod bound to the kubelet node whose RuntimeClass's handler is not loaded: the sandbox
     failure containerd's version gives, held against the kubelet's live event for that Pod."""
     return [
@@ -31,7 +32,7 @@ def _sandboxes(view: dict, objects: list, events: list, kubelet_node: str) -> li
     ]
 
 
-def audit(view: dict, objects: list, time_slicing: dict, kubelet_node: str = "") -> dict:
+def audit(view: View, objects: list, time_slicing: dict, kubelet_node: str = "") -> dict:
     """Findings and readings for one host: the one judgment of its runtime (``gpuop.judgment.rules``,
     as a real node's), and the lab's own readings beside it.
 
@@ -125,7 +126,7 @@ def _daemonsets(objects: list, pods: list) -> tuple:
     return daemonsets, gaps
 
 
-def _handlers(view: dict, objects: list, kubelet_node: str) -> dict:
+def _handlers(view: View, objects: list, kubelet_node: str) -> dict:
     """The runtime's handlers written, loaded (and the kubelet node's Node's word on them) and after
     a restart, as the lab's report prints them."""
     node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == kubelet_node), None)

@@ -9,6 +9,7 @@ from gpuop.judgment.gaps import gap
 from gpuop.judgment.objects import of_kind, ref
 from gpuop.judgment.sandbox import kubelet_agrees, refused_while_loaded, sandbox_refusal
 from gpuop.judgment.view import JUDGED, LIVE, api_handlers
+from gpuop.judgment.viewtype import View
 
 TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU Operator's and the lab's)
 
@@ -16,7 +17,7 @@ TOOLKIT_MARK = "container-toolkit"  # the toolkit DaemonSet's name holds it (GPU
 DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: the devices it allocates are GPUs
 
 
-def api_disagrees(node: dict, view: dict) -> list:
+def api_disagrees(node: dict, view: View) -> list:
     """The gap where a Node's ``status.runtimeHandlers`` (kubelet's copy of its runtime's CRI
     status) and the daemon's own CRI answer name different handlers; none where the node reports
     no handlers (containerd 1.x) or CRI did not answer.
@@ -39,7 +40,7 @@ def api_disagrees(node: dict, view: dict) -> list:
     ]
 
 
-def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> list:
+def _pod_findings(name: str, view: View, objects: list, events: list | None) -> list:
     """Pods bound to the node whose RuntimeClass's handler is not loaded (their sandbox fails, in
     the version's words and, where Events were read, against the kubelet's own), or will not be
     after a restart."""
@@ -90,7 +91,7 @@ def _pod_findings(name: str, view: dict, objects: list, events: list | None) -> 
     return gaps
 
 
-def _why_no_sandbox(view: dict, pod: dict, handler: str, events: list | None) -> str:
+def _why_no_sandbox(view: View, pod: dict, handler: str, events: list | None) -> str:
     """Why a Pod's sandbox fails where its handler is not loaded: CRI down, the API's word alone, or
     the runtime's own refusal, held against the kubelet's where Events were read."""
     if view["loaded_from"] == "cri-down":
@@ -112,7 +113,7 @@ def _why_no_sandbox(view: dict, pod: dict, handler: str, events: list | None) ->
     )
 
 
-def _gpu_pods_without_a_class(name: str, view: dict, objects: list, gpu_handler: str) -> list:
+def _gpu_pods_without_a_class(name: str, view: View, objects: list, gpu_handler: str) -> list:
     """GPU Pods with no RuntimeClass (the GPU Operator's CDI mode, and any Pod that trusts the
     node's default): each gets its GPU from the default runtime when that is ``gpu_handler``,
     else only through CDI, which needs CDI on in the daemon and a spec of nvidia.com/gpu devices
@@ -194,7 +195,7 @@ def node_gpus(node: dict, objects: list, driver: str = DRIVER) -> int:
     return allocatable_count(node) + published
 
 
-def gpu_paths(view: dict, gpu_handler: str = "nvidia") -> list:
+def gpu_paths(view: View, gpu_handler: str = "nvidia") -> list:
     """How a GPU can reach a container through this runtime: ``handler`` (the GPU handler is
     loaded), ``cdi`` (CDI is on, with a spec of GPU devices where the daemon reads them: the GPU
     Operator's CDI and NRI ways, and DRA's), ``oci-hook`` (CRI-O reads NVIDIA's OCI hook, which
@@ -225,7 +226,7 @@ def _cdi_refusal(version: str, whose: str) -> str:
     )
 
 
-def _dra_findings(name: str, view: dict, objects: list, driver: str) -> list:
+def _dra_findings(name: str, view: View, objects: list, driver: str) -> list:
     """Pods bound to the node whose claims were allocated GPUs (DRA): the driver hands containerd
     CDI devices, which it resolves only with CDI on."""
     cdi = view.get("cdi")
@@ -260,7 +261,7 @@ def _toolkit_pod(pod) -> bool:
 def node_bound_findings(
     name: str,
     node: dict,
-    view: dict,
+    view: View,
     objects: list,
     gpu_handler: str,
     events: list | None = None,

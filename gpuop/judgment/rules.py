@@ -16,10 +16,11 @@ from gpuop.judgment.node_rules import DRIVER, node_bound_findings
 from gpuop.judgment.objects import of_kind
 from gpuop.judgment.runtime_rules import runtime_findings, unread_gaps
 from gpuop.judgment.view import RUNTIME
+from gpuop.judgment.viewtype import View
 
 
 def findings(
-    view: dict,
+    view: View,
     objects: list,
     node_name: str = "",
     gpu_handler: str = "nvidia",
@@ -75,7 +76,7 @@ def findings(
 
 
 def judge(
-    view: dict, objects: list, node_name: str = "", gpu_handler: str = "nvidia", gpu_driver: str = DRIVER
+    view: View, objects: list, node_name: str = "", gpu_handler: str = "nvidia", gpu_driver: str = DRIVER
 ) -> dict:
     """The one door to the judgment of one runtime: its gaps (``findings``, the Events among
     ``objects`` held against its sandboxes) in its entry (``node_entry``). Every caller asks here:

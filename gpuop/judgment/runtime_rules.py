@@ -6,9 +6,10 @@ from gpuop.judgment import crio
 from gpuop.judgment.gaps import gap
 from gpuop.judgment.regen import template_to_edit
 from gpuop.judgment.view import KNOWN, RUNTIME
+from gpuop.judgment.viewtype import View
 
 
-def runtime_findings(view: dict) -> list:
+def runtime_findings(view: View) -> list:
     """The gaps of the daemon alone, before any cluster object, in this order: what its next start
     does, the other runtimes beside it, its files, whether CRI answers, and the handlers written
     but not loaded or lost at the next start.
@@ -18,7 +19,7 @@ def runtime_findings(view: dict) -> list:
     return restart_gaps(view) + second_runtime_gaps(view) + file_gaps(view) + cri_gaps(view) + handler_gaps(view)
 
 
-def restart_gaps(view: dict) -> list:
+def restart_gaps(view: View) -> list:
     """What the runtime's next start does: it refuses to start, takes CRI down, or (CRI-O) starts
     without a runtime whose binary is missing (``gpuop.judgment.crio.restart_forecast``).
 
@@ -47,7 +48,7 @@ def restart_gaps(view: dict) -> list:
     return gaps
 
 
-def second_runtime_gaps(view: dict) -> list:
+def second_runtime_gaps(view: View) -> list:
     """A gap for each runtime beside the audited one (a second containerd, or CRI-O also).
 
     second_runtime_gaps(view) -> [{"kind": "second-containerd", "subject": "4242", ...}]
@@ -69,7 +70,7 @@ def second_runtime_gaps(view: dict) -> list:
     return gaps
 
 
-def file_gaps(view: dict) -> list:
+def file_gaps(view: View) -> list:
     """The runtime's files: a config it cannot read, a drop-in no imports glob reaches.
 
     file_gaps(view) -> [{"kind": "dropin-not-imported", "subject": "/etc/containerd/conf.d/99-nvidia.toml", ...}]
@@ -85,7 +86,7 @@ def file_gaps(view: dict) -> list:
     return gaps
 
 
-def cri_gaps(view: dict) -> list:
+def cri_gaps(view: View) -> list:
     """Whether what the runtime holds was read: crictl hung (the loaded view named unread, the rest
     judged without it), a section of the read unread (``unread_gaps``), CRI down.
 
@@ -106,7 +107,7 @@ def cri_gaps(view: dict) -> list:
     return gaps
 
 
-def handler_gaps(view: dict) -> list:
+def handler_gaps(view: View) -> list:
     """The handlers written but not loaded (where loaded is known), and those the runtime's next
     start loses because k3s or RKE2 writes its config anew from a template without them.
 
@@ -135,11 +136,11 @@ def _missing(written: list, held: list) -> list:
     return [h for h in written if h not in held]
 
 
-def _config(view: dict) -> str:
+def _config(view: View) -> str:
     return view["daemon"]["config"] if view["daemon"] else "the main config"
 
 
-def _loaded_words(view: dict) -> str:
+def _loaded_words(view: View) -> str:
     return {
         "cri": f"loaded, live through CRI of {view['runtime']} {view['version']}",
         "status": f"loaded, live from {view['runtime']} {view['version']}'s own status (no crictl on the node)",
@@ -211,7 +212,7 @@ _UNREAD = {
 }
 
 
-def unread_gaps(view: dict) -> list:
+def unread_gaps(view: View) -> list:
     """A ``view-unread`` gap for each section of a node's read that did not end in time, but CRI's
     (``crictl-hung``, named with the loaded view): what it leaves unjudged.
 
@@ -235,7 +236,7 @@ def unread_gaps(view: dict) -> list:
     return gaps
 
 
-def _above_root(view: dict) -> str:
+def _above_root(view: View) -> str:
     """The files whose ``version`` is above the root config's, in words (containerd 2.2 refuses
     any version above 3, 2.3.0-2.3.4 a drop-in above its root's): where the refusal comes from."""
     versions = view.get("versions") or {}

@@ -9,9 +9,10 @@ from gpuop.judgment import crio
 from gpuop.judgment.cluster import classed_pods, event_epoch, has_sandbox, said_by_kubelet, sandbox_failure
 from gpuop.judgment.containerd import sandbox_error
 from gpuop.judgment.view import LIVE
+from gpuop.judgment.viewtype import View
 
 
-def sandbox_refusal(view: dict, handler: str) -> str:
+def sandbox_refusal(view: View, handler: str) -> str:
     """What the view's runtime answers kubelet for a sandbox whose ``handler`` it does not hold:
     containerd's words for its version (``sandbox_error``), or CRI-O's naming what it holds.
 
@@ -49,7 +50,7 @@ def kubelet_agrees(pod: dict, events: list, expected: str) -> dict:
     }
 
 
-def refuses(view: dict, handler: str, message: str) -> bool:
+def refuses(view: View, handler: str, message: str) -> bool:
     """Whether a kubelet's sandbox failure is the view's runtime refusing ``handler`` as one it
     does not hold, whatever handlers CRI-O lists beside.
 
@@ -64,7 +65,7 @@ def refuses(view: dict, handler: str, message: str) -> bool:
     return says_sandbox_error(message, sandbox_error(view["version"], handler))
 
 
-def refused_while_loaded(name: str, view: dict, objects: list, events: list) -> list:
+def refused_while_loaded(name: str, view: View, objects: list, events: list) -> list:
     """The active Pods on node ``name`` whose handler the runtime's live status names while they
     have no sandbox, the newest word on it of that node's own kubelet (``said_by_kubelet``), said
     after this daemon started, being that runtime refusing the handler: a status its sandboxes do

@@ -1,19 +1,7 @@
 """One view of a node's runtime, whatever the target: a lab host (its lab containerd, read by the
 lab's facts) or a real node (read by ``runbook.reach.node.NodeRuntime`` in one command), or a node judged from
-the API alone. Every audit judges this one shape (``gpuop.judgment.rules.findings``).
-
-    {"runtime": "containerd" or "cri-o", "version": "1.6.20",
-     "daemon": {"pid", "exe", "config", "address", "binary"} or None,   # the one that serves
-     "others": [{"pid", "config", "address", "runtime"}],  # the node's other runtime daemons
-     "kubelet_endpoint": "/run/containerd/containerd.sock" or None,
-     "written": ["runc", "nvidia"], "dropins": [...], "unreached": [...], "config_errors": [...],
-     "imports": [...], "versions": {path: its top-level version}, "regenerated": gpuop.judgment.regen's answer or None,
-     "loaded": ["runc"], "loaded_from": "cri", "cri_error": "", "default_runtime": "runc",
-     "cdi": {"enabled", "spec_dirs", "gpu_specs"} or None,
-     "gpu_hooks": [...],                             # CRI-O: OCI hook files that hand GPUs over
-     "after_restart": ["runc", "nvidia"], "cri_after_restart": "ok" | "fails" | "refuses-start" | "unknown",
-     "restart_reason": "...", "restart_from": "containerd 1.6.20's own merge of the files",
-     "unread": {"cdi": "10s"}}                       # a real node's read: its sections that did not end in time
+the API alone. Every audit judges this one shape, ``gpuop.judgment.viewtype.View`` (``gpuop.judgment.rules.findings``),
+each of its fields said once there.
 
 A section unread leaves its part as never read ("runtime": the files, "restart", "started", "cdi",
 "hooks", "nvidia", "status"; "containerd PID", "crio PID", "kubelet PID": a process's flags), and
@@ -34,6 +22,7 @@ import posixpath
 from gpuop.judgment import crio
 from gpuop.judgment.containerd import analyze_merge, cdi_enabled, import_globs, parsed_toml
 from gpuop.judgment.regen import regenerated
+from gpuop.judgment.viewtype import View
 
 RUNTIME = "containerd"  # the subject of a finding about the daemon itself
 
@@ -88,7 +77,7 @@ def written_view(config: str, files: dict) -> dict:
     }
 
 
-def unknown_view(**given) -> dict:
+def unknown_view(**given) -> View:
     """The view where nothing is known; ``given`` says what is.
 
     unknown_view(loaded=["runc"], loaded_from="api")["cri_after_restart"] -> "unknown"
@@ -187,7 +176,7 @@ def restart_part(restart: dict | None, version: str, asked: str = "", runtime: s
 
 def lab_view(
     config: str, files: dict, loaded: dict | None, restart: dict | None, observed=(), daemon: dict | None = None
-) -> dict:
+) -> View:
     """A lab host's runtime: its lab containerd's files, CRI answer and restart forecast; on a host
     without a lab containerd (``restart`` None), the ``observed`` handlers, "recorded".
 
@@ -231,7 +220,7 @@ def api_handlers(node: dict) -> list | None:
     return sorted(h.get("name") or "" for h in handlers) if handlers else None
 
 
-def api_view(node: dict) -> dict | None:
+def api_view(node: dict) -> View | None:
     """A node judged from the API alone, where the node itself was not read: "loaded" is what its
     kubelet reports (``api_handlers``), its runtime what it names (``api_runtime``), the other
     views unknown; None where it reports none.
@@ -258,7 +247,7 @@ def api_runtime(node: dict) -> tuple:
     return (name, version.lstrip("v") or "unknown") if sep and name else (RUNTIME, "unknown")
 
 
-def node_view(read: dict) -> dict:
+def node_view(read: dict) -> View:
     """A real node's runtime, from ``NodeRuntime``'s read: the daemon that is the node's runtime (the
     one the read asked: kubelet's, else the only one, else the one on the default socket), its
     version and three views, and the other daemons. On k3s and RKE2, which write the config anew
@@ -337,7 +326,7 @@ def _regenerated_part(regen: dict, config: str, binaries_unread: bool) -> dict:
     }
 
 
-def crio_view(daemon: dict, endpoint: str | None, others: list, unread: dict | None = None) -> dict:
+def crio_view(daemon: dict, endpoint: str | None, others: list, unread: dict | None = None) -> View:
     """A real node's CRI-O, from ``NodeRuntime``'s read of the daemon that serves: its files
     (``gpuop.judgment.crio.written_view``), what it holds (CRI), its binary's own merge for the next start
     or SIGHUP, and the OCI hooks that hand GPUs to containers with no handler (``gpu_hooks``).
