@@ -7,11 +7,11 @@ import tempfile
 
 import pytest
 
-from tests.containerd.matrix import DROPINS, VERSIONS, cell
 from tests.helpers.labcontainerd import binary, crictl, nvidia_ctk_of
+from tests.helpers.matrix import DROPINS, VERSIONS, cell
+from tests.helpers.observed import DROPINS as SEEN_DROPINS
+from tests.helpers.observed import OBSERVED
 from tests.helpers.proc import run
-from tests.unit.test_containerd import DROPINS as SEEN_DROPINS
-from tests.unit.test_containerd import OBSERVED
 
 pytestmark = [pytest.mark.daemons, pytest.mark.every_containerd]  # daemons of its own, no cluster: see pytest.ini
 

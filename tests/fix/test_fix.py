@@ -11,10 +11,10 @@ import signal
 
 import pytest
 
-from tests.containerd.matrix import VERSIONS as VERSIONS_OF_THE_LAB
 from tests.helpers.expected import MERGE, NODE_GPU, ROLLOUT, SLOTS
 from tests.helpers.kube import get, lab_up, reset_lab
 from tests.helpers.labcontainerd import binary, crictl_info, loaded, nvidia_ctk
+from tests.helpers.matrix import VERSIONS as VERSIONS_OF_THE_LAB
 from tests.helpers.playbook import PYINFRA, RUN_DEADLINE_S, deploy, lab_daemon_pid, target_commands, tree
 from tests.helpers.proc import Started
 

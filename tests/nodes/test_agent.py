@@ -17,10 +17,21 @@ import urllib.request
 import pytest
 import tomli_w
 
-from gpuop.judgment.condition import CONDITIONS, GATE, PROBLEM, RESTART_UNSAFE, condition_type, short
+from gpuop.judgment.condition import CONDITIONS, GATE, PROBLEM, RESTART_UNSAFE, short
 from gpuop.judgment.configs import nvidia_dropin
 from lab import labcluster
 from tests.helpers import layouts, simnodes
+from tests.helpers.agents import (
+    COMMON,
+    INTERVAL_S,
+    _answers,
+    agent_events,
+    condition,
+    gated,
+    judgments,
+    metrics,
+    true_as_over_ssh,
+)
 from tests.helpers.charts import alerts_on, kube_state_metrics, node_conditions
 from tests.helpers.kube import (
     apiserver_series,
@@ -36,14 +47,12 @@ from tests.helpers.kube import (
 from tests.helpers.kubelets import READ_IMAGE
 from tests.helpers.layouts import DROPIN, write_file
 from tests.helpers.playbook import deploy
+from tests.helpers.repairs import ENDPOINT, registered
 from tests.helpers.simnodes import Node
 from tests.helpers.ssh import free_port
-from tests.nodes.test_node_repair import ENDPOINT, RESTART, registered
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 
-INTERVAL_S = 2
-COMMON = {"kubelet": ENDPOINT, "registered": True, "supervised": True, "nvidia_runtime": True, "knobs": RESTART}
 NODES = [
     Node("agent-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], **COMMON),
     Node("agent-incident", "1.6.20", after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))], **COMMON),
@@ -116,52 +125,6 @@ def agents(tmp_path_factory):
             for name in list(running.running):
                 running.stop(name)
             kubectl("delete", "events", "-n", "default", "--field-selector", "source=gpuop-agent", "--ignore-not-found")
-
-
-def condition(node: str, kind: str = PROBLEM) -> dict:
-    return next((c for c in get(f"node/{node}")["status"].get("conditions") or [] if c["type"] == kind), {})
-
-
-def gated(node: str) -> bool:
-    """Whether the Node carries the restart gate's label."""
-    return (get(f"node/{node}")["metadata"].get("labels") or {}).get(GATE) == "true"
-
-
-def true_as_over_ssh(node: str, reasons: tuple, path: str, root: str) -> list:
-    """``node``'s two conditions once settled with ``reasons`` (Problem's, RestartUnsafe's; None:
-    False), and in their messages exactly the gap kinds the fleet audit gives over SSH on the same
-    node (nodes file ``path``), each kind in the condition it sets."""
-
-    last = []
-
-    def settled():
-        both = [condition(node, kind) for kind in (PROBLEM, RESTART_UNSAFE)]
-        wanted = [("True", r) if r else ("False", "NoGap") for r in reasons]
-        last[:] = [(c.get("status"), c.get("reason"), c.get("message")) for c in both]
-        return [(c.get("status"), c.get("reason")) for c in both] == wanted and both
-
-    try:
-        seen = eventually(f"{node}'s conditions {reasons}", settled, timeout=60)
-    except AssertionError as e:
-        raise AssertionError(f"{e}: {last}") from None
-    report = os.path.join(root, f"audit-{node}.json")
-    run = deploy(None, f"report={report}", env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py")
-    with open(report) as f:
-        over_ssh = sorted(g["kind"] for g in json.load(f)["nodes"][node]["gaps"])
-    said = {c["type"]: re.findall(r"\[([a-z-]+)\] ", c["message"]) if c["status"] == "True" else [] for c in seen}
-    assert over_ssh and sorted(said[PROBLEM] + said[RESTART_UNSAFE]) == over_ssh, (seen, run.log[-2000:])
-    assert all(condition_type(k) == kind for kind, kinds in said.items() for k in kinds), said
-    return seen
-
-
-def metrics(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        return answer.read().decode()
-
-
-def agent_events(node: str) -> list:
-    found = get("events", "default", fieldSelector=f"involvedObject.name={node},source=gpuop-agent")["items"]
-    return [e["reason"] for e in sorted(found, key=lambda e: e["metadata"]["creationTimestamp"])]
 
 
 def last_events(node: str) -> dict:
@@ -363,10 +326,6 @@ def test_a_runtime_whose_socket_is_gone_is_unknown_never_false(agents):
     )
 
 
-def judgments(port: int) -> float:
-    return float(re.search(r"^gpuop_agent_judgments_total (\S+)$", metrics(port), re.M).group(1))
-
-
 def test_an_agent_restarted_keeps_the_condition_s_transition_and_says_nothing_new(agents):
     """The agent's Pod deleted and back (here: its process): the condition it finds is the one it
     would write, so neither its lastTransitionTime nor the Node's Events move."""
@@ -425,14 +384,6 @@ def test_a_runtimeclass_deleted_and_made_again_reaches_the_judgment_through_the_
         lambda: {n.name: condition(n.name).get("status") for n in NODES} == before,
         timeout=60,
     )
-
-
-def _answers(port: int) -> bool:
-    try:
-        metrics(port)
-        return True
-    except OSError:
-        return False
 
 
 def test_an_api_server_stalled_for_30_s_is_waited_out(agents):

@@ -23,14 +23,7 @@ import tomli_w
 
 from gpuop.judgment.condition import CONDITIONS, GATE, RESTART_UNSAFE
 from gpuop.judgment.configs import nvidia_dropin
-from tests.helpers.charts import CHART, helm
-from tests.helpers.kube import eventually, get, kubectl, request
-from tests.helpers.labcontainerd import crictl
-from tests.helpers.layouts import DROPIN, write_file
-from tests.helpers.proc import run
-from tests.helpers.simnodes import Node
-from tests.helpers.ssh import free_port
-from tests.nodes.test_agent import (
+from tests.helpers.agents import (
     COMMON,
     INTERVAL_S,
     _answers,
@@ -41,7 +34,14 @@ from tests.nodes.test_agent import (
     metrics,
     true_as_over_ssh,
 )
-from tests.nodes.test_node_repair import registered
+from tests.helpers.charts import CHART, helm
+from tests.helpers.kube import eventually, get, kubectl, request
+from tests.helpers.labcontainerd import crictl
+from tests.helpers.layouts import DROPIN, write_file
+from tests.helpers.proc import run
+from tests.helpers.repairs import registered
+from tests.helpers.simnodes import Node
+from tests.helpers.ssh import free_port
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 

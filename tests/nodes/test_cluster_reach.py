@@ -16,9 +16,10 @@ from gpuop.judgment.configs import nvidia_dropin
 from gpuop.reach import nodepod
 from lab import labproc
 from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
+from tests.helpers.clusterreach import audit
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.layouts import DROPIN, write_file
-from tests.helpers.playbook import PYINFRA, deploy, target_commands
+from tests.helpers.playbook import PYINFRA, target_commands
 from tests.helpers.simnodes import Node
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
@@ -71,16 +72,6 @@ def reach(tmp_path_factory):
             eventually(f"node {n.name}'s kubelet to register it Ready", lambda: ready(n.name), timeout=120)
         fleetobjects.create_cluster_objects(nodes)
         yield nodes, nodesfiles.defaults_file(nodes, key, os.path.join(root, "nodes.yaml")), root
-
-
-def audit(path, root, *data, name="fleet.json", debug=False):
-    report = os.path.join(root, name)
-    run = deploy(
-        None, f"report={report}", *data, env={"GPUOP_NODES": path}, inventory="nodes.py", script="audit.py", debug=debug
-    )
-    assert os.path.exists(report), run.log[-4000:]
-    with open(report) as f:
-        return run, json.load(f)
 
 
 def read_pods() -> list:

@@ -12,17 +12,14 @@ import pytest
 from gpuop.judgment import crio
 from gpuop.judgment.cluster import ready
 from tests.helpers import fleetobjects, nodesfiles, simnodes
+from tests.helpers.crionodes import CONF, CTK_CRIO
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.playbook import deploy
 from tests.helpers.simnodes import CRIO_CONF, CRIO_SOCKET, Node
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 
-CONF = "/etc/crio/crio.conf"
-DROPIN = "/etc/crio/crio.conf.d/99-nvidia.toml"
 HOOKS = "/etc/containers/oci/hooks.d"  # one of CRI-O's OCI hook directories
-# The toolkit configuring CRI-O as the GPU Operator does: its own drop-in for the nvidia handler.
-CTK_CRIO = f"nvidia-ctk runtime configure --runtime=crio --drop-in-config={DROPIN} >/dev/null"
 
 
 def planted():

@@ -17,14 +17,14 @@ import pytest
 
 from gpuop.judgment import crio
 from tests.helpers import simnodes
+from tests.helpers.clusterreach import audit
+from tests.helpers.crionodes import CONF, CTK_CRIO, DROPIN
 from tests.helpers.fleetobjects import NAMESPACE
 from tests.helpers.kube import eventually, get
 from tests.helpers.layouts import write_file
 from tests.helpers.playbook import deploy
+from tests.helpers.repairs import backups, registered, running, work_pods
 from tests.helpers.simnodes import CRIO_CONF, CRIO_SOCKET, Node
-from tests.nodes.test_cluster_reach import audit
-from tests.nodes.test_crio import CONF, CTK_CRIO, DROPIN
-from tests.nodes.test_node_repair import backups, registered, running, work_pods
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
 

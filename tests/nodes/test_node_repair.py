@@ -24,19 +24,17 @@ import tomli_w
 from gpuop.judgment.configs import nvidia_dropin
 from gpuop.repair.lease import LEASE
 from gpuop.repair.plan import CORDONED_BY, REPAIR_FAILED
-from tests.helpers import layouts, nodesfiles, simnodes
-from tests.helpers.fleetobjects import MARK, NAMESPACE
+from tests.helpers import layouts, simnodes
+from tests.helpers.fleetobjects import NAMESPACE
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.kubelets import READ_IMAGE
 from tests.helpers.layouts import CONFIG, DROPIN, write_file
 from tests.helpers.playbook import PYINFRA, deploy
 from tests.helpers.proc import Started
+from tests.helpers.repairs import ENDPOINT, RESTART, backups, deployment, registered, running, work_pods
 from tests.helpers.simnodes import Node
 
 pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
-
-ENDPOINT = "unix:///run/containerd/containerd.sock"
-RESTART = {"containerd_restart": "pkill -x containerd"}  # its supervisor starts it again, as systemd would
 
 
 def planted():
@@ -58,89 +56,6 @@ NVIDIA_TABLES = tomli_w.dumps(nvidia_dropin()).split("\n", 1)[1]  # its runtime'
 
 def append(path: str, text: str) -> str:
     return f"printf %s {base64.b64encode(text.encode()).decode()} | base64 -d >>{path}"
-
-
-def deployment(app: str, node: str, runtime_class: str = "", volumes: tuple = ()) -> dict:
-    """A Deployment of one Pod ``app`` pinned to ``node`` (past the fleet's taint), sleeping."""
-    labels = {"app": app}
-    mounts = [{"name": v["name"], "mountPath": f"/{v['name']}"} for v in volumes]
-    spec = {
-        "nodeSelector": {"kubernetes.io/hostname": node},
-        "terminationGracePeriodSeconds": 0,
-        "tolerations": [{"key": MARK, "operator": "Exists"}],
-        **({"runtimeClassName": runtime_class} if runtime_class else {}),
-        **({"volumes": list(volumes)} if volumes else {}),
-        "containers": [
-            {
-                "name": "work",
-                "image": READ_IMAGE,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["/bin/sh", "-c", "sleep 3600"],
-                **({"volumeMounts": mounts} if mounts else {}),
-            }
-        ],
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": app, "namespace": NAMESPACE},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": spec},
-        },
-    }
-
-
-def workloads(nodes) -> str:
-    """RuntimeClass fleet-nvidia, a Deployment of one GPU Pod pinned to each node, and one that
-    runs now (no RuntimeClass) on fix-ctk, which a budget can hold."""
-    docs = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {
-            "apiVersion": "node.k8s.io/v1",
-            "kind": "RuntimeClass",
-            "metadata": {"name": "fleet-nvidia"},
-            "handler": "nvidia",
-        },
-        deployment("steady-fix-ctk", "fix-ctk"),
-    ]
-    docs += [deployment(f"work-{n.name}", n.name, "fleet-nvidia") for n in nodes]
-    return "\n---\n".join(json.dumps(d) for d in docs)
-
-
-def ready(name) -> bool:
-    node = get(f"node/{name}")
-    return bool(node) and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or []
-    )
-
-
-def work_pods(node) -> list:
-    return get("pods", NAMESPACE, labelSelector=f"app=work-{node}")["items"]
-
-
-def running(app) -> bool:
-    """Whether Deployment ``app``'s Pod runs (on the node it is pinned to)."""
-    return any(
-        p["status"].get("phase") == "Running" for p in get("pods", NAMESPACE, labelSelector=f"app={app}")["items"]
-    )
-
-
-@contextlib.contextmanager
-def registered(nodes, root, awaited=()):
-    """``nodes`` started under ``root``, each registered Ready by its kubelet, with workloads()
-    applied (``awaited``: the Deployments whose Pod must run first); yields their nodes file."""
-    with simnodes.running(nodes, root) as key:
-        for n in nodes:
-            eventually(f"node {n.name}'s kubelet to register it Ready", lambda: ready(n.name), timeout=120)
-        kubectl("apply", "-f", "-", stdin=workloads(nodes))
-        for app in awaited:
-            eventually(f"{app}'s Pod running", lambda: running(app), timeout=120)
-        try:
-            yield nodesfiles.nodes_file(nodes, key, os.path.join(root, "nodes.yaml"), {n.name: n.name for n in nodes})
-        finally:
-            kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
 
 
 @pytest.fixture(scope="module")
@@ -169,14 +84,6 @@ def incident_again(node):
     restart would take CRI down."""
     with open(f"/proc/{simnodes.ns_pid(node)}/root{DROPIN}", "w") as f:
         f.write(tomli_w.dumps(nvidia_dropin()))
-
-
-def backups(node) -> list:
-    """Every file the fleet repair kept on ``node`` (under /var/lib/gpuop/backup), as the node names it."""
-    root = f"/proc/{simnodes.ns_pid(node)}/root"
-    return sorted(
-        os.path.join(top, f)[len(root) :] for top, _, files in os.walk(f"{root}/var/lib/gpuop/backup") for f in files
-    )
 
 
 def fix(path, *data, dry=False):

@@ -1,70 +1,13 @@
 """The audit's findings from live-shaped objects, without a cluster."""
 
 import pytest
-import yaml
 
 from gpuop.judgment.gaps import gap
 from gpuop.judgment.lab_audit import audit
-from gpuop.judgment.slots import sharing_config
-from gpuop.judgment.view import restart_part, unknown_view
 from gpuop.outputs.tables import host_table
-
-DAEMON = {
-    "pid": 7,
-    "exe": "/usr/bin/containerd",
-    "config": "/root/gpuop/etc/containerd/config.toml",
-    "address": "/root/gpuop/run/containerd/containerd.sock",
-    "binary": "/usr/bin/containerd",
-}
+from tests.helpers.labviews import RC, TS, configmap, node, pod, runtime
 
 MEMORY = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
-TS = {"node": "n1", "physical_gpus": 4, "vram_per_gpu_gib": 40, "configmap": "gpu-operator/ts"}
-
-
-def node(name, gpus=None):
-    alloc = {"cpu": "8"} if gpus is None else {"cpu": "8", "nvidia.com/gpu": str(gpus)}
-    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": alloc, "capacity": alloc}}
-
-
-def pod(name, node_name=None, gpus=0, runtime_class=None, pending_message=None):
-    spec = {"containers": [{"resources": {"limits": {"nvidia.com/gpu": gpus}} if gpus else {}}]}
-    if node_name:
-        spec["nodeName"] = node_name
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    status = {"phase": "Running"}
-    if pending_message:
-        status = {
-            "phase": "Pending",
-            "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": pending_message}
-            ],
-        }
-    return {"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "labels": {}}, "spec": spec, "status": status}
-
-
-def configmap(replicas):
-    return {
-        "kind": "ConfigMap",
-        "metadata": {"name": "ts", "namespace": "gpu-operator"},
-        "data": {"any": yaml.safe_dump(sharing_config(replicas))},
-    }
-
-
-RC = {"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
-
-
-def runtime(written, loaded, loaded_from="cri", restart=None):
-    """A lab containerd 1.6.20's view (a host without one where ``loaded_from`` is recorded)."""
-    after = restart_part(restart, "1.6.20") if restart else {}
-    return unknown_view(
-        written=written,
-        loaded=loaded,
-        loaded_from=loaded_from,
-        version="1.6.20",
-        **after,
-        **({} if loaded_from == "recorded" else {"daemon": DAEMON}),
-    )
 
 
 def kinds(result):

@@ -8,7 +8,8 @@ import tomli_w
 from gpuop.judgment import configs, containerd
 from gpuop.judgment.tomlpath import find_tables, key_path, quote_key
 from runbook.reach.containerd import ContainerdRestart
-from tests.containerd.matrix import outcome
+from tests.helpers.matrix import outcome
+from tests.helpers.observed import DROPINS, OBSERVED
 
 
 def roundtrip(doc):
@@ -87,33 +88,10 @@ def test_key_quoting():
 
 DATA = "tests/unit/data"
 
-# What each version's daemon did when restarted on each drop-in (tests/containerd/matrix.py on
+# What each version's daemon did when restarted on each drop-in (tests/helpers/matrix.py on
 # real daemons, 2026-12-03; tests/containerd/test_versions.py proves it again live at every
 # `make test`): one row a version, one column a drop-in of DROPINS; a toolkit's cell is (the
 # `version` the toolkit wrote in its drop-in, the outcome).
-OK, FAILS, REFUSES = "ok nvidia,runc", "fails", "refuses-start"
-OBSERVED = {
-    "1.6.20": (FAILS, (2, OK), (2, OK), (2, OK), (2, OK), "ok runc", "ok runc", FAILS, REFUSES),
-    "1.7.35": (FAILS, (2, OK), (2, OK), (2, OK), (2, OK), REFUSES, REFUSES, FAILS, REFUSES),
-    "2.0.5": (OK, (2, OK), (3, OK), (2, OK), (3, OK), OK, REFUSES, FAILS, REFUSES),
-    "2.0.14": (OK, (2, OK), (3, OK), (2, OK), (3, OK), OK, REFUSES, FAILS, REFUSES),
-    "2.1.9": (OK, (2, OK), (3, OK), (2, OK), (3, OK), OK, REFUSES, FAILS, REFUSES),
-    "2.2.9": (OK, (2, OK), (3, OK), (2, OK), (3, OK), OK, REFUSES, FAILS, REFUSES),
-    "2.3.3": (OK, (2, OK), (4, REFUSES), (2, OK), (4, REFUSES), REFUSES, REFUSES, FAILS, REFUSES),
-    "2.3.7": (OK, (2, OK), (4, OK), (2, OK), (4, OK), OK, OK, FAILS, REFUSES),
-    "2.4.2": (OK, (2, OK), (4, OK), (2, OK), (4, OK), OK, OK, FAILS, REFUSES),
-}
-DROPINS = (
-    "seed",
-    "ctk-1.19.1-file",
-    "ctk-1.19.1-command",
-    "ctk-1.20.2-file",
-    "ctk-1.20.2-command",
-    "version-3",
-    "version-4",
-    "default-unconfigured",
-    "invalid-toml",
-)
 CELLS = [
     (v, d, seen[1] if isinstance(seen, tuple) else seen) for v, row in OBSERVED.items() for d, seen in zip(DROPINS, row)
 ]

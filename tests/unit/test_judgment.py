@@ -9,8 +9,8 @@ import runbook.audit.node_audit
 import runbook.repair.rollout
 from gpuop.judgment import cluster_rules, rules
 from gpuop.judgment import lab_audit as audit
+from tests.helpers.crioreads import no_sandbox, node, pod, rc, refused_event, reloaded_view
 from tests.helpers.plans import plan_of
-from tests.unit.test_crio_logic import no_sandbox, node, pod, rc, refused_event, reloaded_view
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -155,7 +155,7 @@ def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab():
 def test_a_crictl_that_hangs_leaves_the_loaded_view_unread_named_and_the_rest_judged():
     from gpuop.judgment.view import node_view
     from gpuop.reach.shell import cri_answer
-    from tests.unit.test_node_logic import RC, daemon, node, pod, read
+    from tests.helpers.nodereads import RC, daemon, node, pod, read
 
     hung = cri_answer(["", "124"])
     assert (hung["cri"], hung["error"]) == ("unanswered", "crictl did not answer within 10s")

@@ -7,11 +7,10 @@ import os
 import subprocess
 import time
 
-from test_node_logic import RC, daemon, gpu_pod, kinds, node, read, with_cdi
-
 from gpuop.judgment.rules import findings, judge
 from gpuop.judgment.view import node_view
 from gpuop.reach.node_read import node_read, parse
+from tests.helpers.nodereads import RC, daemon, gpu_pod, kinds, node, read, with_cdi
 
 
 def shell(body: str, timeout_s: int = 20) -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ from gpuop.judgment.configs import nvidia_dropin, seed_config
 from gpuop.judgment.regen import nvidia_binaries, regenerated, regenerator, template
 from gpuop.judgment.rules import findings
 from gpuop.judgment.view import node_view
-from tests.unit.test_node_logic import RC, daemon, kinds, node, pod, read
+from tests.helpers.nodereads import RC, daemon, kinds, node, pod, read
 
 K3S = "/var/lib/rancher/k3s/agent/etc/containerd"
 RKE2 = "/var/lib/rancher/rke2/agent/etc/containerd"

@@ -14,9 +14,9 @@ from gpuop.repair.plan import dropin_target, plan_lines, with_import
 from gpuop.repair.pods import drainable
 from runbook.reach.containerd import cri_answer
 from runbook.reach.node import ToolkitDropin
+from tests.helpers.crioreads import THERE, data, merge_lines
+from tests.helpers.nodereads import CONFIG, MAIN, RC, daemon, node, pod, read
 from tests.helpers.plans import plan_of
-from tests.unit.test_crio_logic import THERE, data, merge_lines
-from tests.unit.test_node_logic import CONFIG, MAIN, RC, daemon, node, pod, read
 
 NVIDIA = "/etc/containerd/conf.d/99-nvidia.toml"
 SEED_DROPIN = tomli_w.dumps(nvidia_dropin())

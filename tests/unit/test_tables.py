@@ -3,7 +3,7 @@
 from gpuop.judgment.entry import node_entry
 from gpuop.judgment.lab_audit import audit
 from gpuop.outputs.tables import fleet_table, host_table, worst_first
-from tests.unit.test_audit_logic import RC, TS, configmap, node, pod, runtime
+from tests.helpers.labviews import RC, TS, configmap, node, pod, runtime
 
 REFUSED = {
     "runtimes": [],

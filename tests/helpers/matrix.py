@@ -1,6 +1,6 @@
 """Each containerd version against each drop-in, on real daemons: the product's forecast of a
 restart (the ``ContainerdRestart`` fact, its real command), then the restart itself, asked through
-CRI. ``python -m tests.containerd.matrix`` prints the table the README quotes.
+CRI. ``python -m tests.helpers.matrix`` prints the table the README quotes.
 
 A cell's outcome is one of ``ok <runtimes>`` (CRI answers and holds those handlers), ``fails``
 (the daemon runs, its CRI does not answer) or ``refuses-start`` (the daemon exits). The toolkit's

@@ -1,0 +1,104 @@
+"""A real node's read (as NodeRuntime gives it) and the cluster around it, as the unit tests build them."""
+
+import tomli_w
+
+from gpuop.judgment.configs import seed_config
+
+CONFIG = "/etc/containerd/config.toml"
+
+
+SOCKET = "/run/containerd/containerd.sock"
+
+
+MAIN = tomli_w.dumps(seed_config("/etc/containerd/conf.d/*.toml"))
+
+
+def daemon(
+    loaded=("runc",),
+    after=("runc",),
+    cri="ok",
+    cri_ok=True,
+    starts=True,
+    files=None,
+    address=SOCKET,
+    version="1.6.20",
+    pid=10,
+    serves=True,
+):
+    if not serves:  # the read asks only the node's runtime
+        return {
+            "pid": pid,
+            "exe": "/usr/bin/containerd",
+            "args": [],
+            "config": CONFIG,
+            "address": address,
+            "serves": False,
+            "files": {},
+            "restart": None,
+            "loaded": None,
+        }
+    return {
+        "pid": pid,
+        "exe": "/usr/bin/containerd",
+        "args": ["/usr/bin/containerd"],
+        "config": CONFIG,
+        "address": address,
+        "serves": True,
+        "files": files if files is not None else {CONFIG: {"mode": "644", "text": MAIN}},
+        "loaded": {
+            "cri": cri,
+            "runtimes": list(loaded) if cri == "ok" else [],
+            "default_runtime": "runc",
+            "error": "" if cri == "ok" else "unknown service runtime.v1.RuntimeService",
+            "crictl": True,
+        },
+        "restart": {
+            "version": version,
+            "runtimes": list(after),
+            "default_runtime": "runc",
+            "cri_ok": cri_ok,
+            "reason": "" if cri_ok else 'default_runtime_name "runc" has no runtime',
+            "starts": starts,
+        },
+    }
+
+
+def read(*containerds, kubelet=None):
+    return {"hostname": "gpu-a", "containerds": list(containerds), "kubelet": kubelet}
+
+
+def node(name="gpu-a", gpus=4):
+    alloc = {"cpu": "8", "nvidia.com/gpu": str(gpus)}
+    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": alloc, "capacity": alloc}}
+
+
+def pod(name, node_name="gpu-a", runtime_class="nvidia", owner=None, ready=True):
+    meta = {"name": name, "namespace": "ns"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": "DaemonSet", "name": owner}]
+    return {
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"nodeName": node_name, **({"runtimeClassName": runtime_class} if runtime_class else {})},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]},
+    }
+
+
+RC = {"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+
+
+def kinds(gaps):
+    return sorted((g["kind"], g["subject"]) for g in gaps)
+
+
+def gpu_pod(name, node_name="gpu-a"):
+    """A GPU Pod with no RuntimeClass, as the GPU Operator's CDI mode runs them."""
+    p = pod(name, node_name, runtime_class=None)
+    p["spec"]["containers"] = [{"name": "cuda", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+    return p
+
+
+def with_cdi(d, enabled, dirs=("/etc/cdi", "/var/run/cdi"), specs=(), default="runc"):
+    d["loaded"].update(cdi=enabled, cdi_spec_dirs=list(dirs), default_runtime=default)
+    d["gpu_cdi_specs"] = list(specs)
+    return d
