@@ -12,11 +12,9 @@ NAMESPACE = "gpuop-fleet"
 MARK = "gpuop-fleet"  # label and taint of the fleet's Nodes: the lab's own Pods stay off them
 
 
-def cluster_objects(nodes, gpus: int = 4) -> str:
-    """The fleet's objects: its Nodes (GPUs advertised), RuntimeClasses (one whose handler no
-    node loads), a GPU Pod bound to each node, and a toolkit DaemonSet on every fleet node."""
-    toleration = [{"key": MARK, "operator": "Exists", "effect": "NoSchedule"}]
-    docs = [
+def fleet_basics() -> list:
+    """The fleet's namespace and its GPU RuntimeClass, fleet-nvidia (handler nvidia)."""
+    return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         {
             "apiVersion": "node.k8s.io/v1",
@@ -24,6 +22,15 @@ def cluster_objects(nodes, gpus: int = 4) -> str:
             "metadata": {"name": "fleet-nvidia"},
             "handler": "nvidia",
         },
+    ]
+
+
+def cluster_objects(nodes, gpus: int = 4) -> str:
+    """The fleet's objects: its Nodes (GPUs advertised), RuntimeClasses (one whose handler no
+    node loads), a GPU Pod bound to each node, and a toolkit DaemonSet on every fleet node."""
+    toleration = [{"key": MARK, "operator": "Exists", "effect": "NoSchedule"}]
+    docs = [
+        *fleet_basics(),
         {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "fleet-kata"}, "handler": "kata"},
         {
             "apiVersion": "node.k8s.io/v1",

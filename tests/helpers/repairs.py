@@ -5,7 +5,7 @@ import json
 import os
 
 from tests.helpers import nodesfiles, simnodes
-from tests.helpers.fleetobjects import MARK, NAMESPACE
+from tests.helpers.fleetobjects import MARK, NAMESPACE, fleet_basics
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.kubelets import READ_IMAGE
 
@@ -51,13 +51,7 @@ def workloads(nodes) -> str:
     """RuntimeClass fleet-nvidia, a Deployment of one GPU Pod pinned to each node, and one that
     runs now (no RuntimeClass) on fix-ctk, which a budget can hold."""
     docs = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {
-            "apiVersion": "node.k8s.io/v1",
-            "kind": "RuntimeClass",
-            "metadata": {"name": "fleet-nvidia"},
-            "handler": "nvidia",
-        },
+        *fleet_basics(),
         deployment("steady-fix-ctk", "fix-ctk"),
     ]
     docs += [deployment(f"work-{n.name}", n.name, "fleet-nvidia") for n in nodes]
