@@ -4,5 +4,6 @@
 one gap type (`gaps`), what each runtime version does with its files (`containerd`, `crio`, `regen`,
 `tomlpath`) and the configs gpuop writes (`configs`), the cluster's objects read as plain data
 (`cluster`, `scheduling`, `slots`, `quantity`, `objects`), the controllers' leases (`leases`), the
-node agent's conditions (`condition`) and the lab audit's readings (`lab_audit`).
+node agent's conditions (`condition`), the lab audit's readings (`lab_audit`) and the GPU proof's
+verdicts (`gpuproof`).
 """

@@ -8,6 +8,8 @@ import lzma
 import os
 import tarfile
 
+from bench.gpu.judge import probe_pod
+from gpuop.judgment import gpuproof
 from gpuop.judgment.objects import of_kind
 
 
@@ -18,7 +20,6 @@ def _load(name, path):
     return module
 
 
-judge = _load("gpu_judge", "bench/gpu/judge.py")
 images = _load("images", "lab/standin/images.py")
 
 
@@ -31,30 +32,30 @@ def entry(*gaps, version="2.4.2", after="ok"):
     }
 
 
-POD = judge._pod("gpu-pod", "nvidia", 1)
-CDI_POD = judge._pod("cdi-pod", gpus=1)
+POD = gpuproof.pod("gpu-pod", "nvidia", 1)
+CDI_POD = gpuproof.pod("cdi-pod", gpus=1)
 
 
 def test_a_refused_sandbox_is_a_refusal_and_a_pod_without_gaps_gets_the_gpu_it_asks():
-    assert judge.forecast(entry(("sandbox-fails", "gpuop-proof/gpu-pod")), POD) == "refused"
-    assert judge.forecast(entry(("sandbox-fails", "gpuop-proof/other")), POD) == "gpu"  # another Pod's gap
-    assert judge.forecast(entry(), judge._pod("plain-pod")) == "none"  # it asks for none
+    assert gpuproof.forecast(entry(("sandbox-fails", "gpuop-proof/gpu-pod")), POD) == "refused"
+    assert gpuproof.forecast(entry(("sandbox-fails", "gpuop-proof/other")), POD) == "gpu"  # another Pod's gap
+    assert gpuproof.forecast(entry(), gpuproof.pod("plain-pod")) == "none"  # it asks for none
 
 
 def test_cdi_off_drops_the_request_before_2_3_and_refuses_it_after():
     cdi_off = ("gpu-pod-cdi-off", "gpuop-proof/cdi-pod")
-    assert judge.forecast(entry(cdi_off, version="1.7.35"), CDI_POD) == "none"
-    assert judge.forecast(entry(cdi_off, version="2.3.3"), CDI_POD) == "refused"
+    assert gpuproof.forecast(entry(cdi_off, version="1.7.35"), CDI_POD) == "none"
+    assert gpuproof.forecast(entry(cdi_off, version="2.3.3"), CDI_POD) == "refused"
 
 
 def test_a_restart_comes_back_only_where_its_cri_would_answer():
-    assert judge.restart_forecast(entry()) == "back"
-    assert judge.restart_forecast(entry(after="refuses-start")) == "not-back"
-    assert judge.restart_forecast(entry(after="fails")) == "not-back"
+    assert gpuproof.restart_forecast(entry()) == "back"
+    assert gpuproof.restart_forecast(entry(after="refuses-start")) == "not-back"
+    assert gpuproof.restart_forecast(entry(after="fails")) == "not-back"
 
 
 def test_the_proofs_observations_are_read_back():
-    seen = judge.observed(
+    seen = gpuproof.observed(
         'pod gpu-pod refused no runtime for "nvidia"\npod plain-pod none\n'
         "restart not-back containerd: drop-in config version 4\n"
     )
@@ -65,13 +66,13 @@ def test_the_proofs_observations_are_read_back():
 
 
 def test_each_stage_stands_for_a_node_that_advertises_the_gpu_and_its_pods():
-    for stage in judge.STAGES:
-        objects = judge.stage_objects(stage)
+    for stage in gpuproof.STAGES:
+        objects = gpuproof.stage_objects(stage, probe_pod())
         [node] = of_kind(objects, "Node")
         assert node["status"]["allocatable"] == {"nvidia.com/gpu": "1"}
         assert [rc["handler"] for rc in of_kind(objects, "RuntimeClass")] == ["nvidia"]
         assert of_kind(objects, "Pod")
-    [probe] = of_kind(judge.stage_objects("7-probe"), "Pod")
+    [probe] = of_kind(gpuproof.stage_objects("7-probe", probe_pod()), "Pod")
     assert probe["spec"]["runtimeClassName"] == "nvidia"
     assert probe["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
 
