@@ -132,15 +132,13 @@ def node_of(pod: dict) -> str:
 
 def cluster_gaps(entries: dict, objects: list) -> list:
     """The gaps of the cluster around its judged runtimes (``entries``: node name -> ``judge``'s
-    entry): RuntimeClasses whose handler none of them loads, and, on those nodes, Pods that hold
-    more GPUs than the node advertises and DaemonSet rollouts stalled there (the toolkit's: the
-    seed's step 8). A node or DaemonSet elsewhere in the cluster is not the fleet's.
+    entry): RuntimeClasses whose handler none of them loads, then the fleet's objects' own
+    (``fleet_object_gaps``). A node or DaemonSet elsewhere in the cluster is not the fleet's.
 
         cluster_gaps({"gpu-a": {"loaded": ["runc"], ...}}, objects)
         -> [{"kind": "runtimeclass-handler-nowhere", ...}, {"kind": "rollout-stalled", ...}]
     """
     loaded = {h for n in entries.values() for h in n["loaded"]}
-    pods = of_kind(objects, "Pod")
     gaps = [
         gap(
             "runtimeclass-handler-nowhere",
@@ -151,8 +149,20 @@ def cluster_gaps(entries: dict, objects: list) -> list:
         for rc in of_kind(objects, "RuntimeClass")
         if rc.get("handler") not in loaded
     ]
-    gaps += [
-        g for g in (overcommitted(n, pods) for n in of_kind(objects, "Node") if n["metadata"]["name"] in entries) if g
+    return gaps + fleet_object_gaps(list(entries), objects)
+
+
+def fleet_object_gaps(names, objects: list) -> list:
+    """The gaps of the cluster's objects on the fleet's nodes (``names``), with no runtime's view:
+    Nodes whose Pods hold more GPUs than they advertise, and DaemonSets whose rollout stalled with a
+    Pod on one of them (the toolkit's: the seed's step 8). The agent reach asks these alone, its
+    agents saying no handler.
+
+        fleet_object_gaps(["gpu-a"], objects) -> [{"kind": "rollout-stalled", ...}]
+    """
+    pods, names = of_kind(objects, "Pod"), set(names)
+    gaps = [
+        g for g in (overcommitted(n, pods) for n in of_kind(objects, "Node") if n["metadata"]["name"] in names) if g
     ]
-    ours = [ds for ds in of_kind(objects, "DaemonSet") if any(node_of(p) in entries for p in owned_pods(ds, pods))]
+    ours = [ds for ds in of_kind(objects, "DaemonSet") if any(node_of(p) in names for p in owned_pods(ds, pods))]
     return gaps + [g for g in (stalled_rollout(ds, pods) for ds in ours) if g]

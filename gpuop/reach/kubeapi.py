@@ -108,7 +108,9 @@ _FIELDS = {"Event": f"reason={SANDBOX_FAILED}"}
 DRA_KINDS = ("ResourceClaim", "ResourceSlice")
 
 
-def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = PAGE, node_selector: str = "") -> tuple:
+def read_cluster(
+    kubeconfig: str, context: str, deadline_s: float, page: int = PAGE, node_selector: str = "", kinds: tuple = ()
+) -> tuple:
     """Every Node (those ``node_selector`` selects: a label selector as kubectl's ``-l`` takes it,
     set-based terms included, judged by the API server), RuntimeClass, Pod, DaemonSet,
     ResourceClaim and ResourceSlice of the cluster, and the Events of sandboxes that failed, as plain JSON (the API's
@@ -117,7 +119,8 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
     ``page`` objects per list request (the API's chunking, as kubectl's default: a large
     cluster's Pods are never one answer), within ``deadline_s`` for the whole read (no retries:
     a stalled API server ends the read at its deadline); and how the read went (``dra``: "read",
-    or why not: a cluster before Kubernetes 1.34 serves no ``resource.k8s.io/v1``).
+    or why not: a cluster before Kubernetes 1.34 serves no ``resource.k8s.io/v1``). ``kinds``: those
+    kinds alone (the agent reach's fleet rules); empty: every one.
 
         read_cluster("", "prod-east", 20)[0][0]["kind"] -> "Node"
     """
@@ -126,7 +129,7 @@ def read_cluster(kubeconfig: str, context: str, deadline_s: float, page: int = P
     try:
         objects, requests = [], 0
         with api_client(kubeconfig, context) as api:
-            for kind, group, method in _LISTS:
+            for kind, group, method in (k for k in _LISTS if not kinds or k[0] in kinds):
                 token = None
                 while True:
                     left = max(0.1, deadline_s - (time.monotonic() - started))

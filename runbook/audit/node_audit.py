@@ -9,22 +9,24 @@ table, so they hold every node of the run.
 from datetime import UTC, datetime
 
 from gevent.lock import Semaphore
-from kubernetes import client
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import DeployError
 
-from gpuop.judgment.cluster_rules import cluster_gaps
+from gpuop.judgment.cluster_rules import cluster_gaps, fleet_object_gaps
 from gpuop.judgment.condition import agents_report, with_conditions
 from gpuop.judgment.node_rules import DRIVER
+from gpuop.judgment.objects import of_kind
 from gpuop.judgment.rules import judge
 from gpuop.judgment.view import api_view, node_view
 from gpuop.outputs.tables import fleet_table
 from gpuop.outputs.textfile import registry_of, write_reports
-from gpuop.reach.kubeapi import ClusterUnreadable, api_client, in_words, inventory_read, plain, read_cluster
+from gpuop.reach.kubeapi import ClusterUnreadable, inventory_read, read_cluster
 from runbook.reach.node import NodeRuntime
 from runbook.run.poll import failure
 from runbook.run.state import run_of
+
+AGENT_REACH_KINDS = ("Node", "Pod", "DaemonSet")  # the agent reach reads these alone: no node is contacted
 
 
 class NodeAudit:
@@ -225,7 +227,9 @@ def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeo
     """
     Report the fleet from its node agents alone (``--data reach=agent``): one list of the
     cluster's Nodes, each GPU node judged by its agent's condition (``gpuop.judgment.condition``),
-    no node contacted. A node with a gap, or whose agent is missing or stale, fails the run.
+    no node contacted; beside them the cluster's Pods and DaemonSets, for the fleet's own rules
+    (``fleet_object_gaps``: a stalled rollout, an overcommitted node). A node with a gap, or whose
+    agent is missing or stale, or a gap of the fleet fails the run.
 
     + report: the JSON on this machine; empty: none
     + kubeconfig, context, cluster_timeout_s: the cluster, and its read's deadline
@@ -237,15 +241,14 @@ def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeo
     """
 
     def judge(state, host):
-        try:
-            api = api_client(kubeconfig, context, cluster_timeout_s)
-            nodes = [
-                plain(api, n, "Node") for n in client.CoreV1Api(api).list_node(_request_timeout=cluster_timeout_s).items
-            ]
-        except Exception as e:  # noqa: BLE001 (one sentence: no library's traceback reaches the run's output)
-            logger.error(f"{host.print_prefix}the cluster's Nodes cannot be read: {in_words(e, cluster_timeout_s)}")
+        try:  # the Nodes, and the Pods and DaemonSets the fleet's own rules read
+            objects, _ = read_cluster(kubeconfig, context, cluster_timeout_s, kinds=AGENT_REACH_KINDS)
+        except ClusterUnreadable as e:
+            logger.error(f"{host.print_prefix}{e}")
             return False
+        nodes = of_kind(objects, "Node")
         found = agents_report(nodes, datetime.now(UTC), heartbeat_s)
+        found["gaps"] = fleet_object_gaps(list(found["nodes"]), objects)
         write_reports(found, report, "", None)
         logger.info(f"--> the fleet as its agents say it (one list of {len(nodes)} Nodes):")
         if not found["nodes"]:
@@ -262,11 +265,13 @@ def report_from_agents(report: str, kubeconfig: str, context: str, cluster_timeo
             )
             for gap in v["gaps"]:
                 logger.info(f"GAP {name}: [{gap['kind']}] {gap['detail']} (sets {gap['condition']})")
+        for gap in found["gaps"]:
+            logger.info(f"GAP fleet: [{gap['kind']}] {gap['detail']}")
         if found["unread"]:
             logger.error(f"{host.print_prefix}not judged, no live agent: {', '.join(found['unread'])}")
         failing = [n for n, v in found["nodes"].items() if v["status"] != "False"]
         if failing:
             logger.error(f"{host.print_prefix}{len(failing)} node(s) not healthy by their agents: {', '.join(failing)}")
-        return not failing
+        return not failing and not found["gaps"]
 
     yield FunctionCommand(judge, (), {})

@@ -152,6 +152,18 @@ def test_a_stalled_toolkit_rollout_is_a_gap_of_the_fleet_as_of_the_lab():
     assert cluster_rules.cluster_gaps({"gpu-z": {"loaded": []}}, objects) == []  # a rollout on no node of the fleet
 
 
+def test_the_agent_reach_names_the_stalled_rollout_as_every_reach_does_without_a_handler_rule():
+    """The agent reach (no runtime's view: its agents say no handler) asks the fleet's objects' own
+    rules alone: the same stalled rollout as the other reaches, and no RuntimeClass judged."""
+    objects = [{"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}, *toolkit_rollout(1)]
+    every = cluster_rules.cluster_gaps({"gpu-a": {"loaded": ["runc"]}}, objects)
+    assert [g["kind"] for g in every] == ["runtimeclass-handler-nowhere", "rollout-stalled"]
+    assert cluster_rules.fleet_object_gaps(["gpu-a"], objects) == every[1:]
+    assert cluster_rules.fleet_object_gaps(["gpu-b"], objects) == every[1:]  # the Pod meant for gpu-b
+    assert cluster_rules.fleet_object_gaps(["gpu-z"], objects) == []
+    assert cluster_rules.fleet_object_gaps(["gpu-a"], toolkit_rollout(2)) == []
+
+
 def test_a_crictl_that_hangs_leaves_the_loaded_view_unread_named_and_the_rest_judged():
     from gpuop.judgment.view import node_view
     from gpuop.reach.shell import cri_answer
