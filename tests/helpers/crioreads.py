@@ -1,9 +1,11 @@
 """A CRI-O node's read and the objects around it, as the unit tests build them."""
 
 import os
+from functools import partial
 
 from gpuop.judgment import crio
 from gpuop.judgment.view import unknown_view
+from tests.helpers import objects
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "unit", "data")  # what CRI-O 1.36.3 printed
 
@@ -49,20 +51,14 @@ def crio_view(**given) -> dict:
     return unknown_view(runtime=crio.NAME, **{**base, **given})
 
 
-def node(name: str) -> dict:
-    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+node = partial(objects.node, gpus=8)
 
 
 def rc(name: str) -> dict:
     return {"kind": "RuntimeClass", "metadata": {"name": name}, "handler": name}
 
 
-def pod(name: str, node_name: str, runtime_class: str = "", gpus: int = 0) -> dict:
-    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
-    spec = {"nodeName": node_name, "containers": [{"name": "c", "resources": {"limits": limits}}]}
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    return {"kind": "Pod", "metadata": {"name": name, "namespace": "ml"}, "spec": spec, "status": {"phase": "Pending"}}
+pod = partial(objects.pod, namespace="ml", phase="Pending")
 
 
 RELOADED_SAID = "Failed to create pod sandbox: rpc error: code = Unknown desc = " + RUNP_SAID.split("desc = ")[1]

@@ -4,6 +4,7 @@ import yaml
 
 from gpuop.judgment.slots import sharing_config
 from gpuop.judgment.view import restart_part, unknown_view
+from tests.helpers import objects
 
 DAEMON = {
     "pid": 7,
@@ -17,26 +18,10 @@ DAEMON = {
 TS = {"node": "n1", "physical_gpus": 4, "vram_per_gpu_gib": 40, "configmap": "gpu-operator/ts"}
 
 
-def node(name, gpus=None):
-    alloc = {"cpu": "8"} if gpus is None else {"cpu": "8", "nvidia.com/gpu": str(gpus)}
-    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": alloc, "capacity": alloc}}
+node = objects.node
 
 
-def pod(name, node_name=None, gpus=0, runtime_class=None, pending_message=None):
-    spec = {"containers": [{"resources": {"limits": {"nvidia.com/gpu": gpus}} if gpus else {}}]}
-    if node_name:
-        spec["nodeName"] = node_name
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    status = {"phase": "Running"}
-    if pending_message:
-        status = {
-            "phase": "Pending",
-            "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": pending_message}
-            ],
-        }
-    return {"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "labels": {}}, "spec": spec, "status": status}
+pod = objects.pod
 
 
 def configmap(replicas):

@@ -1,8 +1,11 @@
 """A real node's read (as NodeRuntime gives it) and the cluster around it, as the unit tests build them."""
 
+from functools import partial
+
 import tomli_w
 
 from gpuop.judgment.configs import seed_config
+from tests.helpers import objects
 
 CONFIG = "/etc/containerd/config.toml"
 
@@ -67,21 +70,10 @@ def read(*containerds, kubelet=None):
     return {"hostname": "gpu-a", "containerds": list(containerds), "kubelet": kubelet}
 
 
-def node(name="gpu-a", gpus=4):
-    alloc = {"cpu": "8", "nvidia.com/gpu": str(gpus)}
-    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": alloc, "capacity": alloc}}
+node = objects.node  # 4 GPUs
 
 
-def pod(name, node_name="gpu-a", runtime_class="nvidia", owner=None, ready=True):
-    meta = {"name": name, "namespace": "ns"}
-    if owner:
-        meta["ownerReferences"] = [{"kind": "DaemonSet", "name": owner}]
-    return {
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {"nodeName": node_name, **({"runtimeClassName": runtime_class} if runtime_class else {})},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]},
-    }
+pod = partial(objects.pod, runtime_class="nvidia", ready=True)  # Running, Ready, of RuntimeClass nvidia
 
 
 RC = {"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}

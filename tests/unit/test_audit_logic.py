@@ -15,7 +15,7 @@ def kinds(result):
 
 
 def test_written_but_not_loaded_and_the_runtimeclass_that_needs_it():
-    objects = [RC, pod("probe", "n0", 1, runtime_class="nvidia"), node("n0", 4), node("n1", 20), configmap(5)]
+    objects = [RC, pod("probe", "n0", "nvidia", gpus=1), node("n0", 4), node("n1", 20), configmap(5)]
     result = audit(runtime(["runc", "nvidia"], ["runc"], "recorded"), objects, TS)
     assert kinds(result) == [("handler-not-loaded", "nvidia"), ("runtimeclass-handler-not-loaded", "nvidia")]
     assert result["runtimeclasses"][0]["pods"] == ["ns/probe"]
@@ -24,7 +24,7 @@ def test_written_but_not_loaded_and_the_runtimeclass_that_needs_it():
 
 
 def test_a_restart_that_takes_cri_down_is_the_first_gap():
-    objects = [RC, pod("probe", "n0", 1, runtime_class="nvidia"), node("n0", 4), node("n1", 20), configmap(5)]
+    objects = [RC, pod("probe", "n0", "nvidia", gpus=1), node("n0", 4), node("n1", 20), configmap(5)]
     restart = {"runtimes": ["nvidia"], "cri_ok": False, "reason": 'default_runtime_name "runc" has no runtime'}
     result = audit(runtime(["runc", "nvidia"], ["runc"], restart=restart), objects, TS)
     assert kinds(result) == [
@@ -44,7 +44,7 @@ def test_a_restart_that_takes_cri_down_is_the_first_gap():
 
 
 def test_each_gap_names_the_views_it_joins_as_the_fleet_audit_s_do():
-    objects = [RC, pod("probe", "n0", 1, runtime_class="nvidia"), node("n0", 4), node("n1", 20), configmap(5)]
+    objects = [RC, pod("probe", "n0", "nvidia", gpus=1), node("n0", 4), node("n1", 20), configmap(5)]
     restart = {"runtimes": ["runc"], "cri_ok": False, "reason": "r"}
     result = audit(runtime(["runc", "nvidia"], ["runc"], restart=restart), objects, TS)
     assert [(g["kind"], g["views"]) for g in result["gaps"]] == [
@@ -54,7 +54,7 @@ def test_each_gap_names_the_views_it_joins_as_the_fleet_audit_s_do():
     ]
     assert sorted(result["gaps"][0]) == ["detail", "kind", "subject", "views"]  # the fleet's shape
     overcommitted = audit(
-        runtime(["runc"], ["runc"]), [node("n0", 1), node("n1", 4), configmap(5), pod("a", "n0", 2)], TS
+        runtime(["runc"], ["runc"]), [node("n0", 1), node("n1", 4), configmap(5), pod("a", "n0", gpus=2)], TS
     )
     assert [(g["kind"], g["views"]) for g in overcommitted["gaps"]] == [
         ("gpus-overcommitted", ["scheduled"]),
@@ -74,7 +74,14 @@ def test_a_daemon_whose_cri_is_down_is_a_gap_of_its_own():
 
 
 def test_gpu_overcommit_and_time_slicing_mismatch():
-    objects = [node("n0", 1), node("n1", 4), configmap(5), pod("a", "n0", 1), pod("b", "n0", 1), pod("c", "n1", 0)]
+    objects = [
+        node("n0", 1),
+        node("n1", 4),
+        configmap(5),
+        pod("a", "n0", gpus=1),
+        pod("b", "n0", gpus=1),
+        pod("c", "n1"),
+    ]
     result = audit(runtime(["runc"], ["runc"]), objects, TS)
     assert kinds(result) == [("gpus-overcommitted", "n0"), ("time-slicing-mismatch", "n1")]
     assert {n["name"]: (n["advertised"], n["requested"]) for n in result["nodes"]} == {"n0": (1, 2), "n1": (4, 0)}
@@ -86,8 +93,8 @@ def test_pending_pods_grouped_by_reason_and_a_healthy_lab_has_no_gap():
         node("n0", 4),
         node("n1", 20),
         configmap(5),
-        pod("p1", pending_message=MEMORY),
-        pod("p2", pending_message=MEMORY),
+        pod("p1", None, pending_message=MEMORY),
+        pod("p2", None, pending_message=MEMORY),
     ]
     ok = {"runtimes": ["runc", "nvidia"], "cri_ok": True, "reason": ""}
     result = audit(runtime(["runc", "nvidia"], ["runc", "nvidia"], restart=ok), objects, TS)
@@ -101,7 +108,7 @@ def test_pending_pods_grouped_by_reason_and_a_healthy_lab_has_no_gap():
 
 
 def test_on_a_kubelet_node_the_sandbox_forecast_is_held_against_the_kubelet_s_event():
-    probe = pod("probe", "n0", 1, runtime_class="nvidia")
+    probe = pod("probe", "n0", "nvidia", gpus=1)
     probe["metadata"]["uid"] = "u1"
 
     def event(message):

@@ -3,6 +3,7 @@
 from datetime import UTC
 
 from gpuop.judgment.cluster import allocatable_count, node_gpu_lines, rollout_complete, rollout_settled, rollout_status
+from tests.helpers import objects
 
 MEMORY = (
     "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) "
@@ -10,17 +11,13 @@ MEMORY = (
 )
 
 
-def node(name, gpus=None):
-    res = {"cpu": "8", "memory": "32Gi"}
-    if gpus is not None:
-        res["nvidia.com/gpu"] = gpus
-    return {"metadata": {"name": name}, "status": {"capacity": dict(res), "allocatable": dict(res)}}
+node = objects.node
 
 
 def test_node_gpu_table_in_lab_order_with_zero_for_none():
-    nodes = [node("b", "20"), node("a", "4"), node("c")]
+    nodes = [node("b", 20), node("a", 4), node("c", None)]
     assert node_gpu_lines(nodes, ["a", "b", "c"]) == ["NAME GPU", "a 4", "b 20", "c 0"]
-    assert allocatable_count(node("x")) == 0
+    assert allocatable_count(node("x", None)) == 0
 
 
 def ds(generation, image, status, max_unavailable=1):
@@ -34,20 +31,18 @@ def ds(generation, image, status, max_unavailable=1):
     }
 
 
-def pod(name, generation, image, ready=True, unschedulable_message=None, terminating=False):
-    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
-    if unschedulable_message:
-        conditions.append(
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable_message}
-        )
-    meta = {
-        "name": name,
-        "labels": {"pod-template-generation": str(generation)},
-        "ownerReferences": [{"uid": "ds-uid"}],
-    }
-    if terminating:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"metadata": meta, "spec": {"containers": [{"image": image}]}, "status": {"conditions": conditions}}
+def pod(name, generation, image, ready=True, unschedulable_message="", terminating=False):
+    """A Pod of DaemonSet ``ds-uid``, made from its template ``generation``, bound to no node."""
+    return objects.pod(
+        name,
+        None,
+        ready=ready,
+        owner_uid="ds-uid",
+        pending_message=unschedulable_message,
+        image=image,
+        template_generation=generation,
+        terminating=terminating,
+    )
 
 
 STALL_STATUS = {

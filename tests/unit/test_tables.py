@@ -15,7 +15,7 @@ REFUSED = {
 
 def refusing_host():
     """A lab host whose RuntimeClass handler is not loaded and whose containerd would not start again."""
-    objects = [RC, pod("probe", "n0", 1, runtime_class="nvidia"), node("n0", 4), node("n1", 20), configmap(5)]
+    objects = [RC, pod("probe", "n0", "nvidia", gpus=1), node("n0", 4), node("n1", 20), configmap(5)]
     return audit(runtime(["runc", "nvidia"], ["runc"], restart=REFUSED), objects, TS)
 
 
