@@ -4,7 +4,7 @@ from functools import partial
 
 import tomli_w
 
-from gpuop.judgment.configs import seed_config
+from gpuop.judgment.configs import nvidia_dropin, seed_config
 from tests.helpers import objects
 
 CONFIG = "/etc/containerd/config.toml"
@@ -94,3 +94,6 @@ def with_cdi(d, enabled, dirs=("/etc/cdi", "/var/run/cdi"), specs=(), default="r
     d["loaded"].update(cdi=enabled, cdi_spec_dirs=list(dirs), default_runtime=default)
     d["gpu_cdi_specs"] = list(specs)
     return d
+
+
+DROPIN = tomli_w.dumps(nvidia_dropin())
