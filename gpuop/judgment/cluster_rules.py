@@ -16,6 +16,7 @@ from gpuop.judgment.cluster import (
 )
 from gpuop.judgment.gaps import gap
 from gpuop.judgment.objects import of_kind, ref
+from gpuop.judgment.slots import replicas_of
 
 
 def gpus_held(name: str, pods: list) -> int:
@@ -166,3 +167,33 @@ def fleet_object_gaps(names, objects: list) -> list:
     ]
     ours = [ds for ds in of_kind(objects, "DaemonSet") if any(node_of(p) in names for p in owned_pods(ds, pods))]
     return gaps + [g for g in (stalled_rollout(ds, pods) for ds in ours) if g]
+
+
+def time_slicing_replicas(objects: list, configmap: str) -> int | None:
+    """The replicas the time-slicing ConfigMap ``configmap`` (``namespace/name``) gives a GPU; None
+    where it is missing or says none."""
+    cm = next((c for c in of_kind(objects, "ConfigMap") if ref(c) == configmap), None)
+    return replicas_of((cm or {}).get("data", {}).get("any", "")) if cm else None
+
+
+def lab_host_gaps(loaded: list, objects: list, time_slicing: dict) -> tuple:
+    """The gaps of the cluster around a lab host, whose one runtime stands for every node: each
+    RuntimeClass whose handler it does not load (``unloaded_class``), each Node overcommitted and the
+    time-sliced node's arithmetic (``time_slicing_gaps``), each DaemonSet stalled; in that order, as
+    the lab's report prints them. With the time-sliced node's warning.
+
+    + time_slicing: {"node", "physical_gpus", "vram_per_gpu_gib", "configmap": "ns/name"}
+
+        lab_host_gaps(["runc"], objects, time_slicing)
+        -> ([{"kind": "runtimeclass-handler-not-loaded", ...}, ...], [{"kind": "time-sliced-memory-shared", ...}])
+    """
+    pods = of_kind(objects, "Pod")
+    gaps = [g for g in (unloaded_class(rc, loaded, pods) for rc in of_kind(objects, "RuntimeClass")) if g]
+    replicas, warnings = time_slicing_replicas(objects, time_slicing["configmap"]), []
+    for node in of_kind(objects, "Node"):
+        gaps += [g for g in [overcommitted(node, pods)] if g]
+        if node["metadata"]["name"] == time_slicing["node"] and replicas is not None:
+            mismatch, shared = time_slicing_gaps(node, replicas, time_slicing)
+            gaps, warnings = gaps + mismatch, warnings + shared
+    gaps += [g for g in (stalled_rollout(ds, pods) for ds in of_kind(objects, "DaemonSet")) if g]
+    return gaps, warnings

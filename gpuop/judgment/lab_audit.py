@@ -6,12 +6,11 @@ the fleet audit's, naming the views it joins; everything else the audit reads
 """
 
 from gpuop.judgment.cluster import allocatable_count, classed_pods, rollout_status
-from gpuop.judgment.cluster_rules import gpus_held, overcommitted, stalled_rollout, time_slicing_gaps, unloaded_class
+from gpuop.judgment.cluster_rules import gpus_held, stalled_rollout, time_slicing_replicas
 from gpuop.judgment.objects import of_kind, ref
 from gpuop.judgment.rules import judge
 from gpuop.judgment.sandbox import kubelet_agrees, sandbox_refusal
 from gpuop.judgment.scheduling import pod_scheduled, reasons, unschedulable
-from gpuop.judgment.slots import replicas_of
 from gpuop.judgment.view import api_handlers
 from gpuop.judgment.viewtype import View
 
@@ -46,54 +45,42 @@ def audit(view: View, objects: list, time_slicing: dict, kubelet_node: str = "")
         audit(lab_view(...), objects, {...})["gaps"]
         -> [{"kind": "restart-takes-cri-down", ...}, {"kind": "handler-not-loaded", ...}, ...]
     """
-    judged = judge(view, objects, kubelet_node)
-    pods = of_kind(objects, "Pod")
-    classes, class_gaps = _runtimeclasses(objects, view["loaded"], pods)
-    nodes, node_gaps, warnings = _nodes(objects, pods, time_slicing)
-    daemonsets, rollout_gaps = _daemonsets(objects, pods)
+    judged = judge(view, objects, kubelet_node, lab_host=time_slicing)  # every gap, from the one door
+    warnings, pods = judged.pop("warnings"), of_kind(objects, "Pod")
     return {
         **judged,
         **({"sandboxes": _sandboxes(view, objects, of_kind(objects, "Event"), kubelet_node)} if kubelet_node else {}),
         "handlers": _handlers(view, objects, kubelet_node),
-        "runtimeclasses": classes,
-        "nodes": nodes,
+        "runtimeclasses": _runtimeclasses(objects, view["loaded"], pods),
+        "nodes": _nodes(objects, pods, time_slicing),
         "pending": _pending(pods),
-        "daemonsets": daemonsets,
-        "gaps": judged["gaps"] + class_gaps + node_gaps + rollout_gaps,
-        "warnings": warnings,
+        "daemonsets": _daemonsets(objects, pods),
+        "warnings": warnings,  # last, as the report has always had it
     }
 
 
-def _runtimeclasses(objects: list, loaded: list, pods: list) -> tuple:
-    """Each RuntimeClass, whether the runtime loads its handler and the Pods of it; the gap of each
-    whose handler it does not load (``unloaded_class``)."""
-    classes, gaps = [], []
+def _runtimeclasses(objects: list, loaded: list, pods: list) -> list:
+    """Each RuntimeClass, whether the runtime loads its handler, and the Pods of it."""
+    classes = []
     for rc in of_kind(objects, "RuntimeClass"):
         users = [ref(p) for p in pods if p["spec"].get("runtimeClassName") == rc["metadata"]["name"]]
         classes.append(
             {"name": rc["metadata"]["name"], "handler": rc["handler"], "loaded": rc["handler"] in loaded, "pods": users}
         )
-        gaps += [g for g in [unloaded_class(rc, loaded, pods)] if g]
-    return classes, gaps
+    return classes
 
 
-def _nodes(objects: list, pods: list, time_slicing: dict) -> tuple:
-    """Each Node's GPUs advertised and held, the time-sliced node's arithmetic; the gaps of those
-    overcommitted or mismatched, the time-sliced node's warning (``time_slicing_gaps``)."""
-    cm = next((c for c in of_kind(objects, "ConfigMap") if ref(c) == time_slicing["configmap"]), None)
-    replicas = replicas_of((cm or {}).get("data", {}).get("any", "")) if cm else None
-    nodes, gaps, warnings = [], [], []
+def _nodes(objects: list, pods: list, time_slicing: dict) -> list:
+    """Each Node's GPUs advertised and held, and the time-sliced node's arithmetic."""
+    replicas, nodes = time_slicing_replicas(objects, time_slicing["configmap"]), []
     for node in of_kind(objects, "Node"):
         name = node["metadata"]["name"]
         entry = {"name": name, "advertised": allocatable_count(node), "requested": gpus_held(name, pods)}
-        gaps += [g for g in [overcommitted(node, pods)] if g]
         if name == time_slicing["node"] and replicas is not None:
             physical = time_slicing["physical_gpus"]
             entry["time_sliced"] = {"physical": physical, "replicas": replicas, "expected": physical * replicas}
-            mismatch, shared = time_slicing_gaps(node, replicas, time_slicing)
-            gaps, warnings = gaps + mismatch, warnings + shared
         nodes.append(entry)
-    return nodes, gaps, warnings
+    return nodes
 
 
 def _pending(pods: list) -> dict:
@@ -106,9 +93,9 @@ def _pending(pods: list) -> dict:
     return {reason: sorted(refs) for reason, refs in sorted(pending.items())}
 
 
-def _daemonsets(objects: list, pods: list) -> tuple:
-    """Each DaemonSet's rollout; the gap of each stalled (``stalled_rollout``)."""
-    daemonsets, gaps = [], []
+def _daemonsets(objects: list, pods: list) -> list:
+    """Each DaemonSet's rollout, and whether it stalled (``stalled_rollout``)."""
+    daemonsets = []
     for ds in of_kind(objects, "DaemonSet"):
         status, stalled = rollout_status(ds, pods), stalled_rollout(ds, pods)
         daemonsets.append(
@@ -122,8 +109,7 @@ def _daemonsets(objects: list, pods: list) -> tuple:
                 "blocker": status["BLOCKER"],
             }
         )
-        gaps += [stalled] if stalled else []
-    return daemonsets, gaps
+    return daemonsets
 
 
 def _handlers(view: View, objects: list, kubelet_node: str) -> dict:

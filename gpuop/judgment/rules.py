@@ -10,6 +10,7 @@ handler names the handler, one about a Pod ``namespace/name``, one about a Node 
 about a file its path.
 """
 
+from gpuop.judgment.cluster_rules import lab_host_gaps
 from gpuop.judgment.entry import node_entry
 from gpuop.judgment.gaps import gap
 from gpuop.judgment.node_rules import DRIVER, node_bound_findings
@@ -76,15 +77,27 @@ def findings(
 
 
 def judge(
-    view: View, objects: list, node_name: str = "", gpu_handler: str = "nvidia", gpu_driver: str = DRIVER
+    view: View,
+    objects: list,
+    node_name: str = "",
+    gpu_handler: str = "nvidia",
+    gpu_driver: str = DRIVER,
+    lab_host: dict | None = None,
 ) -> dict:
     """The one door to the judgment of one runtime: its gaps (``findings``, the Events among
     ``objects`` held against its sandboxes) in its entry (``node_entry``). Every caller asks here:
-    the lab audit, the node audit, the repair's plan and its audit after.
+    the lab audit, the node audit, the repair's plan and its audit after. ``lab_host``: the lab's
+    time-slicing knobs, where the runtime is a lab host's and stands for every node of the cluster:
+    the cluster's gaps around it follow its own (``cluster_rules.lab_host_gaps``), its warnings in
+    ``warnings``.
 
         judge(node_view(read), objects, "gpu-a")["gaps"]
         -> [{"kind": "sandbox-refuses-loaded", "subject": "ml/train", ...}]
     """
     node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == node_name), None)
     gaps = findings(view, objects, node_name, gpu_handler, events=of_kind(objects, "Event"), gpu_driver=gpu_driver)
-    return node_entry(view, gaps, node, objects, gpu_handler, gpu_driver)
+    entry = node_entry(view, gaps, node, objects, gpu_handler, gpu_driver)
+    if lab_host is None:
+        return entry
+    around, warnings = lab_host_gaps(view["loaded"], objects, lab_host)  # its Pods at risk are its own gaps'
+    return {**entry, "gaps": entry["gaps"] + around, "warnings": warnings}

@@ -80,7 +80,7 @@ RULE_MODULES = {
     "node_rules": {"sandbox"},
     "cluster_rules": set(),
     "entry": {"node_rules"},
-    "rules": {"runtime_rules", "node_rules", "entry"},
+    "rules": {"runtime_rules", "node_rules", "cluster_rules", "entry"},
 }
 
 
