@@ -1,7 +1,8 @@
 """The rules of the cluster around its runtimes: RuntimeClasses whose handler no judged runtime
 loads, Nodes whose Pods hold more GPUs than they advertise, time-slicing's arithmetic, DaemonSet
-rollouts stalled (the seed's step 8). ``cluster_gaps`` judges a fleet with them; the lab's audit asks
-them object by object, in its report's order."""
+rollouts stalled (the seed's step 8). ``cluster_gaps`` judges a fleet with them (``fleet_object_gaps``
+alone for the agent reach), ``lab_host_gaps`` a lab host's cluster, in its report's order; both asked
+through the one door, ``gpuop.judgment.rules.judge``, or beside it by the fleet's report."""
 
 import jmespath
 
