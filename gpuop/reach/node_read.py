@@ -90,31 +90,24 @@ def _sections(output: list, unread: dict) -> list:
 
 
 def _daemon(kind: str, pid: int, lines: list) -> dict:
-    """A containerd or CRI-O process as its section describes it, its parts not read yet."""
-    common = {"serves": False, "files": {}, "restart": None, "loaded": None, "gpu_cdi_specs": []}
-    if kind == "crio":
-        exe, args, config, config_dir, address = (lines + [""] * 5)[:5]
-        return {
-            "pid": pid,
-            "exe": exe,
-            "args": _args(args),
-            "config": config,
-            "config_dir": config_dir,
-            "address": address,
-            "binary": exe,
-            **common,
-            "hooks": {},
-        }
-    exe, args, config, address, binary = (lines + [""] * 5)[:5]
+    """A containerd or CRI-O process as its section describes it, its parts not read yet. Its lines:
+    exe, args, config, then CRI-O's drop-in directory and socket, or containerd's socket and binary."""
+    exe, args, config, fourth, fifth = (lines + [""] * 5)[:5]
+    crio = kind == "crio"
     return {
         "pid": pid,
         "exe": exe,
         "args": _args(args),
         "config": config,
-        "address": address,
-        "binary": binary,
-        **common,
-        "nvidia_runtimes": [],
+        **({"config_dir": fourth} if crio else {}),
+        "address": fifth if crio else fourth,
+        "binary": exe if crio else fifth,
+        "serves": False,
+        "files": {},
+        "restart": None,
+        "loaded": None,
+        "gpu_cdi_specs": [],
+        **({"hooks": {}} if crio else {"nvidia_runtimes": []}),
     }
 
 
