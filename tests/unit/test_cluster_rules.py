@@ -98,7 +98,14 @@ def test_the_agent_reach_names_the_stalled_rollout_as_every_reach_does_without_a
     objects = [{"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}, *toolkit_rollout(1)]
     every = cluster_rules.cluster_gaps({"gpu-a": {"loaded": ["runc"]}}, objects)
     assert [g["kind"] for g in every] == ["runtimeclass-handler-nowhere", "rollout-stalled"]
-    assert cluster_rules.fleet_object_gaps(["gpu-a"], objects) == every[1:]
-    assert cluster_rules.fleet_object_gaps(["gpu-b"], objects) == every[1:]  # the Pod meant for gpu-b
+    stalled = {
+        "kind": "rollout-stalled",
+        "subject": "gpu-operator/nvidia-container-toolkit",
+        "views": ["scheduled"],
+        "detail": "DaemonSet gpu-operator/nvidia-container-toolkit: rollout stalled at 1/2 updated, blocker "
+        "insufficient-memory",
+    }
+    assert cluster_rules.fleet_object_gaps(["gpu-a"], objects) == [stalled] == every[1:]
+    assert cluster_rules.fleet_object_gaps(["gpu-b"], objects) == [stalled]  # the Pod meant for gpu-b
     assert cluster_rules.fleet_object_gaps(["gpu-z"], objects) == []
     assert cluster_rules.fleet_object_gaps(["gpu-a"], toolkit_rollout(2)) == []
