@@ -141,8 +141,9 @@ case ${1:-} in
     python3 "$(dirname "$0")/labproc.py" stop --grace=5 "node $dir" $(ns_init "$dir")
     wait_until 10 0.1 "node $dir to stop" gone "$dir" || die "node $dir did not stop"
     # and a sandbox or container its kubelet began after that look: its state dir outlives the
-    # node in /var/lib's upper layer (its cgroup exists as soon as runc made it)
-    for t in "$dir"/varlib/upper/containerd/io.containerd.grpc.v1.cri/*/*/; do
+    # node in /var/lib's upper layer, or in DIR/containerd-root where a registered kubelet's node
+    # binds its /var/lib/containerd (its cgroup exists as soon as runc made it)
+    for t in "$dir"/{varlib/upper/containerd,containerd-root}/io.containerd.grpc.v1.cri/*/*/; do
       [[ -d $t ]] && cgroups+=(/sys/fs/cgroup/*/k8s.io/"$(basename "$t")")
     done
     for c in "${cgroups[@]}"; do [[ ! -d $c ]] || wait_until 10 0.1 "cgroup $c to empty" rmdir "$c" 2>/dev/null || true; done
