@@ -93,8 +93,9 @@ unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
 # Two pytest lanes side by side, each on a lab cluster of its own: every test but those that drive
-# a lab of their own (marker beside: the lab containerd's, the kubelet node, the fleet's simulated
-# nodes, whose containers' cgroups on the host must not meet another module's) in one, on the lab's cluster (marker lab: they share it; unit, the
+# a lab of their own (marker beside: the kubelet node, the fleet's simulated nodes, whose Pods'
+# cgroups on the host must not meet another module's) in one, on the lab's cluster (marker lab:
+# they share it, the lab containerd's tests among them: they run no Pod; unit, the
 # containerd version matrix, the harness's need none); those in a second one beside it, on a
 # second lab cluster ($(LAB)-beside, with a kubeconfig of its own, so that neither lab's context
 # switches the other's). Each spends most of its time waiting on a cluster or a daemon.

@@ -22,7 +22,7 @@ from tests.helpers.labcontainerd import (
 )
 from tests.helpers.playbook import deploy, lab_daemon_pid, tree
 
-pytestmark = [pytest.mark.beside, pytest.mark.every_containerd]  # see pytest.ini
+pytestmark = [pytest.mark.lab, pytest.mark.every_containerd]  # see pytest.ini
 
 # What a restart of each version's daemon loads, with the incident's files on disk.
 ONE_X_FAILS = (
@@ -54,7 +54,7 @@ EACH_MERGE = ("1.6.20", "2.4.2")
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     """The module's lab root, on a lab cluster as `make lab-up` leaves it."""
-    lab_up()  # in its lane, the kubelet node's or the fleet's tests ran before: kwok's nodes again
+    lab_up()  # whatever the lab's tests before it left: kwok's nodes again
     reset_lab()
     return tmp_path_factory.mktemp("containerd") / "gpuop"
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.kube import eventually, get, kubectl
 
-pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KUSTOMIZATION = os.path.join(ROOT, "deploy", "agent")

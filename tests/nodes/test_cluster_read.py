@@ -7,7 +7,7 @@ import pytest
 from gpuop.reach.kubeapi import ClusterUnreadable, read_cluster
 from tests.helpers.kube import LAB_NODES, kubectl
 
-pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
+pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
 LABELS = {
     "lab-node-0": ("gpuop-pool=gpu", "gpuop-spot=true"),
