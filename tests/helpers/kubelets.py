@@ -170,7 +170,7 @@ def pod_ready(node) -> tuple:
     run(["python3", images, pause, built("standin", "standin"), f"{sandbox}=pause"], timeout_s=60, check=True)
     run(["python3", images, "--busybox", reader, "/bin/busybox", READ_IMAGE], timeout_s=60, check=True)
     ctr = "ctr --address /run/containerd/containerd.sock --namespace k8s.io --timeout 20s"
-    store = os.path.join(node.dir, "containerd-root")
+    store = os.path.join(node.dir, "containerd-root")  # where lab/simnode.sh stop looks for its Pods' cgroups too
     return (
         kubelet_node_cri(f"{cni}/bin", f"{cni}/net.d"),
         [f"mkdir -p {store} /var/lib/containerd", f"mount --bind {store} /var/lib/containerd"],
