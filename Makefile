@@ -92,34 +92,39 @@ lint: setup
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-# Two pytest lanes side by side, each on a lab cluster of its own: every test but those that drive
-# a lab of their own (marker beside: the kubelet node, the fleet's simulated nodes, whose Pods'
-# cgroups on the host must not meet another module's) in one, on the lab's cluster (marker lab:
-# they share it, the lab containerd's tests among them: they run no Pod; unit, the
-# containerd version matrix, the harness's need none); those in a second one beside it, on a
-# second lab cluster ($(LAB)-beside, with a kubeconfig of its own, so that neither lab's context
-# switches the other's). Each spends most of its time waiting on a cluster or a daemon.
-# Each prints its 30 slowest durations; the second one's output follows the lab's. (Exit 5, no
-# test selected by PYTEST_ARGS, fails neither.)
+# Three pytest lanes side by side, started at once. The lab's (marker lab: they share its cluster
+# and its lock, the lab containerd's tests among them: they run no Pod), once the lab is up. Those
+# that drive a lab of their own (marker beside: the kubelet node, the fleet's simulated nodes,
+# whose Pods' cgroups on the host must not meet another module's) on a second lab cluster
+# ($(LAB)-beside, with a kubeconfig of its own, so that neither lab's context switches the
+# other's), one module at a time. And those that need no cluster (unit, the containerd version
+# matrix, the harness's), from the start, while the clusters come up: under a lab name of their
+# own, so that no lab's down (tests/lab's) stops their daemons, and a kubeconfig that is not there.
+# Each spends most of its time waiting on a cluster or a daemon.
+# Each prints its 30 slowest durations; the other two's output follows the lab's. (Exit 5, no
+# test selected by PYTEST_ARGS, fails none.)
 # Each its own short temporary root: a lab root's socket path has at most 108 bytes, and pytest's
 # own numbered roots grow longer with every run on the machine (pytest-99, pytest-127...).
-# Every lab binary is built beside both lanes from the start (niced: the lab's waits on the cluster
+# Every lab binary is built beside the lanes from the start (niced: the lab's waits on the cluster
 # stay on time); a test asks lab/build.sh for what it needs, which waits for that one binary (one
-# build of each at a time) or builds it. So on a new machine the lanes start once the cluster is
-# built, the tests that need every containerd last (marker every_containerd).
+# build of each at a time) or builds it. So on a new machine the clusters' lanes start once the
+# cluster is built, the tests that need every containerd last in each (marker every_containerd).
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=30
 BESIDE := GPUOP_LAB=$(LAB)-beside KUBECONFIG=$(HOME)/.kwok/$(LAB)-beside.kubeconfig
+ALONE := GPUOP_LAB=$(LAB)-alone KUBECONFIG=$(HOME)/.kwok/$(LAB)-alone.kubeconfig
 
 test: setup deps lint
-	@builds_log=$$(mktemp); free_log=$$(mktemp); trap 'rm -f "$$builds_log" "$$free_log"' EXIT; \
+	@builds_log=$$(mktemp); beside_log=$$(mktemp); alone_log=$$(mktemp); trap 'rm -f "$$builds_log" "$$beside_log" "$$alone_log"' EXIT; \
 	nice -n 19 lab/build.sh all >"$$builds_log" 2>&1 & builds=$$!; \
-	$(NODE_ENV) lab/lab.sh up $(LAB) || { kill $$builds; exit 1; }; \
-	{ $(BESIDE) lab/lab.sh up $(LAB)-beside && $(BESIDE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-beside tests -m beside $(PYTEST_ARGS); } >"$$free_log" 2>&1 & free=$$!; \
-	$(PYTEST) --basetemp=/tmp/gpuop-pytest-lab tests -m "not beside" $(PYTEST_ARGS); lab=$$?; \
-	wait $$free; other=$$?; wait $$builds; built=$$?; \
-	echo "--- the tests run beside the lab's:"; cat "$$free_log"; \
+	$(ALONE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-alone tests -m "not lab and not beside" $(PYTEST_ARGS) >"$$alone_log" 2>&1 & alone=$$!; \
+	{ $(BESIDE) lab/lab.sh up $(LAB)-beside && $(BESIDE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-beside tests -m beside $(PYTEST_ARGS); } >"$$beside_log" 2>&1 & beside=$$!; \
+	$(NODE_ENV) lab/lab.sh up $(LAB) || { kill $$builds $$alone $$beside; exit 1; }; \
+	$(PYTEST) --basetemp=/tmp/gpuop-pytest-lab tests -m lab $(PYTEST_ARGS); lab_rc=$$?; \
+	wait $$beside; beside_rc=$$?; wait $$alone; alone_rc=$$?; wait $$builds; built=$$?; \
+	echo "--- the tests run beside the lab's, on a lab of their own:"; cat "$$beside_log"; \
+	echo "--- the tests that need no cluster:"; cat "$$alone_log"; \
 	echo "--- every lab binary, built beside them (lab/build.sh all):"; cat "$$builds_log"; \
-	[ $$lab -eq 0 -o $$lab -eq 5 ] && [ $$other -eq 0 -o $$other -eq 5 ] && [ $$built -eq 0 ]
+	for rc in $$lab_rc $$beside_rc $$alone_rc; do [ $$rc -eq 0 -o $$rc -eq 5 ] || exit 1; done; [ $$built -eq 0 ]
 
 run: setup deps lab-up
 	@$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA) $(NODE_DATA) --data reboot=$(REBOOT)

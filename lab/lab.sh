@@ -263,12 +263,14 @@ kubelet_node() {
   fi
 }
 
+# Each link made beside and renamed over the old one (one rename): two labs coming up at once
+# (make test's lanes) never see one missing, nor fail on the other's.
 link_tools() {
   local dir=${LAB_BIN_LINK-/usr/local/bin} tool
   [ -n "$dir" ] || return 0
   for tool in "$bin/kubectl" "$crictl_bin/crictl"; do
     if [ "$(readlink "$dir/${tool##*/}" 2>/dev/null)" != "$tool" ]; then
-      ln -sfn "$tool" "$dir/${tool##*/}"
+      ln -sfn "$tool" "$dir/.${tool##*/}.$$" && mv -Tf "$dir/.${tool##*/}.$$" "$dir/${tool##*/}"
       log "${tool##*/} linked at $dir/${tool##*/}"
     fi
   done

@@ -67,13 +67,28 @@ CASES = [
     ),
 ]
 
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: lab, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: lab, user: {}}]
+contexts: [{name: lab, context: {cluster: lab, user: lab}}]
+current-context: lab
+"""
+
 
 @pytest.mark.parametrize("inventory,script,env,text,said", CASES)
 def test_a_bad_hosts_or_nodes_file_is_one_sentence(tmp_path, inventory, script, env, text, said):
     path = tmp_path / "hosts.yaml"
     if text is not None:
         path.write_text(text)
-    result = run([PYINFRA, inventory, script, "-y"], timeout_s=60, env={**os.environ, env: str(path)})
+    # a kubeconfig of its own (one context, not the one asked for): the machine's own may not exist yet
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    result = run(
+        [PYINFRA, inventory, script, "-y"],
+        timeout_s=60,
+        env={**os.environ, env: str(path), "KUBECONFIG": str(kubeconfig)},
+    )
     assert result.returncode != 0
     assert f"--> pyinfra error in {inventory} line " in result.stderr, result.stderr
     for part in said if isinstance(said, tuple) else (said,):  # the kubeconfig's path comes between
