@@ -24,7 +24,7 @@ from tests.helpers.playbook import deploy
 from tests.helpers.proc import run
 from tests.helpers.simnodes import Node
 
-pytestmark = [pytest.mark.beside, pytest.mark.every_containerd]  # see pytest.ini
+pytestmark = [pytest.mark.lab, pytest.mark.every_containerd]  # see pytest.ini
 
 SEED_DROPIN = tomli_w.dumps(nvidia_dropin())
 V4_DROPIN = tomli_w.dumps({"version": 4, **nvidia_dropin()})  # what nvidia-ctk 1.19+ writes beside containerd 2.3
@@ -126,7 +126,7 @@ def node_reports(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lab_root(tmp_path_factory):
-    lab_up()  # in its lane, the kubelet node's or the fleet's tests ran before: kwok's nodes again
+    lab_up()  # kwok's nodes again, whatever a test before it in its lane left
     reset_lab()
     return tmp_path_factory.mktemp("judgment-lab") / "gpuop"
 

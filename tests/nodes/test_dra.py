@@ -17,7 +17,7 @@ from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.playbook import deploy
 
-pytestmark = pytest.mark.beside  # drives a lab of its own, beside the lab's: see pytest.ini
+pytestmark = pytest.mark.lab  # drives the lab cluster (its nodes run no Pod): see pytest.ini
 
 DRIVER = "gpu.nvidia.com"  # the node audit's default gpu_driver
 NODES = (simnodes.Node("dra-cdi-off", "1.7.35"), simnodes.Node("dra-cdi-on", "2.4.2", after=layouts.CDI_SPEC))
