@@ -29,9 +29,10 @@ TOOLKIT_PATHS = ("/etc/cdi", "/var/run/cdi", "/etc/nvidia-container-runtime", "/
 def host_now() -> dict:
     """The host's files a runtime or the toolkit writes; not the kubelets' Pods' cgroups (k8s.io),
     which the lane beside this one makes and removes meanwhile: the proof's own are checked apart."""
-    found = {**host_files(), **{p: tree(p) if os.path.isdir(p) else os.path.exists(p) for p in TOOLKIT_PATHS}}
-    del found["cgroups"]
-    return found
+    return {
+        **host_files(cgroups=False),
+        **{p: tree(p) if os.path.isdir(p) else os.path.exists(p) for p in TOOLKIT_PATHS},
+    }
 
 
 @pytest.fixture(scope="module")

@@ -92,9 +92,11 @@ def _host_tree(path: str):
     return {p: v for p, v in found.items() if p != "runc" and not p.startswith("runc/")}
 
 
-def host_files() -> dict:
+def host_files(cgroups: bool = True) -> dict:
     """What a kubelet and its containerd would write on the host if their namespace leaked:
-    the node paths' trees, the stand-in runtime's place, and the global sysctls kubelet sets."""
+    the node paths' trees, the stand-in runtime's place, the global sysctls kubelet sets, and
+    (``cgroups``) the containers' cgroups: left out where no Pod of the caller's runs, since
+    another lane's kubelets make and remove theirs meanwhile."""
     found = {
         p: _host_tree(p)
         for p in (
@@ -117,15 +119,8 @@ def host_files() -> dict:
     for s in SYSCTLS:
         with open(f"/proc/sys/{s}") as f:
             found[s] = f.read()
-    found["cgroups"] = sorted(glob.glob("/sys/fs/cgroup/*/k8s.io/*/"))  # a container's, left behind
-    return found
-
-
-def _host_files_of(pods: bool) -> dict:
-    """``host_files``, the Pods' cgroups left out unless ``pods``."""
-    found = host_files()
-    if not pods:
-        del found["cgroups"]
+    if cgroups:
+        found["cgroups"] = sorted(glob.glob("/sys/fs/cgroup/*/k8s.io/*/"))  # a container's, left behind
     return found
 
 
@@ -223,11 +218,10 @@ def start(node: Node, root: str, pubkey: str) -> Node:
 def running(nodes, root: str):
     """``nodes`` started under ``root``, their sshd trusting a key made there (its path is
     yielded), stopped and their cluster objects deleted at the end, whatever happened; and,
-    when all went well, nothing of theirs left on the host (``host_files``). Nodes none of which
-    is registered run no Pod, so no cgroup of theirs can be left: the host's Pods' cgroups, which
-    another lane's kubelets make and remove meanwhile, are not theirs to compare."""
+    when all went well, nothing of theirs left on the host (``host_files``; the Pods' cgroups
+    only where one of them is registered: the others run no Pod)."""
     pods = any(n.registered for n in nodes)
-    host_before = _host_files_of(pods)
+    host_before = host_files(cgroups=pods)
     key, pubkey = keypair(root)
     delete_cluster_objects(nodes)
     started = []
@@ -240,7 +234,7 @@ def running(nodes, root: str):
         for n in started:
             stop(n)
         delete_cluster_objects(nodes)
-    after = _host_files_of(pods)
+    after = host_files(cgroups=pods)
     assert after == host_before, "changed on the host: " + "; ".join(
         f"{k}: {host_before.get(k)!r} -> {after.get(k)!r}"
         if not isinstance(after.get(k), dict)
