@@ -68,6 +68,17 @@ start_daemon() {
   wait_until 20 0.1 "${bin##*/} to open its socket" test -S "$(socket_of "$bin")"
 }
 
+# The cgroups of the containers and sandboxes a CRI-O node keeps in its store under VARLIB (its
+# /var/lib), added to $cgroups: with cgroupfs and no parent from kubelet, CRI-O names them crio-ID
+# at the top and crio/crio-ID.
+crio_cgroups() {
+  local t
+  for t in "$1"/containers/storage/*-containers/*/; do
+    [[ -d $t ]] && cgroups+=(/sys/fs/cgroup/*/crio-"$(basename "$t")" /sys/fs/cgroup/*/crio/crio-"$(basename "$t")")
+  done
+  return 0
+}
+
 inside() {  # runs as the namespace's pid 1
   local dir=$1 runtime=$2
   mount -t tmpfs -o mode=755 tmpfs /run
@@ -127,14 +138,15 @@ case ${1:-} in
   stop)
     dir=$(realpath "$2")
     # The cgroups of its containers (a registered kubelet's Pods), named for the containers and
-    # sandboxes its containerd keeps (CRI's, and the tasks it runs): the kernel keeps them after
-    # their processes, so they are removed too.
+    # sandboxes its runtime keeps (containerd's CRI and the tasks it runs, CRI-O's store): the
+    # kernel keeps them after their processes, so they are removed too.
     init=$(ns_init "$dir" | awk '{print $1; exit}')
     cgroups=()
     if [[ -n $init ]]; then
       for t in "/proc/$init/root"{/var/lib/containerd/io.containerd.grpc.v1.cri/*,/run/containerd/io.containerd.runtime.v2.task/k8s.io}/*/; do
         [[ -d $t ]] && cgroups+=(/sys/fs/cgroup/*/k8s.io/"$(basename "$t")")
       done
+      crio_cgroups "/proc/$init/root/var/lib"
     fi
     # The namespace's first process: once it ends, the kernel ends every process inside.
     # shellcheck disable=SC2046
@@ -146,7 +158,9 @@ case ${1:-} in
     for t in "$dir"/{varlib/upper/containerd,containerd-root}/io.containerd.grpc.v1.cri/*/*/; do
       [[ -d $t ]] && cgroups+=(/sys/fs/cgroup/*/k8s.io/"$(basename "$t")")
     done
+    crio_cgroups "$dir/varlib/upper"
     for c in "${cgroups[@]}"; do [[ ! -d $c ]] || wait_until 10 0.1 "cgroup $c to empty" rmdir "$c" 2>/dev/null || true; done
-    rmdir /sys/fs/cgroup/*/k8s.io 2>/dev/null || true ;;  # only where no other containerd's Pods are
+    # only where no other node's Pods are
+    rmdir /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/*/crio 2>/dev/null || true ;;
   *) die "usage: start DIR RUNTIME HOSTNAME [CLUSTER] | stop DIR | pid DIR | stop-all CLUSTER" ;;
 esac

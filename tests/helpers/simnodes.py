@@ -93,7 +93,7 @@ def _host_tree(path: str):
 
 
 def host_files(cgroups: bool = True) -> dict:
-    """What a kubelet and its containerd would write on the host if their namespace leaked:
+    """What a kubelet and its runtime would write on the host if their namespace leaked:
     the node paths' trees, the stand-in runtime's place, the global sysctls kubelet sets, and
     (``cgroups``) the containers' cgroups: left out where no Pod of the caller's runs, since
     another lane's kubelets make and remove theirs meanwhile."""
@@ -120,7 +120,10 @@ def host_files(cgroups: bool = True) -> dict:
         with open(f"/proc/sys/{s}") as f:
             found[s] = f.read()
     if cgroups:
-        found["cgroups"] = sorted(glob.glob("/sys/fs/cgroup/*/k8s.io/*/"))  # a container's, left behind
+        # a container's, left behind: containerd's (k8s.io/ID), CRI-O's (crio-ID, crio/crio-ID)
+        found["cgroups"] = sorted(
+            p for pattern in ("k8s.io/*", "crio-*", "crio/*") for p in glob.glob(f"/sys/fs/cgroup/*/{pattern}/")
+        )
     return found
 
 
