@@ -201,21 +201,12 @@ start_kubelet() {
 
 # The node's processes: its kubelet service, everything in its namespace, the lab containerd's
 # shims (by their -address), and containers whose runc state went with a killed containerd (by
-# their cgroups, $cgroups: see task_cgroups).
+# their cgroups, $cgroups, named for the tasks the lab containerd keeps: see stop_node).
 node_pids() {
   local c
   service_pid; ns_pids; kubelet_pid
   pids_with_arg "$root/run/containerd/containerd.sock" containerd-shim-runc-v2
   for c in "${cgroups[@]}"; do cat "$c/cgroup.procs" 2>/dev/null; done
-}
-
-# The cgroups of the tasks the lab containerd keeps under ROOT (named for their ids), added to $cgroups.
-task_cgroups() {
-  local c
-  for c in "$root"/run/containerd/io.containerd.runtime.v2.task/k8s.io/*/; do
-    [[ -d $c ]] && cgroups+=(/sys/fs/cgroup/*/k8s.io/"$(basename "$c")")
-  done
-  return 0
 }
 
 # stop_node: every process of the node, then its containers' cgroups, its namespace and its
@@ -230,7 +221,7 @@ stop_node() {
         inside runc --root "$runc_root" delete --force "$c" 2>/dev/null || true
       done
     fi
-    task_cgroups
+    cgroups_named k8s.io/ "$root"/run/containerd/io.containerd.runtime.v2.task/k8s.io  # the lab containerd's tasks
     mapfile -t pids < <(node_pids | sort -u)
     [[ ${#pids[@]} -gt 0 ]] || break
     # TERM first (kubelet, the shims and the stand-ins take it), KILL what is left after 5 s.

@@ -1,5 +1,6 @@
-# Finding the lab's processes by what they are, waiting with an end, and a runtime's own sandbox
-# image (sourced by lab/lab.sh, lab/simnode.sh, lab/kubeletnode.sh and lab/gpukit.sh).
+# Finding the lab's processes by what they are, and its containers' cgroups by their ids, waiting
+# with an end, and a runtime's own sandbox image (sourced by lab/lab.sh, lab/simnode.sh,
+# lab/kubeletnode.sh and lab/gpukit.sh).
 
 # pids_with_arg ARG EXE: processes with the argument ARG on their command line whose binary is EXE.
 pids_with_arg() {
@@ -7,6 +8,21 @@ pids_with_arg() {
   for f in $(grep -lzxF -- "$1" /proc/[0-9]*/cmdline 2>/dev/null); do
     p=${f#/proc/}; p=${p%/cmdline}
     [[ $(readlink "/proc/$p/exe" 2>/dev/null) == */"$2" ]] && echo "$p"
+  done
+  return 0
+}
+
+# cgroups_named PREFIX DIR...: the cgroups, in every hierarchy, of the containers a runtime keeps
+# a directory for in each DIR (named for its id), PREFIX before the id (containerd's Pods:
+# k8s.io/; CRI-O's: crio- and crio/crio-), added to $cgroups. The kernel keeps a cgroup after its
+# processes, so a node's stop removes them.
+cgroups_named() {
+  local prefix=$1 d t
+  shift
+  for d in "$@"; do
+    for t in "$d"/*/; do
+      [[ -d $t ]] && cgroups+=(/sys/fs/cgroup/*/"$prefix$(basename "$t")")
+    done
   done
   return 0
 }

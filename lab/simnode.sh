@@ -68,15 +68,12 @@ start_daemon() {
   wait_until 20 0.1 "${bin##*/} to open its socket" test -S "$(socket_of "$bin")"
 }
 
-# The cgroups of the containers and sandboxes a CRI-O node keeps in its store under VARLIB (its
-# /var/lib), added to $cgroups: with cgroupfs and no parent from kubelet, CRI-O names them crio-ID
-# at the top and crio/crio-ID.
+# crio_cgroups STORE: the cgroups of the containers and sandboxes in a CRI-O node's store, added
+# to $cgroups: with cgroupfs and no parent from kubelet, CRI-O names them crio-ID at the top and
+# crio/crio-ID.
 crio_cgroups() {
-  local t
-  for t in "$1"/containers/storage/*-containers/*/; do
-    [[ -d $t ]] && cgroups+=(/sys/fs/cgroup/*/crio-"$(basename "$t")" /sys/fs/cgroup/*/crio/crio-"$(basename "$t")")
-  done
-  return 0
+  cgroups_named crio- "$1"/*-containers
+  cgroups_named crio/crio- "$1"/*-containers
 }
 
 inside() {  # runs as the namespace's pid 1
@@ -143,10 +140,8 @@ case ${1:-} in
     init=$(ns_init "$dir" | awk '{print $1; exit}')
     cgroups=()
     if [[ -n $init ]]; then
-      for t in "/proc/$init/root"{/var/lib/containerd/io.containerd.grpc.v1.cri/*,/run/containerd/io.containerd.runtime.v2.task/k8s.io}/*/; do
-        [[ -d $t ]] && cgroups+=(/sys/fs/cgroup/*/k8s.io/"$(basename "$t")")
-      done
-      crio_cgroups "/proc/$init/root/var/lib"
+      cgroups_named k8s.io/ "/proc/$init/root"{/var/lib/containerd/io.containerd.grpc.v1.cri/*,/run/containerd/io.containerd.runtime.v2.task/k8s.io}
+      crio_cgroups "/proc/$init/root/var/lib/containers/storage"
     fi
     # The namespace's first process: once it ends, the kernel ends every process inside.
     # shellcheck disable=SC2046
@@ -155,10 +150,8 @@ case ${1:-} in
     # and a sandbox or container its kubelet began after that look: its state dir outlives the
     # node in /var/lib's upper layer, or in DIR/containerd-root where a registered kubelet's node
     # binds its /var/lib/containerd (its cgroup exists as soon as runc made it)
-    for t in "$dir"/{varlib/upper/containerd,containerd-root}/io.containerd.grpc.v1.cri/*/*/; do
-      [[ -d $t ]] && cgroups+=(/sys/fs/cgroup/*/k8s.io/"$(basename "$t")")
-    done
-    crio_cgroups "$dir/varlib/upper"
+    cgroups_named k8s.io/ "$dir"/{varlib/upper/containerd,containerd-root}/io.containerd.grpc.v1.cri/*
+    crio_cgroups "$dir/varlib/upper/containers/storage"
     for c in "${cgroups[@]}"; do [[ ! -d $c ]] || wait_until 10 0.1 "cgroup $c to empty" rmdir "$c" 2>/dev/null || true; done
     # only where no other node's Pods are
     rmdir /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/*/crio 2>/dev/null || true ;;
