@@ -3,7 +3,7 @@ node-problem-detector's contract: a Node condition (``gpuop.judgment.condition``
 Node at each change, and metrics on a port, with ``/healthz`` and ``/readyz`` beside them.
 
     python -m gpuop.agent --node gpu-a                                         # on the node itself
-    python -m gpuop.agent --node gpu-a --enter "nsenter -t 1 -m -u -i -p --"   # in a host-PID Pod
+    python -m gpuop.agent --node gpu-a --enter "nsenter -t 1 -m -u --"   # in a host-PID Pod
 
 Its rooms, one job each: ``flags`` (its knobs, checked in one place), ``watched`` (the cluster's
 objects it judges by, kept by list-then-watch), ``noderead`` (the node's read, under one

@@ -1,10 +1,14 @@
 """The agent's loop: the node's runtime read on its own clock (every interval, jittered), the
-cluster's side from watches (``gpuop.agent.watched``), and a judgment at each read and within a
-second of each change the API server announces (a GPU Pod bound, a RuntimeClass changed, a
-ResourceSlice published). A judgment sends no read: its Node, Pods, RuntimeClasses and
+cluster's side from watches (``gpuop.agent.watched``), and a judgment at each read and soon after
+each change the API server announces: within a second for its own node's (a GPU Pod bound, a
+ResourceSlice published), spread over the interval's jitter for a fleet-wide one (a RuntimeClass
+changed, every watch listed again after an API server came back), so that a fleet's agents do not
+all write in the same second. A judgment sends no read: its Node, Pods, RuntimeClasses and
 ResourceSlices are the watches'; only a Pod newly without a sandbox has its sandbox Events looked
 up, and a Pod's ResourceClaims are read once per version of that Pod. It writes only when the
-condition changes or its heartbeat is due, and says each change in an Event.
+condition changes or its heartbeat is due, and says each change in an Event; a condition someone
+else removed or changed (the Node made again, a hand's patch, a heartbeat stamped in the future)
+is written back at the next judgment, and said in an Event too.
 
     agent = Agent(api, flags, metrics)
     agent.run()          # forever; agent.once() -> the condition written
@@ -24,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
 from gpuop.agent.events import EventSink
-from gpuop.agent.flags import AgentFlags, FlagError, parse_flags
+from gpuop.agent.flags import REQUEST_DEADLINE_S, AgentFlags, FlagError, parse_flags
 from gpuop.agent.forget import ForgetError, forget
 from gpuop.agent.gate import RestartGate
 from gpuop.agent.health import Health, serve
@@ -38,9 +42,9 @@ from gpuop.judgment.view import node_view
 from gpuop.reach.kubeapi import api_client, bounded, in_words
 
 LOG = logging.getLogger("gpuop.agent")
-REQUEST_DEADLINE_S = 10  # each request to the API server
 JITTER = 0.1  # each interval lengthened by up to this part of it; the first judgment within it
 SETTLE_S = 0.5  # after a change is announced, for the rest of its burst, judged once
+FLEET_WIDE = ("RuntimeClass",)  # the kinds every node's agent watches alike: a change reaches all at once
 SYNC_S = 30  # --once: how long the watches may take to list
 TERMINAL = ("Succeeded", "Failed")
 
@@ -77,10 +81,12 @@ class SandboxEvents:
 
 class Claims:
     """The ResourceClaims of the node's Pods, read by name once for each version of the Pod that
-    names them (a claim allocated changes its Pod's status, so its Pod's version with it)."""
+    names them (a claim allocated changes its Pod's status, so its Pod's version with it); a claim
+    not found is a fact of that claim (none to judge), asked again at its Pod's next version.
+    ``served`` says whether the cluster serves DRA (its ResourceSlices' watch knows)."""
 
-    def __init__(self, api: client.ApiClient):
-        self.resource, self.known, self.served = client.ResourceV1Api(api), {}, True
+    def __init__(self, api: client.ApiClient, served=lambda: True):
+        self.resource, self.known, self.served = client.ResourceV1Api(api), {}, served
 
     def of(self, pods: list) -> list:
         kept = {}
@@ -93,24 +99,23 @@ class Claims:
                 }
                 - {None}
             )
-            if not names or not self.served:
+            if not names or not self.served():
                 continue
             meta = pod["metadata"]
             key = (meta["uid"], meta.get("resourceVersion"))
             if key not in self.known:
-                try:
-                    self.known[key] = [self._claim(n, meta["namespace"]) for n in names]
-                except ApiException as e:
-                    if e.status != 404:
-                        raise
-                    self.served = False  # no DRA served here
-                    continue
+                self.known[key] = [self._claim(n, meta["namespace"]) for n in names]
             kept[key] = self.known[key]
         self.known = kept
         return [c for claims in kept.values() for c in claims if c is not None]
 
-    def _claim(self, name: str, namespace: str) -> dict:
-        answer = self.resource.read_namespaced_resource_claim(name, namespace, _preload_content=False)
+    def _claim(self, name: str, namespace: str) -> dict | None:
+        try:
+            answer = self.resource.read_namespaced_resource_claim(name, namespace, _preload_content=False)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return None  # not there (deleted, not made yet): this claim is not judged
         return {**_json(answer), "kind": "ResourceClaim"}
 
 
@@ -129,14 +134,25 @@ class Agent:
         self.api, self.flags, self.metrics = api, flags, metrics
         self.core = client.CoreV1Api(api)
         self.read = read or NodeRead(flags.enter, flags.crictl, flags.read_deadline_s)
-        self.changed = threading.Event()
-        self.watched = node_watches(api, flags.node, lambda kind: self.changed.set())
+        self.changed, self.lock, self.due = threading.Event(), threading.Lock(), None
+        self.watched = node_watches(api, flags.node, self.announced)
         self.sandboxes = SandboxEvents(self.core, flags.interval_s, flags.heartbeat_s)
-        self.claims = Claims(api)
+        self.claims = Claims(api, lambda: self.watched["ResourceSlice"].served)
         self.events = EventSink(api, flags.node)
         self.health = Health(flags.health_bound_s, self.watched.values())
         self.gate = RestartGate(self.core, flags.node, flags.pod, flags.pod_namespace)
-        self.answer, self.sent = None, {}
+        self.answer, self.sent, self.written_at = None, {}, None
+
+    def announced(self, kind: str, listed: bool):
+        """A watch's change: judged ``SETTLE_S`` after it (the rest of its burst with it), or, where
+        every agent of the fleet hears it at once (a fleet-wide kind, a whole list again: an API
+        server back), at a time drawn over the interval's jitter."""
+        spread = listed or kind in FLEET_WIDE
+        after = random.uniform(SETTLE_S, max(SETTLE_S, JITTER * self.flags.interval_s)) if spread else SETTLE_S
+        with self.lock:
+            due = time.monotonic() + after
+            self.due = due if self.due is None else min(self.due, due)
+        self.changed.set()
 
     def start(self):
         for w in self.watched.values():
@@ -152,18 +168,25 @@ class Agent:
             self.metrics.failures.labels("node").inc()
 
     def run(self):
-        """Forever: the node read at each tick of its clock, judged then and at each change."""
+        """Forever: the node read at each tick of its clock, judged then and when a change is due."""
         self.start()
         tick = time.monotonic() + random.uniform(0, JITTER * self.flags.interval_s)
         while True:
-            wait = tick - time.monotonic()
-            if wait > 0 and self.changed.wait(wait):
-                time.sleep(SETTLE_S)
+            with self.lock:
+                wake = tick if self.due is None else min(tick, self.due)
+            if wake > time.monotonic():
+                self.changed.wait(wake - time.monotonic())
             self.changed.clear()
-            if time.monotonic() >= tick:
-                began = time.monotonic()
+            now = time.monotonic()
+            if now >= tick:
                 self.read_node()
-                tick = began + self.flags.interval_s * (1 + random.uniform(0, JITTER))
+                tick = now + self.flags.interval_s * (1 + random.uniform(0, JITTER))
+            else:
+                with self.lock:
+                    if self.due is None or now < self.due:
+                        continue  # woken to look again at when the next is due
+            with self.lock:
+                self.due = None
             self.turn()
 
     def once(self) -> dict | None:
@@ -177,59 +200,99 @@ class Agent:
 
     def turn(self) -> dict | None:
         """One judgment, said: its conditions by type; None where the cluster's side is not had
-        (counted and logged)."""
+        or what was judged could not be written (counted and logged)."""
         started = time.monotonic()
         try:
             written, entry = self.judged()
+            unwritten = ""
         except Exception as e:  # noqa: BLE001 (an API server away is waited out: the agent lives on)
             self.metrics.failures.labels("cluster").inc()
-            LOG.warning("node %s: not judged this time: %s", self.flags.node, in_words(e, REQUEST_DEADLINE_S))
+            unwritten = in_words(e, REQUEST_DEADLINE_S)
+            LOG.warning("node %s: not judged this time: %s", self.flags.node, unwritten)
             written = None
         self.events.flush()
-        self.health.judged()
+        self.health.judged(unwritten)
         if written is not None:
             self.metrics.judged(entry, {kind: c["status"] for kind, c in written.items()}, time.monotonic() - started)
         return written
 
     def judged(self) -> tuple:
         """(the conditions written or kept, by type; the judgment's entry); (None, None) before the
-        node's first read or the watches' first lists."""
-        if self.answer is None or not self.synced():
+        watches' first lists or the node's first read (the gate then kept as its Node holds it)."""
+        if not self.synced():
             return None, None
         nodes = self.watched["Node"].items()
         if not nodes:
             raise LookupError(f"no Node named {self.flags.node} in the cluster")
         node, pods = nodes[0], self.watched["Pod"].items()
+        if self.answer is None:
+            self.gate.keep("Unknown", node, pods)
+            return None, None
         objects = [node, *pods, *self.watched["RuntimeClass"].items(), *self.watched["ResourceSlice"].items()]
         objects += self.claims.of(pods) + self.sandboxes.of(pods)
         read = self.answer.read
         entry = None if read is None else judge(node_view(read), objects, self.flags.node, *self._asked())
         now, wanted = datetime.now(UTC), conditions_of(entry, self.answer.unread)
-        said = [next_condition(self._old(node, w["type"]), w, now, self.flags.heartbeat_s) for w in wanted]
+        said = [self._next(node, w, now) for w in wanted]
         if any(why for _, why in said):  # both written together: one PATCH a heartbeat, not one each
             said = [(c, why) if why else next_condition(c, w, now, 0) for (c, why), w in zip(said, wanted)]
         kept = {c["type"]: c for c, _ in said}
         writes = [c for c, why in said if why]
-        changed = [c for c, why in said if why == "changed"]
         if writes:
-            self.core.patch_node_status(self.flags.node, {"status": {"conditions": writes}}, _preload_content=False)
+            answer = self.core.patch_node_status(
+                self.flags.node, {"status": {"conditions": writes}}, _preload_content=False
+            )
             self.sent.update({c["type"]: c for c in writes})
-        for written in changed:
-            self.events.say(written)
-            LOG.info("node %s: %s %s: %s", self.flags.node, written["type"], written["status"], written["message"])
+            self.written_at = (_json(answer)["metadata"]["resourceVersion"], self.watched["Node"].lists)
+        for written, why in said:
+            if why in ("changed", "restored"):
+                self.events.say(written, restored=why == "restored")
+                LOG.info(
+                    "node %s: %s %s (%s): %s",
+                    self.flags.node,
+                    written["type"],
+                    written["status"],
+                    why,
+                    written["message"],
+                )
         self.gate.keep(kept[RESTART_UNSAFE]["status"], node, pods)
         return kept, entry
 
     def _asked(self) -> tuple:
         return self.flags.gpu_handler, self.flags.gpu_driver
 
-    def _old(self, node: dict, kind: str) -> dict | None:
-        """The condition ``kind`` as last written: the Node's, or the agent's own last write where
-        the watch has not brought it back yet (only the agent writes it: the later heartbeat is its)."""
-        seen, sent = condition_in(node, kind), self.sent.get(kind)
-        if sent is None or (seen and seen.get("lastHeartbeatTime", "") >= sent["lastHeartbeatTime"]):
-            return seen
-        return sent
+    def _next(self, node: dict, wanted: dict, now: datetime) -> tuple:
+        """The condition ``wanted`` to write over the Node's, and why (``next_condition``'s, or
+        ``restored``): while the watch has not brought the agent's own last write back, that write
+        is the Node's; once it has, a condition that is not what the agent last wrote (removed,
+        changed, its heartbeat moved: the Node made again, another writer) is written again."""
+        seen, sent = condition_in(node, wanted["type"]), self.sent.get(wanted["type"])
+        if sent is None:  # nothing written by this agent yet: the Node's is the last word
+            return next_condition(seen, wanted, now, self.flags.heartbeat_s)
+        if not self._caught_up():
+            return next_condition(sent, wanted, now, self.flags.heartbeat_s)
+        if seen is None or any(seen.get(k) != sent.get(k) for k in _WRITTEN):
+            condition, why = next_condition(sent, wanted, now, 0)
+            return condition, "changed" if why == "changed" else "restored"
+        return next_condition(seen, wanted, now, self.flags.heartbeat_s)
+
+    def _caught_up(self) -> bool:
+        """Whether the Node's watch has brought back the version the agent's last write made (or
+        listed the Node again since: a list is the Node as it is)."""
+        if self.written_at is None:
+            return True
+        version, lists = self.written_at
+        node = self.watched["Node"]
+        if version in node.versions or node.lists > lists or any(version == _version(o) for o in node.items()):
+            self.written_at = None
+        return self.written_at is None
+
+
+def _version(obj: dict) -> str:
+    return obj["metadata"].get("resourceVersion", "")
+
+
+_WRITTEN = ("status", "reason", "message", "lastTransitionTime", "lastHeartbeatTime")  # a condition, as written
 
 
 def client_of(kubeconfig: str) -> client.ApiClient:

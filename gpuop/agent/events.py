@@ -86,15 +86,20 @@ class Correlator:
         self.seen.pop(key, None)
 
 
-def event_of(node: str, condition: dict, now: datetime) -> dict:
+RESTORED = "written again: another writer removed or changed it"  # an Event's words for a condition restored
+
+
+def event_of(node: str, condition: dict, now: datetime, restored: bool = False) -> dict:
     """An Event on the Node for a change of one of its conditions, as node-problem-detector writes
     them: its reason the condition's, its message the condition's type and status, then its
-    message (two conditions may say the same reason: ``NoGap``).
+    message (two conditions may say the same reason: ``NoGap``); ``restored``: the condition was
+    written back over another writer's change, and says so.
 
         event_of("gpu-a", {"type": "gpuop.io/GPURuntimeProblem", "status": "False", ...}, now)["message"]
         -> "GPURuntimeProblem False: the runtime loads what is written ..."
     """
-    said = f"{short(condition['type'])} {condition['status']}: {condition['message']}"
+    again = f" ({RESTORED})" if restored else ""
+    said = f"{short(condition['type'])} {condition['status']}{again}: {condition['message']}"
     return {
         "metadata": {"generateName": f"{node}.gpuop-", "namespace": NAMESPACE},
         "involvedObject": {"kind": "Node", "name": node, "uid": node, "apiVersion": "v1"},
@@ -114,10 +119,11 @@ class EventSink:
         self.core, self.node = client.CoreV1Api(api), node
         self.correlator, self.pending = Correlator(), collections.deque()
 
-    def say(self, condition: dict):
-        """An Event for ``condition``'s change, queued for ``flush``."""
+    def say(self, condition: dict, restored: bool = False):
+        """An Event for ``condition``'s change (``restored``: written back over another writer's),
+        queued for ``flush``."""
         now = datetime.now(UTC)
-        said = self.correlator.correlate(event_of(self.node, condition, now), time.monotonic())
+        said = self.correlator.correlate(event_of(self.node, condition, now, restored), time.monotonic())
         if said is not None:
             self.pending.append([*said, 0])
 

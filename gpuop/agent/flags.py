@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from gpuop.judgment.condition import REFRESH_S
 from gpuop.judgment.node_rules import DRIVER
 
+REQUEST_DEADLINE_S = 10  # each request of the agent's client to the API server (not a flag: a watch has its own)
+
 
 class FlagError(Exception):
     """A flag the agent cannot run with, in one sentence."""

@@ -2,8 +2,10 @@
 label ``GATE`` on the agent's own Pod (kured's ``--blocking-pod-selector`` then holds that node's
 reboot, and no other's) and on its Node (a system-upgrade-controller Plan selects nodes by label);
 both taken off when it turns False, and left as they are while it is Unknown: not knowing is no
-reason to let a reboot through that was held, nor to hold one that was let. A label is written only
-where the watches show it otherwise, and once per version of its object.
+reason to let a reboot through that was held, nor to hold one that was let. The Node's label is the
+gate's memory: a new agent Pod (a rolling update, an eviction, a crash) on a gated Node is gated
+from its start, before its first judgment, and stays so while it is Unknown. A label is written
+only where the watches show it otherwise, and once per version of its object.
 
     gate = RestartGate(core, "gpu-a", "gpuop-agent-x1z2", "gpuop-system")
     gate.keep("True", node, pods)   # the label put on the Node and the agent's Pod where missing
@@ -22,13 +24,20 @@ class RestartGate:
         self.patched = {}  # "Node" or "Pod" -> the version it had when its label was last written
 
     def keep(self, status: str, node: dict, pods: list):
-        """The labels as ``status`` (RESTART_UNSAFE's) asks, ``node`` and ``pods`` as the watches
-        last said them."""
-        if status not in ("True", "False"):
+        """The labels as ``status`` (RESTART_UNSAFE's; anything but True and False: not known) asks,
+        ``node`` and ``pods`` as the watches last said them."""
+        own = self._own(pods)
+        if status not in ("True", "False"):  # not known: the Pod gated where its Node is, nothing lifted
+            if own is not None and _gated(node) and not _gated(own):
+                self._label_pod(own, "true")
             return
         wanted = "true" if status == "True" else None
         self._label("Node", node, wanted, lambda body: self.core.patch_node(self.node, body, _preload_content=False))
-        own = next(
+        if own is not None:
+            self._label_pod(own, wanted)
+
+    def _own(self, pods: list) -> dict | None:
+        return next(
             (
                 p
                 for p in pods
@@ -36,13 +45,14 @@ class RestartGate:
             ),
             None,
         )
-        if own is not None:
-            self._label(
-                "Pod",
-                own,
-                wanted,
-                lambda body: self.core.patch_namespaced_pod(self.pod, self.namespace, body, _preload_content=False),
-            )
+
+    def _label_pod(self, own: dict, wanted: str | None):
+        self._label(
+            "Pod",
+            own,
+            wanted,
+            lambda body: self.core.patch_namespaced_pod(self.pod, self.namespace, body, _preload_content=False),
+        )
 
     def _label(self, what: str, obj: dict, wanted: str | None, patch):
         meta = obj["metadata"]
@@ -52,3 +62,7 @@ class RestartGate:
             return
         patch({"metadata": {"labels": {GATE: wanted}}})
         self.patched[what] = meta.get("resourceVersion")
+
+
+def _gated(obj: dict) -> bool:
+    return (obj["metadata"].get("labels") or {}).get(GATE) == "true"

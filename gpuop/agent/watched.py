@@ -4,12 +4,16 @@ server's watch cache, not etcd), then one watch from its version, with bookmarks
 ends at a random time between ``WATCH_S`` and twice that (client-go's), and is taken up again from
 the last version seen; a version the server no longer has (410 Gone) is listed again; a broken
 list or watch is tried again after a backoff with full jitter (so that every agent of a fleet
-does not come back in the same second after an API server restart).
+does not come back in the same second after an API server restart). A watch whose server sends
+bookmarks and then says nothing, no event and no bookmark, for ``SILENT_S`` (a connection that
+died unseen: a load balancer's idle timeout, a peer gone) is ended and taken up again, not
+waited on until its own end; meanwhile it is not in sync (``/readyz``).
 
     node = Watched(api, "Node", "list_node", on_change, field_selector="metadata.name=gpu-a")
     node.start(); node.synced.wait(10); node.items()   # [{"kind": "Node", "metadata": {...}, ...}]
 """
 
+import collections
 import json
 import logging
 import random
@@ -27,6 +31,10 @@ WATCH_S = 300  # a watch request's shortest end (timeoutSeconds), as client-go's
 BACKOFF_S = (0.8, 30)  # a broken list or watch waits uniformly up to 0.8 s x 2^failures, at most 30 s
 LIST_DEADLINE_S = 30  # one list request
 UNSERVED_S = 600  # a kind the cluster does not serve (404: no DRA) is asked again after this
+# The API server's watch cache sends a bookmark about every minute to a watch that asks for them
+# (its bookmarkFrequency); nothing at all, no event and no bookmark, for this long is a dead watch.
+SILENT_S = 90
+VERSIONS_KEPT = 64  # the versions its last events brought: a writer asks whether its own write came back
 
 # Each kind the agent watches: its API class and list call.
 APIS = {
@@ -48,15 +56,19 @@ def backoff_s(failures: int, rand=random.random) -> float:
 
 class Watched:
     """One kind's objects as the API server last said them, by ``namespace/name``, plain JSON
-    with their ``kind``. ``on_change(kind)`` is called after each change; ``synced`` is set once
-    listed (or found not served); ``up`` says whether its last request succeeded."""
+    with their ``kind``. ``on_change(kind, listed)`` is called after each change (``listed``: a
+    whole list, as after an API server came back, not one object's event); ``synced`` is set once
+    listed (or found not served); ``up`` says whether its last request succeeded, ``behind`` why
+    not in words; ``versions`` are those its last events brought."""
 
-    def __init__(self, api: client.ApiClient, kind: str, on_change, field_selector: str = ""):
+    def __init__(self, api: client.ApiClient, kind: str, on_change, field_selector: str = "", silent_s=SILENT_S):
         group, call = APIS[kind]
         self.kind, self.lister = kind, getattr(getattr(client, group)(api), call)
-        self.on_change, self.selector = on_change, field_selector
+        self.on_change, self.selector, self.silent_s = on_change, field_selector, silent_s
         self.objects, self.version, self.served = {}, None, True
         self.synced, self.up, self.lists, self.failures = threading.Event(), False, 0, 0
+        self.bookmarks, self.heard, self.behind = False, time.monotonic(), "not listed yet"
+        self.versions = collections.deque(maxlen=VERSIONS_KEPT)
         self.thread = None
 
     def items(self) -> list:
@@ -83,8 +95,10 @@ class Watched:
         self.lists += 1
 
     def watch(self):
-        """One watch from the version last seen, until the server ends it or it breaks. Its lines
-        read here, not by ``kubernetes.watch``: that one reads an ERROR line (a 410) as a model's."""
+        """One watch from the version last seen, until the server ends it, it breaks, or, where the
+        server sends bookmarks, it is silent past ``silent_s`` (each read of the connection waits
+        that long at most). Its lines read here, not by ``kubernetes.watch``: that one reads an
+        ERROR line (a 410) as a model's."""
         timeout = int(WATCH_S * (1 + random.random()))
         answer = self.lister(
             **self._selected(),
@@ -93,16 +107,21 @@ class Watched:
             allow_watch_bookmarks=True,
             timeout_seconds=timeout,
             _preload_content=False,
-            _request_timeout=(CONNECT_TIMEOUT_S, timeout + 30),
+            _request_timeout=(CONNECT_TIMEOUT_S, self.silent_s if self.bookmarks else timeout + 30),
         )
-        self.up, self.failures = True, 0  # the server took the watch (a quiet one sends no event)
+        self.up, self.failures, self.heard, self.behind = True, 0, time.monotonic(), ""  # a quiet one sends nothing
         try:
             for line in iter_resp_lines(answer):
+                self.heard = time.monotonic()
                 if line:
                     self._seen(json.loads(line))
         finally:
             answer.close()
             answer.release_conn()
+
+    def silent(self) -> bool:
+        """Whether its watch, on a server that sends bookmarks, has heard nothing for ``silent_s``."""
+        return self.bookmarks and self.up and time.monotonic() - self.heard > self.silent_s
 
     def _seen(self, event: dict):
         obj, kind = event["object"], event["type"]
@@ -111,30 +130,32 @@ class Watched:
         self.up, self.failures = True, 0
         self.version = obj["metadata"]["resourceVersion"]
         if kind == "BOOKMARK":  # no change: only where the watch is, for a watch taken up later
+            self.bookmarks = True
             return
+        self.versions.append(self.version)
         if kind == "DELETED":
             self.objects.pop(self._key(obj), None)
         else:
             self.objects[self._key(obj)] = {**obj, "kind": self.kind}
-        self.on_change(self.kind)
+        self.on_change(self.kind, False)
 
     def _keep(self):
         while True:
             try:
                 if self.version is None:
                     self.list()
-                    self.up, self.failures = True, 0
+                    self.up, self.failures, self.behind = True, 0, ""
                     self.synced.set()
-                    self.on_change(self.kind)
+                    self.on_change(self.kind, True)
                 self.watch()
             except ApiException as e:
                 if e.status == 410:  # the version expired: listed again, at once
                     self.version = None
                     continue
                 if e.status == 404 and self.version is None:  # not served here (a cluster with no DRA)
-                    self.served, self.objects = False, {}
+                    self.served, self.objects, self.behind = False, {}, ""
                     self.synced.set()
-                    self.on_change(self.kind)
+                    self.on_change(self.kind, True)
                     time.sleep(UNSERVED_S * (1 + random.random() / 10))
                     continue
                 self._broken(e)
@@ -142,9 +163,15 @@ class Watched:
                 self._broken(e)
 
     def _broken(self, e: Exception):
-        self.up, self.failures = False, self.failures + 1
+        silent = self.bookmarks and time.monotonic() - self.heard >= self.silent_s
+        words = (
+            f"heard nothing for {self.silent_s:.0f}s, no event and no bookmark"
+            if silent
+            else in_words(e, LIST_DEADLINE_S)
+        )
+        self.up, self.failures, self.behind = False, self.failures + 1, words
         wait = backoff_s(self.failures)
-        LOG.warning("the %ss' watch broke: %s; again in %.1fs", self.kind, in_words(e, LIST_DEADLINE_S), wait)
+        LOG.warning("the %ss' watch broke: %s; again in %.1fs", self.kind, words, wait)
         time.sleep(wait)
 
     def start(self):

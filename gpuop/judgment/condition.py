@@ -23,6 +23,7 @@ RESTART_UNSAFE = "gpuop.io/GPURuntimeRestartUnsafe"  # the runtime's next start 
 CONDITIONS = (PROBLEM, RESTART_UNSAFE)
 GATE = "gpuop.io/restart-unsafe"  # the label on the agent's Pod and its Node while RESTART_UNSAFE is True
 REFRESH_S = 300  # the condition's heartbeat, as node-problem-detector's (the agent's --heartbeat-s)
+SKEW_S = 60  # how far a node's clock may run ahead of the reader's: a heartbeat later than that is no heartbeat
 MESSAGE_MAX = 1024  # the condition's message at most (an Event's note is bounded to 1 KiB too)
 # The gap kinds of the runtime's next start: what a restart or a reboot would meet. Each sets
 # RESTART_UNSAFE; every other kind sets PROBLEM (docs/glossary.md's table says both, once).
@@ -137,7 +138,8 @@ def _time(value) -> datetime | None:
 def next_condition(old: dict | None, wanted: dict, now: datetime, refresh_s: float = REFRESH_S) -> tuple:
     """The condition to write over ``old`` (the Node's, None where it has none), and why:
     ``changed`` (its status or reason moved: written at once, an Event said, ``lastTransitionTime``
-    moved only where the status did), ``refreshed`` (its heartbeat older than ``refresh_s``:
+    moved only where the status did), ``refreshed`` (its heartbeat older than ``refresh_s``, or
+    after ``now``: a heartbeat in the future would stop the refreshes until the clock passed it;
     written with the message as it is now, so a new message alone waits for it), or "" (nothing
     to write: ``old`` stands).
 
@@ -153,7 +155,7 @@ def next_condition(old: dict | None, wanted: dict, now: datetime, refresh_s: flo
     if moved or old.get("reason") != wanted["reason"]:
         return written, "changed"
     beat = _time(old.get("lastHeartbeatTime"))
-    if beat is None or (now - beat).total_seconds() >= refresh_s:
+    if beat is None or beat > now or (now - beat).total_seconds() >= refresh_s:
         return written, "refreshed"
     return old, ""
 
@@ -189,7 +191,8 @@ def overall(statuses: list) -> str:
 def agent_verdict(node: dict, now: datetime, refresh_s: float = REFRESH_S) -> dict:
     """What a Node's agent says of it, read from its conditions alone: ``agent`` is ``ok``,
     ``missing`` (no condition: no agent judged it) or ``stale`` (a heartbeat older than two of
-    the agents' heartbeats, ``refresh_s``: the agent stopped); with ok, each condition's status
+    the agents' heartbeats, ``refresh_s``: the agent stopped; or more than ``SKEW_S`` in the
+    future: stamped by a clock that cannot be the agent's, or by another writer); with ok, each condition's status
     and reason (``conditions``, by its short type), the node's one ``status`` (``overall``) and
     reason (the first True condition's, else the Problem's), and the gaps, each with the
     condition it sets.
@@ -208,8 +211,11 @@ def agent_verdict(node: dict, now: datetime, refresh_s: float = REFRESH_S) -> di
             "heartbeat_age_s": None,
         }
     beats = [_time(c.get("lastHeartbeatTime")) for c in said.values()]
-    age = round((now - min(beats)).total_seconds()) if all(beats) else None
-    agent = "ok" if age is not None and age <= 2 * refresh_s else "stale"
+    age = None
+    if all(beats):  # the oldest heartbeat's age, or the one furthest in the future (a negative age)
+        ahead = (now - max(beats)).total_seconds()
+        age = round(ahead if ahead < -SKEW_S else (now - min(beats)).total_seconds())
+    agent = "ok" if age is not None and -SKEW_S <= age <= 2 * refresh_s else "stale"
     first_true = next((c for c in said.values() if c["status"] == "True"), said[PROBLEM])
     return {
         "agent": agent,
@@ -233,10 +239,12 @@ def agents_report(nodes: list, now, refresh_s: float = REFRESH_S) -> dict:
         verdict = agent_verdict(node, now, refresh_s)
         if verdict["agent"] != "missing" or allocatable_count(node):
             found[node["metadata"]["name"]] = verdict
-    unread = [
-        f"{name} (agent {v['agent']}"
-        + (f", its last heartbeat {v['heartbeat_age_s']}s ago)" if v["agent"] == "stale" else ")")
-        for name, v in sorted(found.items())
-        if v["agent"] != "ok"
-    ]
+    unread = [f"{name} (agent {v['agent']}{_beat(v)})" for name, v in sorted(found.items()) if v["agent"] != "ok"]
     return {"from": "agents", "nodes": dict(sorted(found.items())), "unread": unread}
+
+
+def _beat(verdict: dict) -> str:
+    age = verdict["heartbeat_age_s"]
+    if verdict["agent"] != "stale" or age is None:
+        return ""
+    return f", its last heartbeat {age}s ago" if age >= 0 else f", its last heartbeat {-age}s in the future"

@@ -148,8 +148,9 @@ def _loaded_words(view: View) -> str:
     }[view["loaded_from"]]
 
 
-# What each section of a node's read stands for, where it did not end in time (``view["unread"]``):
-# the views it leaves unread, and its words ({rt}, {version}, {pid}, {within}).
+# What each section of a node's read stands for, where it did not end in time (``view["unread"]``),
+# and a file whose text was not had: the views it leaves unread, and its words ({rt}, {version},
+# {arg}: the section's argument, a process's pid or a file's path; {within}: its deadline or why).
 _UNREAD = {
     "runtime": (
         ["written"],
@@ -196,18 +197,22 @@ _UNREAD = {
     ),
     "containerd": (
         ["loaded"],
-        "the flags of containerd pid {pid} (its config and socket) were not read within "
+        "the flags of containerd pid {arg} (its config and socket) were not read within "
         "{within} (a file they name blocks reads): whether it serves this node is not known",
     ),
     "crio": (
         ["loaded"],
-        "the flags of CRI-O pid {pid} (its config and socket) were not read within {within} "
+        "the flags of CRI-O pid {arg} (its config and socket) were not read within {within} "
         "(a file they name blocks reads): whether it serves this node is not known",
     ),
     "kubelet": (
         ["loaded"],
-        "the endpoint of kubelet pid {pid} was not read within {within} (a file of its config "
+        "the endpoint of kubelet pid {arg} was not read within {within} (a file of its config "
         "blocks reads): the runtime judged is the one on the default socket",
+    ),
+    "file": (
+        ["written"],
+        "the file {arg} of {rt} {version} was not read ({within}): what it says is not judged, the rest is",
     ),
 }
 
@@ -221,16 +226,16 @@ def unread_gaps(view: View) -> list:
     """
     gaps = []
     for section, within in view["unread"].items():
-        kind, _, pid = section.partition(" ")
+        kind, _, arg = section.partition(" ")
         if kind not in _UNREAD:
             continue
         views, words = _UNREAD[kind]
         gaps.append(
             gap(
                 "view-unread",
-                f"{kind} {pid}" if pid else view["runtime"],
+                f"{kind} {arg}" if arg else view["runtime"],
                 views,
-                words.format(rt=view["runtime"], version=view["version"], pid=pid, within=within),
+                words.format(rt=view["runtime"], version=view["version"], arg=arg, within=within),
             )
         )
     return gaps

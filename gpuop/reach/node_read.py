@@ -17,6 +17,7 @@ READ_SH = os.path.join(os.path.dirname(__file__), "node_read.sh")  # the read, i
 
 
 READ_MARGIN_S = 5  # of a read's deadline, kept for its last section's kill and the way back
+FILE_KIB = 1024  # the most of one file the read carries; a larger one is named, not read (a config is a few KiB)
 
 
 def node_read(crictl: str = "crictl", deadline_s: float = 150) -> str:
@@ -32,7 +33,7 @@ def node_read(crictl: str = "crictl", deadline_s: float = 150) -> str:
         script = f.read()
     functions = (
         f"CRICTL={shlex.quote(crictl)}\nNVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
-        f"READ_S={max(1, int(deadline_s - READ_MARGIN_S))}\n{shell_functions()}{script}"
+        f"READ_S={max(1, int(deadline_s - READ_MARGIN_S))}\nFILE_KIB={FILE_KIB}\n{shell_functions()}{script}"
     )
     return f'GPUOP_READ={shlex.quote(functions)}\neval "$GPUOP_READ"\nread_node'
 
@@ -43,7 +44,9 @@ def parse(output: list) -> dict:
         parse(["--- gpuop hostname gpu-a"])["hostname"] -> "gpu-a"
 
     A section that did not end within its deadline (``--- gpuop unread NAME DEADLINE``) is in
-    ``unread`` ({"cdi": "10s", "containerd 812": "10s"}), its part left as never read.
+    ``unread`` ({"cdi": "10s", "containerd 812": "10s"}), its part left as never read; so is a file
+    whose text was not had (``file PATH``: larger than ``FILE_KIB``, or not UTF-8 text), left out
+    of its files.
     """
     result = {"hostname": "", "containerds": [], "crios": [], "kubelet": None, "unread": {}}
     daemons, runtime = {}, None
@@ -66,10 +69,24 @@ def parse(output: list) -> dict:
             result["containerds" if kind == "containerd" else "crios"].append(daemons[rest[0]])
         elif kind == "runtime":
             runtime = daemons[rest[0]]
-            runtime.update(serves=True, files=untarred(lines[0]) if lines and lines[0].strip() else {})
+            runtime.update(serves=True, files=_files(lines, result["unread"]))
         else:
-            _runtime_part(runtime, kind, lines)
+            _runtime_part(runtime, kind, lines, result["unread"])
     return result
+
+
+def _files(lines: list, unread: dict) -> dict:
+    """The files of a section written by ``bounded_tar`` (their tar's line, then ``large BYTES PATH``
+    for each too large to carry); each whose text was not had is put in ``unread`` (``file PATH``:
+    why), not among the files."""
+    found = untarred(lines[0]) if lines and lines[0].strip() else {}
+    for line in lines[1:]:
+        if line.startswith("large "):
+            size, _, path = line[len("large ") :].partition(" ")
+            unread[f"file {path}"] = f"{int(size) / 2**20:.1f} MiB, above the read's bound of {FILE_KIB // 1024} MiB"
+    for path in [p for p, f in found.items() if "unread" in f]:
+        unread[f"file {path}"] = found.pop(path)["unread"]
+    return found
 
 
 def _sections(output: list, unread: dict) -> list:
@@ -111,7 +128,7 @@ def _daemon(kind: str, pid: int, lines: list) -> dict:
     }
 
 
-def _runtime_part(runtime: dict, kind: str, lines: list) -> None:
+def _runtime_part(runtime: dict, kind: str, lines: list, unread: dict) -> None:
     """One section of the runtime's own (its next start, its start time, CRI, CDI, status, hooks, the
     NVIDIA binaries) read into ``runtime``."""
     if kind == "restart" and "config_dir" in runtime:
@@ -127,7 +144,7 @@ def _runtime_part(runtime: dict, kind: str, lines: list) -> None:
     elif kind == "status":  # CRI-O's own answer, asked where the node has no crictl
         runtime["loaded"] = crio.status_answer(lines) or runtime["loaded"]
     elif kind == "hooks":
-        runtime["hooks"] = untarred(lines[0]) if lines and lines[0].strip() else {}
+        runtime["hooks"] = _files(lines, unread)
     elif kind == "nvidia":
         runtime["nvidia_runtimes"] = [line for line in lines if line.strip()]
 

@@ -7,7 +7,8 @@
 #
 # Set before this text by the controller, all of it also in GPUOP_READ (what a section's own shell
 # defines first): CRICTL (crictl on the node), NVIDIA_BINARIES (where k3s looks for NVIDIA runtimes
-# at start) and the shell it shares with the lab's facts:
+# at start), FILE_KIB (the most of a file the read carries, in KiB) and the shell it shares with the
+# lab's facts:
 #   gpuop_tar FILE...         the files, tarred, gzipped and base64'd on one line
 #   gpuop_restart BINARY CFG  the binary's version and its own merge of CFG (its next start's)
 #   gpuop_cri CRICTL ADDRESS  `crictl info` on the socket, then crictl's exit status
@@ -140,9 +141,28 @@ restart_binary() {
   esac
 }
 
+# bounded_tar FILE...: the files of at most FILE_KIB KiB on one line (gpuop_tar; an empty line where
+# none), then each larger one as "large BYTES PATH": a node's file of any size is named, never
+# carried whole (a log left in conf.d would otherwise fill the reader's memory).
+bounded_tar() {
+  [ $# -gt 0 ] || { echo; return 0; }
+  big=$(find -L "$@" -maxdepth 0 -type f -size +"${FILE_KIB}k" 2>/dev/null | awk '!seen[$0]++')
+  n=$#
+  for f in "$@"; do
+    case "
+$big
+" in *"
+$f
+"*) ;; *) set -- "$@" "$f" ;; esac
+  done
+  shift "$n"
+  gpuop_tar "$@" | grep . || echo
+  [ -z "$big" ] || printf "%s\n" "$big" | while IFS= read -r f; do echo "large $(stat -Lc %s "$f") $f"; done
+}
+
 # written CFG: the config, the files its top-level `imports` reach, every file of the conf.d
 # beside it (one no import reaches is a finding) and the k3s/RKE2 templates, on one line
-# (gpuop_tar). The controller parses `imports` again with a TOML parser.
+# (bounded_tar). The controller parses `imports` again with a TOML parser.
 written() {
   set -- "$1"
   d=${1%/*}
@@ -154,7 +174,7 @@ written() {
   for f in "$d"/conf.d/* "$d"/config.toml.tmpl "$d"/config-v3.toml.tmpl; do
     [ -f "$f" ] && set -- "$@" "$f"
   done
-  gpuop_tar "$@"
+  bounded_tar "$@"
 }
 
 # listed KEY CRI_ANSWER: the strings of the answer's JSON array KEY, a word each.
@@ -171,14 +191,14 @@ cdi_specs() {
 }
 
 # crio_hooks CRI_ANSWER: the OCI hook files in the directories CRI-O reads (its answer's
-# HooksDir, else its defaults) that name an NVIDIA hook, on one line (gpuop_tar).
+# HooksDir, else its defaults) that name an NVIDIA hook, on one line (bounded_tar).
 crio_hooks() {
   h=$(listed HooksDir "$1")
   set --
   for d in ${h:-$CRIO_HOOKS_DIRS}; do
     for f in $(grep -l -s -E "nvidia-container-(runtime-hook|toolkit)" "$d"/*.json); do set -- "$@" "$f"; done
   done
-  [ $# -eq 0 ] || gpuop_tar "$@"
+  [ $# -eq 0 ] || bounded_tar "$@"
 }
 
 # crio_restart BINARY CFG DIR PID: the binary's version, then its own merge of the files (`crio
@@ -234,12 +254,16 @@ section() {
   [ "$r" -ne 124 ] && [ "$r" -ne 137 ] || echo "--- gpuop unread $s ${t}s"
 }
 
-# processes: every containerd, kubelet, k3s and CRI-O process as KIND:PID, one a line. `ls -l`
-# names every process's binary in one process (a readlink each costs a fork per process on a
-# busy node); shims and ctr are other binaries and do not match.
+# processes: every containerd, kubelet, k3s and CRI-O process of the node's own PID namespace as
+# KIND:PID, one a line: a container's process of that name (a k3s in a Pod, a kubelet under test)
+# runs in a PID namespace of its own and is not the node's. `ls -l` names every process's binary in
+# one process (a readlink each costs a fork per process on a busy node); shims and ctr are other
+# binaries and do not match; only those few are asked their namespace.
 processes() {
+  own=$(readlink /proc/self/ns/pid)
   ls -l /proc/[0-9]*/exe 2>/dev/null |
-    sed -nE 's@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet|k3s|crio)( \(deleted\))?$@\3:\1@p'
+    sed -nE 's@.* /proc/([0-9]+)/exe -> (.*/)?(containerd|kubelet|k3s|crio)( \(deleted\))?$@\3:\1@p' |
+    while IFS= read -r x; do [ "$(readlink "/proc/${x#*:}/ns/pid" 2>/dev/null)" != "$own" ] || echo "$x"; done
 }
 
 # described KIND PID: a process's section: its binary, command line (base64), then where it
@@ -260,11 +284,11 @@ described() {
 # runtime_files CFG [DIR]: the runtime's files on one line, an empty one where none: a
 # containerd's (written), or a CRI-O's config and every file of its drop-in folder DIR.
 runtime_files() {
-  if [ $# -eq 1 ]; then written "$1" | grep . || echo; return 0; fi
+  if [ $# -eq 1 ]; then written "$1"; return 0; fi
   c=$1 d=$2
   set --
   for f in "$c" "$d"/*; do [ -f "$f" ] && set -- "$@" "$f"; done
-  { [ $# -eq 0 ] || gpuop_tar "$@"; } | grep . || echo
+  bounded_tar "$@"
 }
 
 # crio_status BINARY SOCKET: CRI-O's own status API (where the node has no crictl), its status.

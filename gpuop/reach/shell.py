@@ -112,16 +112,27 @@ def restart_answer(output: list) -> dict:
 
 
 def untarred(line: str) -> dict:
-    """The files in ``gpuop_tar``'s line: ``{path: {"mode": "644", "text": ...}}``."""
+    """The files in ``gpuop_tar``'s line: ``{path: {"mode": "644", "text": ...}}``. A file that is
+    not UTF-8 text (which TOML, YAML and JSON all are) is said so in ``unread``, its text decoded
+    as far as it goes, never an error: what a node holds must not end its reader.
+
+        untarred(line)["/etc/containerd/conf.d/50-x.toml"] -> {"mode": "644", "text": "\ufffd...",
+            "unread": "not UTF-8 text"}
+    """
     found = {}
     try:
         with tarfile.open(fileobj=io.BytesIO(base64.b64decode(line)), mode="r:gz") as tar:
             for member in tar:
                 if member.isfile() or member.islnk():  # tar stores a file seen twice as a link
-                    found[member.name] = {
-                        "mode": format(member.mode & 0o7777, "o"),
-                        "text": tar.extractfile(member).read().decode(),
-                    }
+                    data = tar.extractfile(member).read()
+                    found[member.name] = {"mode": format(member.mode & 0o7777, "o"), **_text(data)}
     except (tarfile.TarError, binascii.Error, EOFError) as e:
         raise ValueError(f"the target's files came back unreadable ({e}): does it have GNU tar and base64?") from None
     return found
+
+
+def _text(data: bytes) -> dict:
+    try:
+        return {"text": data.decode()}
+    except UnicodeDecodeError:
+        return {"text": data.decode(errors="replace"), "unread": "not UTF-8 text"}

@@ -43,17 +43,37 @@ def test_default_values_render_the_kustomization_s_objects():
     chart = without_helm_labels(objects(render("gpuop-agent", "gpuop-system")))
     kustomized = without_helm_labels(objects(kubectl("kustomize", KUSTOMIZATION)))
     assert kustomized.pop(("Namespace", "gpuop-system"))
+    # the uninstall hook's boundary: the chart's alone (a kustomize user runs --forget as themselves)
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        assert chart.pop((kind, "gpuop-agent-forget"))
     assert sorted(chart) == sorted(kustomized)
     for key, obj in chart.items():
         assert obj == kustomized[key], key
 
 
-def test_the_policy_and_the_binding_follow_the_release_s_namespace_and_service_account():
+def test_the_agent_s_identity_and_its_rights_follow_the_release_s_namespace_and_service_account():
+    """The policy names no ServiceAccount: the release's is bound to the role that grants the
+    agent's identity, its Pods patched in the release's namespace, its Events in default."""
     found = objects(render("edge", "gpu-ops"))
-    binding = found[("ClusterRoleBinding", "edge-gpuop-agent")]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "edge-gpuop-agent", "namespace": "gpu-ops"}]
+    subject = [{"kind": "ServiceAccount", "name": "edge-gpuop-agent", "namespace": "gpu-ops"}]
+    for kind, name in (
+        ("ClusterRoleBinding", "edge-gpuop-agent"),
+        ("RoleBinding", "edge-gpuop-agent"),
+        ("RoleBinding", "edge-gpuop-agent-events"),
+    ):
+        assert found[(kind, name)]["subjects"] == subject, name
+    assert found[("RoleBinding", "edge-gpuop-agent")]["metadata"]["namespace"] == "gpu-ops"
+    assert found[("RoleBinding", "edge-gpuop-agent-events")]["metadata"]["namespace"] == "default"
+    identity = {
+        "apiGroups": ["gpuop.io"],
+        "resources": ["identities"],
+        "resourceNames": ["node-agent"],
+        "verbs": ["be"],
+    }
+    assert identity in found[("ClusterRole", "edge-gpuop-agent")]["rules"]
     policy = found[("ValidatingAdmissionPolicy", "edge-gpuop-agent-own-node")]
-    assert "split(':')[3] == 'edge-gpuop-agent'" in policy["spec"]["matchConditions"][0]["expression"]
+    assert "name('node-agent').check('be')" in policy["spec"]["matchConditions"][0]["expression"]
+    assert "edge" not in json.dumps(policy["spec"])
     assert found[("ValidatingAdmissionPolicyBinding", "edge-gpuop-agent-own-node")]["spec"]["policyName"] == (
         "edge-gpuop-agent-own-node"
     )

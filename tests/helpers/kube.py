@@ -34,6 +34,12 @@ _RESOURCES = {
     "daemonset": ("/apis/apps/v1", "daemonsets", True),
     "lease": ("/apis/coordination.k8s.io/v1", "leases", True),
     "poddisruptionbudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "validatingadmissionpolicybinding": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicybindings",
+        False,
+    ),
 }
 _RESOURCES.update({where[1]: where for where in list(_RESOURCES.values())})  # "pods" as "pod"
 _clients = {}  # context -> (the kubeconfig's mtime and size when made, its client)

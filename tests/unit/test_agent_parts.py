@@ -129,12 +129,15 @@ def test_the_backoff_is_full_jitter_under_an_exponential_cap():
 
 
 class _Watch:
-    def __init__(self, kind, synced, up):
+    def __init__(self, kind, synced, up, behind="", silent=False):
         import threading
 
-        self.kind, self.synced, self.up = kind, threading.Event(), up
+        self.kind, self.synced, self.up, self.behind, self.quiet = kind, threading.Event(), up, behind, silent
         if synced:
             self.synced.set()
+
+    def silent(self):
+        return self.quiet
 
 
 def _get(port: int, path: str) -> tuple:
@@ -156,7 +159,20 @@ def test_healthz_fails_past_its_bound_and_readyz_says_which_watch_is_behind():
         now[0] += 331
         assert _get(port, "/healthz") == (
             503,
-            "no judgment for 331s, past 330s (three intervals and the read's deadline)\n",
+            "no judgment said for 331s, past 330s (three intervals and the read's deadline)\n",
+        )
+        health.judged()
+        assert _get(port, "/healthz")[0] == 200
+        # judgments whose writes all fail are no sign of life: past the bound, the probe fails, saying why
+        now[0] += 200
+        health.judged("the API server refused: 403 Forbidden")
+        assert _get(port, "/healthz")[0] == 200
+        now[0] += 200
+        health.judged("the API server refused: 403 Forbidden")
+        assert _get(port, "/healthz") == (
+            503,
+            "no judgment said for 400s, past 330s (three intervals and the read's deadline); the last not "
+            "written: the API server refused: 403 Forbidden\n",
         )
         health.judged()
         assert _get(port, "/healthz")[0] == 200
@@ -164,6 +180,12 @@ def test_healthz_fails_past_its_bound_and_readyz_says_which_watch_is_behind():
         watches[1].synced.set()
         watches[1].up = True
         assert _get(port, "/readyz") == (200, "ok: every watch in sync\n")
+        # a watch that heard nothing past its bookmarks' interval is not in sync, and says why
+        watches[0].quiet, watches[0].behind = True, "heard nothing for 90s, no event and no bookmark"
+        assert _get(port, "/readyz") == (
+            503,
+            "not in sync: Node (heard nothing for 90s, no event and no bookmark)\n",
+        )
         assert _get(port, "/metrics")[0] == 200
     finally:
         server.shutdown()
@@ -233,6 +255,14 @@ def test_the_restart_gate_labels_the_node_and_the_agent_s_own_pod_only_while_res
     gate.keep("True", node, [own])
     gate.keep("Unknown", node, [own])  # not known: left as it is
     assert len(core.sent) == 2
+    # a new agent Pod on a gated Node: gated from its start, while nothing is known yet
+    new = _obj("agent-y", "9", namespace="gpuop-system")
+    young = RestartGate(core, "gpu-a", "agent-y", "gpuop-system")
+    young.keep("Unknown", node, [own, new])
+    assert core.sent[2:] == [("Pod", "gpuop-system/agent-y", put)]
+    young.keep("Unknown", _obj("gpu-a", "10"), [_obj("agent-y", "11", {GATE: "true"}, "gpuop-system")])
+    assert len(core.sent) == 3  # a Node not gated lifts nothing while not known
+    del core.sent[2:]
     gate.keep("False", node, [own])
     lift = {"metadata": {"labels": {GATE: None}}}
     assert core.sent[2:] == [("Node", "gpu-a", lift), ("Pod", "gpuop-system/agent-x", lift)]

@@ -125,6 +125,26 @@ def test_the_transition_time_moves_only_with_the_status_and_the_condition_is_ref
     assert why == "changed" and healthy["lastTransitionTime"] == "2026-12-04T22:05:20Z"
 
 
+def test_a_heartbeat_in_the_future_is_written_again_and_read_as_stale():
+    """A heartbeat stamped ahead of the clock (another writer, a clock set back) would stop the
+    refreshes until the clock passed it: the agent writes it again at once; the fleet reads a
+    condition stamped more than SKEW_S ahead of its own clock as stale, not fresh."""
+    from gpuop.judgment.condition import SKEW_S, agents_report
+
+    true = problem_of({"loaded_from": "cri", "gaps": [gap("handler-not-loaded", "a")]})
+    first, _ = next_condition(None, true, T0)
+    ahead = {**first, "lastHeartbeatTime": "2026-12-05T22:00:00Z"}  # a day ahead
+    again, why = next_condition(ahead, true, T0 + timedelta(seconds=60))
+    assert why == "refreshed" and again["lastHeartbeatTime"] == "2026-12-04T22:01:00Z"
+    assert again["lastTransitionTime"] == first["lastTransitionTime"]
+    node = {"metadata": {"name": "gpu-a"}, "status": {"conditions": [ahead]}}
+    found = agents_report([node], T0)
+    assert found["nodes"]["gpu-a"]["agent"] == "stale"
+    assert found["unread"] == ["gpu-a (agent stale, its last heartbeat 86400s in the future)"]
+    skewed = {**first, "lastHeartbeatTime": (T0 + timedelta(seconds=SKEW_S)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    assert agents_report([{**node, "status": {"conditions": [skewed]}}], T0)["nodes"]["gpu-a"]["agent"] == "ok"
+
+
 def test_the_fleet_reads_each_agent_from_its_conditions_alone():
     from gpuop.judgment.condition import agent_verdict, said_gaps
 
