@@ -45,7 +45,7 @@ LOG = logging.getLogger("gpuop.agent")
 JITTER = 0.1  # each interval lengthened by up to this part of it; the first judgment within it
 SETTLE_S = 0.5  # after a change is announced, for the rest of its burst, judged once
 FLEET_WIDE = ("RuntimeClass",)  # the kinds every node's agent watches alike: a change reaches all at once
-SYNC_S = 30  # --once: how long the watches may take to list
+SYNC_S = 30  # how long the watches may take to list before the first judgment (--once's, the gate's)
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -168,8 +168,12 @@ class Agent:
             self.metrics.failures.labels("node").inc()
 
     def run(self):
-        """Forever: the node read at each tick of its clock, judged then and when a change is due."""
+        """Forever: the node read at each tick of its clock, judged then and when a change is due;
+        first, once the watches have listed, the gate as its Node holds it (a new agent's Pod on a
+        gated node is gated before the node's first read, which may take its whole deadline)."""
         self.start()
+        self._synced_within(SYNC_S)
+        self.turn()
         tick = time.monotonic() + random.uniform(0, JITTER * self.flags.interval_s)
         while True:
             with self.lock:
@@ -192,11 +196,15 @@ class Agent:
     def once(self) -> dict | None:
         """One read, one judgment once the watches have listed; the conditions written or kept."""
         self.start()
-        deadline = time.monotonic() + SYNC_S
-        while not self.synced() and time.monotonic() < deadline:
-            self.changed.wait(1)
+        self._synced_within(SYNC_S)
         self.read_node()
         return self.turn()
+
+    def _synced_within(self, seconds: float):
+        deadline = time.monotonic() + seconds
+        while not self.synced() and time.monotonic() < deadline:
+            self.changed.wait(1)
+            self.changed.clear()
 
     def turn(self) -> dict | None:
         """One judgment, said: its conditions by type; None where the cluster's side is not had

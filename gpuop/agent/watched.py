@@ -4,10 +4,10 @@ server's watch cache, not etcd), then one watch from its version, with bookmarks
 ends at a random time between ``WATCH_S`` and twice that (client-go's), and is taken up again from
 the last version seen; a version the server no longer has (410 Gone) is listed again; a broken
 list or watch is tried again after a backoff with full jitter (so that every agent of a fleet
-does not come back in the same second after an API server restart). A watch whose server sends
-bookmarks and then says nothing, no event and no bookmark, for ``SILENT_S`` (a connection that
-died unseen: a load balancer's idle timeout, a peer gone) is ended and taken up again, not
-waited on until its own end; meanwhile it is not in sync (``/readyz``).
+does not come back in the same second after an API server restart). A watch that hears nothing,
+no event and no bookmark, for ``SILENT_S`` (a connection that died unseen: a load balancer's idle
+timeout, a peer gone) is ended and taken up again, not waited on until its own end; meanwhile it
+is not in sync (``/readyz``).
 
     node = Watched(api, "Node", "list_node", on_change, field_selector="metadata.name=gpu-a")
     node.start(); node.synced.wait(10); node.items()   # [{"kind": "Node", "metadata": {...}, ...}]
@@ -32,7 +32,8 @@ BACKOFF_S = (0.8, 30)  # a broken list or watch waits uniformly up to 0.8 s x 2^
 LIST_DEADLINE_S = 30  # one list request
 UNSERVED_S = 600  # a kind the cluster does not serve (404: no DRA) is asked again after this
 # The API server's watch cache sends a bookmark about every minute to a watch that asks for them
-# (its bookmarkFrequency); nothing at all, no event and no bookmark, for this long is a dead watch.
+# (its bookmarkFrequency; seen here: at 60 s, 120 s, and 2 s before the watch's end); nothing at
+# all, no event and no bookmark, for this long is a dead watch.
 SILENT_S = 90
 VERSIONS_KEPT = 64  # the versions its last events brought: a writer asks whether its own write came back
 
@@ -67,7 +68,7 @@ class Watched:
         self.on_change, self.selector, self.silent_s = on_change, field_selector, silent_s
         self.objects, self.version, self.served = {}, None, True
         self.synced, self.up, self.lists, self.failures = threading.Event(), False, 0, 0
-        self.bookmarks, self.heard, self.behind = False, time.monotonic(), "not listed yet"
+        self.heard, self.behind = time.monotonic(), "not listed yet"
         self.versions = collections.deque(maxlen=VERSIONS_KEPT)
         self.thread = None
 
@@ -95,10 +96,9 @@ class Watched:
         self.lists += 1
 
     def watch(self):
-        """One watch from the version last seen, until the server ends it, it breaks, or, where the
-        server sends bookmarks, it is silent past ``silent_s`` (each read of the connection waits
-        that long at most). Its lines read here, not by ``kubernetes.watch``: that one reads an
-        ERROR line (a 410) as a model's."""
+        """One watch from the version last seen, until the server ends it, it breaks, or it is silent
+        past ``silent_s`` (each read of the connection waits that long at most). Its lines read
+        here, not by ``kubernetes.watch``: that one reads an ERROR line (a 410) as a model's."""
         timeout = int(WATCH_S * (1 + random.random()))
         answer = self.lister(
             **self._selected(),
@@ -107,7 +107,7 @@ class Watched:
             allow_watch_bookmarks=True,
             timeout_seconds=timeout,
             _preload_content=False,
-            _request_timeout=(CONNECT_TIMEOUT_S, self.silent_s if self.bookmarks else timeout + 30),
+            _request_timeout=(CONNECT_TIMEOUT_S, self.silent_s),
         )
         self.up, self.failures, self.heard, self.behind = True, 0, time.monotonic(), ""  # a quiet one sends nothing
         try:
@@ -120,8 +120,8 @@ class Watched:
             answer.release_conn()
 
     def silent(self) -> bool:
-        """Whether its watch, on a server that sends bookmarks, has heard nothing for ``silent_s``."""
-        return self.bookmarks and self.up and time.monotonic() - self.heard > self.silent_s
+        """Whether its watch has heard nothing for ``silent_s``."""
+        return self.up and time.monotonic() - self.heard > self.silent_s
 
     def _seen(self, event: dict):
         obj, kind = event["object"], event["type"]
@@ -130,7 +130,6 @@ class Watched:
         self.up, self.failures = True, 0
         self.version = obj["metadata"]["resourceVersion"]
         if kind == "BOOKMARK":  # no change: only where the watch is, for a watch taken up later
-            self.bookmarks = True
             return
         self.versions.append(self.version)
         if kind == "DELETED":
@@ -163,7 +162,7 @@ class Watched:
                 self._broken(e)
 
     def _broken(self, e: Exception):
-        silent = self.bookmarks and time.monotonic() - self.heard >= self.silent_s
+        silent = self.up and time.monotonic() - self.heard >= self.silent_s  # a watch, not a list, fell silent
         words = (
             f"heard nothing for {self.silent_s:.0f}s, no event and no bookmark"
             if silent

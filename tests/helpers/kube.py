@@ -45,10 +45,15 @@ _RESOURCES.update({where[1]: where for where in list(_RESOURCES.values())})  # "
 _clients = {}  # context -> (the kubeconfig's mtime and size when made, its client)
 
 
+def kubeconfig_path() -> str:
+    """The kubeconfig the tests use: ``$KUBECONFIG``'s (the lab beside's has its own), else kubectl's default."""
+    return os.path.expanduser(os.environ.get("KUBECONFIG") or "~/.kube/config")
+
+
 def api_client(context=None) -> client.ApiClient:
     """The client of ``context`` (None: the current one), made anew when the kubeconfig changed
     (a lab recreated has new certificates; ``lab-up`` makes its context current)."""
-    path = os.path.expanduser(os.environ.get("KUBECONFIG") or "~/.kube/config")
+    path = kubeconfig_path()
     st = os.stat(path)
     stamp, api = _clients.get(context, (None, None))
     if stamp != (st.st_mtime_ns, st.st_size):

@@ -8,6 +8,7 @@ runtime whose socket is gone is Unknown, named, never False."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -321,6 +322,66 @@ def test_a_runtime_whose_socket_is_gone_is_unknown_never_false(agents):
         assert seen["message"].startswith("the runtime's own answer was not had (loaded from "), seen
     finally:
         os.rename(kept, socket)
+    eventually(
+        "agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False", timeout=60
+    )
+
+
+def test_what_a_node_holds_neither_ends_the_agent_nor_leaves_it_saying_false(agents):
+    """agent-healthy's conf.d given a drop-in that is not UTF-8 text and one past the read's bound,
+    and the node a process named k3s in a PID namespace of its own (as a container's is): the agent
+    lives and judges on, each file named unread (Problem True, never the False it said before),
+    the process not taken for the node's kubelet; all of them gone, False again."""
+    path, running, root = agents
+    node = next(n for n in NODES if n.name == "agent-healthy")
+    eventually(
+        "agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60
+    )
+    inside = f"/proc/{simnodes.ns_pid(node)}/root"
+    binary, huge = f"{inside}/etc/containerd/conf.d/50-binary.toml", f"{inside}/etc/containerd/conf.d/90-huge.toml"
+    with open(binary, "wb") as f:
+        f.write(b"version = 2\n\xff\xfe not text\n")
+    with open(huge, "wb") as f:
+        f.truncate(2 * 2**20)  # sparse: nothing written to the disk
+    k3s = f"{inside}/var/lib/gpuop-test-k3s"
+    os.makedirs(k3s, exist_ok=True)
+    shutil.copy("/bin/sleep", f"{k3s}/k3s")
+    contained = subprocess.Popen(
+        [
+            "nsenter",
+            "-t",
+            str(simnodes.ns_pid(node)),
+            "-m",
+            "-p",
+            "--",
+            "unshare",
+            "--pid",
+            "--fork",
+            "/var/lib/gpuop-test-k3s/k3s",
+            "300",
+        ]
+    )
+    try:
+        seen = eventually(
+            "agent-healthy's files named unread",
+            lambda: condition("agent-healthy").get("status") == "True" and condition("agent-healthy"),
+            timeout=30,
+        )
+        for name in ("50-binary.toml (not UTF-8 text)", "90-huge.toml (2.0 MiB, above the read's bound of 1 MiB)"):
+            assert f"[view-unread] the file /etc/containerd/conf.d/{name}" in seen["message"].replace(
+                " of containerd 2.4.2 was not read", ""
+            ), seen
+        assert "no-containerd" not in seen["message"] and "k3s" not in seen["message"], seen
+        judged = judgments(running.ports["agent-healthy"])
+        eventually("two judgments more", lambda: judgments(running.ports["agent-healthy"]) >= judged + 2, timeout=30)
+        assert running.running["agent-healthy"].poll() is None
+        assert condition("agent-healthy")["status"] == "True"
+    finally:
+        contained.kill()
+        contained.wait(10)
+        for f in (binary, huge):
+            os.remove(f)
+        shutil.rmtree(k3s, ignore_errors=True)
     eventually(
         "agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False", timeout=60
     )
