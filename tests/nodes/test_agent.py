@@ -357,6 +357,7 @@ def test_what_a_node_holds_neither_ends_the_agent_nor_leaves_it_saying_false(age
             "unshare",
             "--pid",
             "--fork",
+            "--kill-child",
             "/var/lib/gpuop-test-k3s/k3s",
             "300",
         ]
