@@ -77,13 +77,15 @@ def parse(output: list) -> dict:
 
 def _files(lines: list, unread: dict) -> dict:
     """The files of a section written by ``bounded_tar`` (their tar's line, then ``large BYTES PATH``
-    for each too large to carry); each whose text was not had is put in ``unread`` (``file PATH``:
-    why), not among the files."""
+    for each too large to carry, ``odd PATH`` for each that is no regular file); each whose text
+    was not had is put in ``unread`` (``file PATH``: why), not among the files."""
     found = untarred(lines[0]) if lines and lines[0].strip() else {}
     for line in lines[1:]:
         if line.startswith("large "):
             size, _, path = line[len("large ") :].partition(" ")
             unread[f"file {path}"] = f"{int(size) / 2**20:.1f} MiB, above the read's bound of {FILE_KIB // 1024} MiB"
+        elif line.startswith("odd "):
+            unread[f"file {line[len('odd ') :]}"] = "not a regular file: a FIFO, a socket, a link to nothing or to itself"
     for path in [p for p, f in found.items() if "unread" in f]:
         unread[f"file {path}"] = found.pop(path)["unread"]
     return found

@@ -162,19 +162,26 @@ $f
 
 # written CFG: the config, the files its top-level `imports` reach, every file of the conf.d
 # beside it (one no import reaches is a finding) and the k3s/RKE2 templates, on one line
-# (bounded_tar). The controller parses `imports` again with a TOML parser.
+# (bounded_tar); then each of those paths that is there and no regular file (a FIFO, a socket, a
+# link to nothing or to itself: never opened, its read would block or fail) as "odd PATH". The
+# controller parses `imports` again with a TOML parser.
 written() {
   set -- "$1"
-  d=${1%/*}
+  d=${1%/*} odd=
   for g in $(awk '/^[[:space:]]*\[/ {exit} /^[[:space:]]*imports[[:space:]]*=/ {on=1} on {print}
       on && /\]/ {exit}' "$1" 2>/dev/null | grep -o "\"[^\"]*\"\|'[^']*'" | tr -d "\"'"); do
     case "$g" in /*) ;; *) g="$d/$g" ;; esac
-    for f in $g; do [ -f "$f" ] && set -- "$@" "$f"; done
+    for f in $g; do
+      if [ -f "$f" ]; then set -- "$@" "$f"; elif [ -L "$f" ] || [ -p "$f" ] || [ -S "$f" ]; then odd="$odd$f
+"; fi
+    done
   done
   for f in "$d"/conf.d/* "$d"/config.toml.tmpl "$d"/config-v3.toml.tmpl; do
-    [ -f "$f" ] && set -- "$@" "$f"
+    if [ -f "$f" ]; then set -- "$@" "$f"; elif [ -L "$f" ] || [ -p "$f" ] || [ -S "$f" ]; then odd="$odd$f
+"; fi
   done
   bounded_tar "$@"
+  [ -z "$odd" ] || printf "%s" "$odd" | sort -u | sed -n "s|^/|odd /|p"
 }
 
 # listed KEY CRI_ANSWER: the strings of the answer's JSON array KEY, a word each.

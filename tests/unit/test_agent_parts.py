@@ -269,3 +269,34 @@ def test_the_restart_gate_labels_the_node_and_the_agent_s_own_pod_only_while_res
     outside = _Core()  # an agent run outside a Pod: its Node only
     RestartGate(outside, "gpu-a").keep("True", _obj("gpu-a", "1"), [own])
     assert [what for what, *_ in outside.sent] == ["Node"]
+
+
+def test_a_change_every_node_hears_at_once_is_judged_at_a_time_spread_over_the_jitter():
+    """A change of its own node's (a Pod bound) is judged half a second after it; one every agent
+    of the fleet hears at once (a RuntimeClass, a whole list again after an API server came back)
+    at a time drawn over the interval's jitter (6 s at 60 s), so that a fleet's writes spread."""
+    from kubernetes import client
+
+    from gpuop.agent.agent import JITTER, SETTLE_S, Agent
+    from gpuop.agent.metrics import Metrics
+
+    configuration = client.Configuration()
+    configuration.host = "https://127.0.0.1:1"  # never asked: nothing is started
+    agent = Agent(client.ApiClient(configuration), parse_flags(["--node", "gpu-a"]), Metrics(CollectorRegistry()))
+
+    def after(kind, listed):
+        agent.due = None
+        began = time.monotonic()
+        agent.announced(kind, listed)
+        return agent.due - began
+
+    assert SETTLE_S <= after("Pod", False) < SETTLE_S + 0.1
+    spread = JITTER * 60
+    for kind, listed in (("RuntimeClass", False), ("Pod", True), ("Node", True)):
+        drawn = [after(kind, listed) for _ in range(200)]
+        assert SETTLE_S <= min(drawn) and max(drawn) < spread + 0.1, (kind, listed)
+        assert max(drawn) - min(drawn) > spread / 2, (kind, listed)  # spread, not one second for all
+    agent.due = None
+    agent.announced("RuntimeClass", False)
+    agent.announced("Pod", False)  # the earlier of two is when the judgment is due
+    assert agent.due - time.monotonic() <= SETTLE_S

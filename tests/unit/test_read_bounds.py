@@ -54,6 +54,30 @@ def test_a_file_too_large_or_not_text_is_named_unread_and_the_rest_is_read(tmp_p
     )
 
 
+def test_a_fifo_or_a_link_loop_in_conf_d_is_named_never_opened(tmp_path):
+    """A drop-in that is a FIFO (a read of it would block) or a link to itself: named, not read,
+    and the read of the rest goes on at once."""
+    import os
+    import time
+
+    etc = tmp_path / "containerd"
+    (etc / "conf.d").mkdir(parents=True)
+    config = etc / "config.toml"
+    config.write_text('version = 2\nimports = ["conf.d/*.toml"]\n')
+    os.mkfifo(etc / "conf.d" / "50-fifo.toml")
+    os.symlink(etc / "conf.d" / "60-loop.toml", etc / "conf.d" / "60-loop.toml")
+    began = time.monotonic()
+    lines = shell(f"runtime_files {config}", timeout_s=10).stdout.splitlines()
+    assert time.monotonic() - began < 5
+    read = parse(
+        ["--- gpuop hostname gpu-a", "--- gpuop containerd 812", "/usr/bin/containerd", "", str(config), "", ""]
+        + ["--- gpuop runtime 812", *lines]
+    )
+    assert list(read["containerds"][0]["files"]) == [str(config)], read
+    odd = "not a regular file: a FIFO, a socket, a link to nothing or to itself"
+    assert read["unread"] == {f"file {etc}/conf.d/50-fifo.toml": odd, f"file {etc}/conf.d/60-loop.toml": odd}
+
+
 def test_a_container_s_process_named_k3s_or_kubelet_is_not_the_node_s(tmp_path):
     """The read's process list holds the node's own PID namespace only: the same binary named k3s
     in a PID namespace of its own (as a container's process is) is left out; in the node's, found."""
