@@ -120,8 +120,8 @@ def worker(names: list, state_dir: str, index: int, interval_s: float, heartbeat
 
     from prometheus_client import CollectorRegistry
 
-    from gpuop.agent.agent import REQUEST_DEADLINE_S, Agent
-    from gpuop.agent.flags import parse_flags
+    from gpuop.agent.agent import Agent
+    from gpuop.agent.flags import REQUEST_DEADLINE_S, parse_flags
     from gpuop.agent.metrics import Metrics
     from gpuop.judgment.condition import PROBLEM, short
     from gpuop.reach.kubeapi import bounded
