@@ -85,7 +85,9 @@ def _files(lines: list, unread: dict) -> dict:
             size, _, path = line[len("large ") :].partition(" ")
             unread[f"file {path}"] = f"{int(size) / 2**20:.1f} MiB, above the read's bound of {FILE_KIB // 1024} MiB"
         elif line.startswith("odd "):
-            unread[f"file {line[len('odd ') :]}"] = "not a regular file: a FIFO, a socket, a link to nothing or to itself"
+            unread[f"file {line[len('odd ') :]}"] = (
+                "not a regular file: a FIFO, a socket, a link to nothing or to itself"
+            )
     for path in [p for p, f in found.items() if "unread" in f]:
         unread[f"file {path}"] = found.pop(path)["unread"]
     return found

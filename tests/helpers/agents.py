@@ -4,6 +4,7 @@ Events, conditions, series and judgments."""
 import json
 import os
 import re
+import urllib.error
 import urllib.request
 
 from gpuop.judgment.condition import GATE, PROBLEM, RESTART_UNSAFE, condition_type
@@ -76,3 +77,15 @@ def _answers(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def endpoint(port: int, path: str) -> tuple:
+    """(status, body) of the agent's endpoint ``path`` (``/healthz``, ``/readyz``) on ``port``; (0,
+    why) where nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError as e:
+        return 0, str(e)

@@ -50,6 +50,23 @@ def kubeconfig_path() -> str:
     return os.path.expanduser(os.environ.get("KUBECONFIG") or "~/.kube/config")
 
 
+def token_kubeconfig(token: str, path: str) -> str:
+    """A kubeconfig at ``path`` with only ``token`` for credentials (no client certificate beside
+    it), for the current context's API server and CA: a ServiceAccount's view of the cluster."""
+    raw = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json"))
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "token",
+        "clusters": [{"name": "lab", "cluster": raw["clusters"][0]["cluster"]}],
+        "users": [{"name": "token", "user": {"token": token}}],
+        "contexts": [{"name": "token", "context": {"cluster": "lab", "user": "token"}}],
+    }
+    with open(path, "w") as f:
+        json.dump(kubeconfig, f)
+    return path
+
+
 def api_client(context=None) -> client.ApiClient:
     """The client of ``context`` (None: the current one), made anew when the kubeconfig changed
     (a lab recreated has new certificates; ``lab-up`` makes its context current)."""

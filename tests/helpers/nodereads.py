@@ -1,10 +1,12 @@
 """A real node's read (as NodeRuntime gives it) and the cluster around it, as the unit tests build them."""
 
+import subprocess
 from functools import partial
 
 import tomli_w
 
 from gpuop.judgment.configs import nvidia_dropin, seed_config
+from gpuop.reach.node_read import node_read
 from tests.helpers import objects
 
 CONFIG = "/etc/containerd/config.toml"
@@ -97,3 +99,10 @@ def with_cdi(d, enabled, dirs=("/etc/cdi", "/var/run/cdi"), specs=(), default="r
 
 
 DROPIN = tomli_w.dumps(nvidia_dropin())
+
+
+def read_shell(body: str, timeout_s: int = 20) -> subprocess.CompletedProcess:
+    """``body`` run after the node read's own definitions, exactly as node_read sends them."""
+    defined, last = node_read("crictl").rsplit("\n", 1)
+    assert last == "read_node"
+    return subprocess.run(["sh", "-c", f"{defined}\n{body}"], capture_output=True, text=True, timeout=timeout_s)

@@ -17,7 +17,7 @@ import yaml
 
 from gpuop.judgment.condition import GATE, PROBLEM, RESTART_UNSAFE
 from tests.helpers.charts import render
-from tests.helpers.kube import eventually, get, kubectl
+from tests.helpers.kube import eventually, get, kubectl, token_kubeconfig
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
@@ -45,20 +45,8 @@ def pod_of(service_account: str, namespace: str, name: str) -> dict:
 
 
 def as_token(token: str, path: str, *args) -> subprocess.CompletedProcess:
-    """kubectl with only ``token`` for credentials (no client certificate beside it), against the
-    current context's API server and CA; its kubeconfig left at ``path``."""
-    raw = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json"))
-    cluster = raw["clusters"][0]["cluster"]
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "agent",
-        "clusters": [{"name": "lab", "cluster": cluster}],
-        "users": [{"name": "agent", "user": {"token": token}}],
-        "contexts": [{"name": "agent", "context": {"cluster": "lab", "user": "agent"}}],
-    }
-    with open(path, "w") as f:
-        json.dump(kubeconfig, f)
+    """kubectl with only ``token`` for credentials, its kubeconfig left at ``path``."""
+    token_kubeconfig(token, path)
     return subprocess.run(["kubectl", "--kubeconfig", path, *args], capture_output=True, text=True, timeout=60)
 
 

@@ -25,9 +25,9 @@ from gpuop.agent.health import Health
 from gpuop.agent.watched import Watched
 from gpuop.judgment.condition import CONDITIONS, GATE, PROBLEM
 from lab import labcluster
-from tests.helpers.agents import condition
+from tests.helpers.agents import condition, endpoint
 from tests.helpers.blackhole import Blackhole
-from tests.helpers.kube import eventually, get, kubeconfig_path, kubectl
+from tests.helpers.kube import eventually, get, kubeconfig_path, kubectl, token_kubeconfig
 from tests.helpers.ssh import free_port
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
@@ -193,38 +193,17 @@ def test_healthz_fails_when_the_agent_cannot_write_what_it_judged(node, tmp_path
     kubectl("apply", "-f", "-", stdin=listed)
     without_conditions()  # a judgment with something to write (conditions it wrote before would stand)
     try:
-        token = kubectl("create", "token", "gpuop-test-reader", "-n", "default").strip()
-        raw = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json"))
-        path = tmp_path / "reader.kubeconfig"
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "r",
-                    "clusters": [{"name": "lab", "cluster": raw["clusters"][0]["cluster"]}],
-                    "users": [{"name": "r", "user": {"token": token}}],
-                    "contexts": [{"name": "r", "context": {"cluster": "lab", "user": "r"}}],
-                }
-            )
-        )
-        with agent(tmp_path, kubeconfig=str(path)) as port:
+        path = str(tmp_path / "reader.kubeconfig")
+        token_kubeconfig(kubectl("create", "token", "gpuop-test-reader", "-n", "default").strip(), path)
+        with agent(tmp_path, kubeconfig=path) as port:
             said = eventually(
-                "/healthz failing", lambda: _get(port, "/healthz")[0] == 503 and _get(port, "/healthz"), timeout=40
+                "/healthz failing",
+                lambda: endpoint(port, "/healthz")[0] == 503 and endpoint(port, "/healthz"),
+                timeout=40,
             )
             assert "the last not written: the API server refused: 403 Forbidden" in said[1], said
     finally:
         kubectl("delete", "-f", "-", "--ignore-not-found", stdin=listed)
-
-
-def _get(port: int, path: str) -> tuple:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except OSError as e:
-        return 0, str(e)
 
 
 def test_a_watch_that_falls_silent_is_taken_up_again_and_not_ready_meanwhile(node):

@@ -7,8 +7,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -18,6 +16,7 @@ from gpuop.agent.flags import FlagError, parse_flags
 from gpuop.agent.health import Health, serve
 from gpuop.agent.noderead import NodeRead, session_of
 from gpuop.agent.watched import BACKOFF_S, backoff_s
+from tests.helpers.agents import endpoint
 from tests.helpers.ssh import free_port
 
 
@@ -140,14 +139,6 @@ class _Watch:
         return self.quiet
 
 
-def _get(port: int, path: str) -> tuple:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
 def test_healthz_fails_past_its_bound_and_readyz_says_which_watch_is_behind():
     now = [100.0]
     watches = [_Watch("Node", True, True), _Watch("Pod", False, False)]
@@ -155,38 +146,38 @@ def test_healthz_fails_past_its_bound_and_readyz_says_which_watch_is_behind():
     port = free_port()
     server = serve(port, CollectorRegistry(), health)
     try:
-        assert _get(port, "/healthz") == (200, "ok: judged 0s ago\n")
+        assert endpoint(port, "/healthz") == (200, "ok: judged 0s ago\n")
         now[0] += 331
-        assert _get(port, "/healthz") == (
+        assert endpoint(port, "/healthz") == (
             503,
             "no judgment said for 331s, past 330s (three intervals and the read's deadline)\n",
         )
         health.judged()
-        assert _get(port, "/healthz")[0] == 200
+        assert endpoint(port, "/healthz")[0] == 200
         # judgments whose writes all fail are no sign of life: past the bound, the probe fails, saying why
         now[0] += 200
         health.judged("the API server refused: 403 Forbidden")
-        assert _get(port, "/healthz")[0] == 200
+        assert endpoint(port, "/healthz")[0] == 200
         now[0] += 200
         health.judged("the API server refused: 403 Forbidden")
-        assert _get(port, "/healthz") == (
+        assert endpoint(port, "/healthz") == (
             503,
             "no judgment said for 400s, past 330s (three intervals and the read's deadline); the last not "
             "written: the API server refused: 403 Forbidden\n",
         )
         health.judged()
-        assert _get(port, "/healthz")[0] == 200
-        assert _get(port, "/readyz") == (503, "not in sync: Pod\n")
+        assert endpoint(port, "/healthz")[0] == 200
+        assert endpoint(port, "/readyz") == (503, "not in sync: Pod\n")
         watches[1].synced.set()
         watches[1].up = True
-        assert _get(port, "/readyz") == (200, "ok: every watch in sync\n")
+        assert endpoint(port, "/readyz") == (200, "ok: every watch in sync\n")
         # a watch that heard nothing past its bookmarks' interval is not in sync, and says why
         watches[0].quiet, watches[0].behind = True, "heard nothing for 90s, no event and no bookmark"
-        assert _get(port, "/readyz") == (
+        assert endpoint(port, "/readyz") == (
             503,
             "not in sync: Node (heard nothing for 90s, no event and no bookmark)\n",
         )
-        assert _get(port, "/metrics")[0] == 200
+        assert endpoint(port, "/metrics")[0] == 200
     finally:
         server.shutdown()
 

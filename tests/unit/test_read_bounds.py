@@ -9,15 +9,8 @@ import subprocess
 from gpuop.agent.noderead import OUTPUT_MAX, NodeRead
 from gpuop.judgment.rules import findings
 from gpuop.judgment.view import node_view
-from gpuop.reach.node_read import FILE_KIB, node_read, parse
-from tests.helpers.nodereads import node
-
-
-def shell(body: str, timeout_s: int = 30) -> subprocess.CompletedProcess:
-    """``body`` run after the read's own definitions, exactly as node_read sends them."""
-    defined, last = node_read("crictl").rsplit("\n", 1)
-    assert last == "read_node"
-    return subprocess.run(["sh", "-c", f"{defined}\n{body}"], capture_output=True, text=True, timeout=timeout_s)
+from gpuop.reach.node_read import FILE_KIB, parse
+from tests.helpers.nodereads import node, read_shell
 
 
 def test_a_file_too_large_or_not_text_is_named_unread_and_the_rest_is_read(tmp_path):
@@ -30,7 +23,7 @@ def test_a_file_too_large_or_not_text_is_named_unread_and_the_rest_is_read(tmp_p
     huge = etc / "conf.d" / "90-huge.toml"
     with open(huge, "wb") as f:
         f.truncate(FILE_KIB * 1024 + 1)  # one byte past the bound, sparse: nothing written to the disk
-    out = shell(f"runtime_files {config}")
+    out = read_shell(f"runtime_files {config}")
     lines = out.stdout.splitlines()
     assert lines[1:] == [f"large {FILE_KIB * 1024 + 1} {huge}"], out
     assert len(out.stdout) < 4096, len(out.stdout)  # the large file named, not carried
@@ -67,7 +60,7 @@ def test_a_fifo_or_a_link_loop_in_conf_d_is_named_never_opened(tmp_path):
     os.mkfifo(etc / "conf.d" / "50-fifo.toml")
     os.symlink(etc / "conf.d" / "60-loop.toml", etc / "conf.d" / "60-loop.toml")
     began = time.monotonic()
-    lines = shell(f"runtime_files {config}", timeout_s=10).stdout.splitlines()
+    lines = read_shell(f"runtime_files {config}", timeout_s=10).stdout.splitlines()
     assert time.monotonic() - began < 5
     read = parse(
         ["--- gpuop hostname gpu-a", "--- gpuop containerd 812", "/usr/bin/containerd", "", str(config), "", ""]
@@ -89,7 +82,7 @@ def test_a_container_s_process_named_k3s_or_kubelet_is_not_the_node_s(tmp_path):
     try:
         listed = []
         for _ in range(50):  # until the contained one has exec'd (unshare forks it)
-            found = shell("processes").stdout.split()
+            found = read_shell("processes").stdout.split()
             listed = [x for x in found if x.startswith("k3s:")]
             if len(_k3s_pids(k3s)) == 2:
                 break

@@ -10,14 +10,7 @@ import time
 from gpuop.judgment.rules import findings, judge
 from gpuop.judgment.view import node_view
 from gpuop.reach.node_read import node_read, parse
-from tests.helpers.nodereads import RC, daemon, gpu_pod, kinds, node, read, with_cdi
-
-
-def shell(body: str, timeout_s: int = 20) -> subprocess.CompletedProcess:
-    """``body`` run after the read's own definitions, exactly as node_read sends them."""
-    defined, last = node_read("crictl").rsplit("\n", 1)
-    assert last == "read_node"
-    return subprocess.run(["sh", "-c", f"{defined}\n{body}"], capture_output=True, text=True, timeout=timeout_s)
+from tests.helpers.nodereads import RC, daemon, gpu_pod, kinds, node, read, read_shell, with_cdi
 
 
 def test_a_section_that_blocks_is_ended_named_unread_and_the_next_is_read(tmp_path):
@@ -26,7 +19,7 @@ def test_a_section_that_blocks_is_ended_named_unread_and_the_next_is_read(tmp_pa
     os.mkfifo(fifo)  # grep opens it and waits for a writer that never comes
     answer = f'{{"config": {{"cdiSpecDirs": ["{fifo.parent}"]}}}}'
     began = time.monotonic()
-    out = shell(f"section cdi 1 cdi_specs '{answer}'; section started 1 started $$")
+    out = read_shell(f"section cdi 1 cdi_specs '{answer}'; section started 1 started $$")
     took = time.monotonic() - began
     lines = out.stdout.splitlines()
     assert lines[:3] == ["--- gpuop cdi", "--- gpuop unread cdi 1s", "--- gpuop started"], out
@@ -40,7 +33,7 @@ def test_a_section_that_blocks_is_ended_named_unread_and_the_next_is_read(tmp_pa
 def test_a_section_that_ends_is_not_named_unread(tmp_path):
     spec = tmp_path / "nvidia.yaml"
     spec.write_text("kind: nvidia.com/gpu\n")
-    out = shell(f'section cdi 5 cdi_specs \'{{"cdiSpecDirs": ["{tmp_path}"]}}\'')
+    out = read_shell(f'section cdi 5 cdi_specs \'{{"cdiSpecDirs": ["{tmp_path}"]}}\'')
     assert out.stdout.splitlines() == ["--- gpuop cdi", str(spec)], out
 
 
@@ -133,7 +126,9 @@ def test_a_section_gets_only_what_is_left_of_the_whole_read_s_deadline(tmp_path)
     os.mkfifo(fifo)
     answer = f'{{"config": {{"cdiSpecDirs": ["{fifo.parent}"]}}}}'
     began = time.monotonic()
-    out = shell(f"GPUOP_END=$(($(date +%s) + 1)); section cdi 10 cdi_specs '{answer}'; section started 10 started $$")
+    out = read_shell(
+        f"GPUOP_END=$(($(date +%s) + 1)); section cdi 10 cdi_specs '{answer}'; section started 10 started $$"
+    )
     took = time.monotonic() - began
     lines = out.stdout.splitlines()
     assert lines[:2] == ["--- gpuop cdi", "--- gpuop unread cdi 1s"], out
