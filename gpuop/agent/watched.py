@@ -58,7 +58,8 @@ def backoff_s(failures: int, rand=random.random) -> float:
 class Watched:
     """One kind's objects as the API server last said them, by ``namespace/name``, plain JSON
     with their ``kind``. ``on_change(kind, listed)`` is called after each change (``listed``: a
-    whole list, as after an API server came back, not one object's event); ``synced`` is set once
+    whole list, or the first change a watch brings after it broke, as when an API server came back:
+    every agent of a fleet hears it at once; not one object's event); ``synced`` is set once
     listed (or found not served); ``up`` says whether its last request succeeded, ``behind`` why
     not in words; ``versions`` are those its last events brought."""
 
@@ -68,7 +69,7 @@ class Watched:
         self.on_change, self.selector, self.silent_s = on_change, field_selector, silent_s
         self.objects, self.version, self.served = {}, None, True
         self.synced, self.up, self.lists, self.failures = threading.Event(), False, 0, 0
-        self.heard, self.behind = time.monotonic(), "not listed yet"
+        self.heard, self.behind, self.broke = time.monotonic(), "not listed yet", False
         self.versions = collections.deque(maxlen=VERSIONS_KEPT)
         self.thread = None
 
@@ -130,20 +131,22 @@ class Watched:
         self.up, self.failures = True, 0
         self.version = obj["metadata"]["resourceVersion"]
         if kind == "BOOKMARK":  # no change: only where the watch is, for a watch taken up later
+            self.broke = False  # what it missed while broken came before this
             return
         self.versions.append(self.version)
         if kind == "DELETED":
             self.objects.pop(self._key(obj), None)
         else:
             self.objects[self._key(obj)] = {**obj, "kind": self.kind}
-        self.on_change(self.kind, False)
+        self.on_change(self.kind, self.broke)
+        self.broke = False
 
     def _keep(self):
         while True:
             try:
                 if self.version is None:
                     self.list()
-                    self.up, self.failures, self.behind = True, 0, ""
+                    self.up, self.failures, self.behind, self.broke = True, 0, "", False
                     self.synced.set()
                     self.on_change(self.kind, True)
                 self.watch()
@@ -168,7 +171,7 @@ class Watched:
             if silent
             else in_words(e, LIST_DEADLINE_S)
         )
-        self.up, self.failures, self.behind = False, self.failures + 1, words
+        self.up, self.failures, self.behind, self.broke = False, self.failures + 1, words, True
         wait = backoff_s(self.failures)
         LOG.warning("the %ss' watch broke: %s; again in %.1fs", self.kind, words, wait)
         time.sleep(wait)

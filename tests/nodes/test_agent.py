@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 import tomli_w
 
+from gpuop.agent.events import RESTORED
 from gpuop.judgment.condition import CONDITIONS, GATE, PROBLEM, RESTART_UNSAFE, short
 from gpuop.judgment.configs import nvidia_dropin
 from lab import labcluster
@@ -384,6 +385,38 @@ def test_what_a_node_holds_neither_ends_the_agent_nor_leaves_it_saying_false(age
         shutil.rmtree(k3s, ignore_errors=True)
     eventually(
         "agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False", timeout=60
+    )
+
+
+def test_its_conditions_removed_or_stamped_ahead_by_hand_are_back_within_an_interval_with_an_event(agents):
+    """Another writer's hand on agent-healthy's conditions: removed, they are back within an interval
+    (2 s here) with their transition as it was and an Event that says so; a heartbeat stamped a day
+    ahead is written again as quickly."""
+    eventually(
+        "agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60
+    )
+    before = condition("agent-healthy")
+    found = get("node/agent-healthy")["status"]["conditions"]
+    removed = [
+        {"op": "remove", "path": f"/status/conditions/{i}"}
+        for i, c in reversed(list(enumerate(found)))
+        if c["type"] in CONDITIONS
+    ]
+    kubectl("patch", "node", "agent-healthy", "--subresource=status", "--type=json", "-p", json.dumps(removed))
+    back = eventually(
+        "agent-healthy's conditions back",
+        lambda: condition("agent-healthy").get("status") == "False" and condition("agent-healthy"),
+        timeout=2 * INTERVAL_S + 2,
+    )
+    assert back["lastTransitionTime"] == before["lastTransitionTime"], (before, back)
+    said = get("events", "default", fieldSelector="involvedObject.name=agent-healthy,source=gpuop-agent")["items"]
+    assert any(RESTORED in e["message"] for e in said), [e["message"] for e in said]
+    ahead = {"status": {"conditions": [{**back, "lastHeartbeatTime": "2099-01-01T00:00:00Z"}]}}
+    kubectl("patch", "node", "agent-healthy", "--subresource=status", "-p", json.dumps(ahead))
+    eventually(
+        "its heartbeat written again",
+        lambda: condition("agent-healthy")["lastHeartbeatTime"] < "2099",
+        timeout=2 * INTERVAL_S + 2,
     )
 
 
