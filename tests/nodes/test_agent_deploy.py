@@ -153,7 +153,7 @@ def install(request, tmp_path_factory):
         text = render("edge", "gpu-ops")
         kubectl("create", "namespace", "gpu-ops")
         kubectl("apply", "-f", "-", stdin=text)
-        undo = [("delete", "-f", "-"), ("delete", "namespace", "gpu-ops")]
+        undo = [("delete", "-f", "-", "--wait=false"), ("delete", "namespace", "gpu-ops", "--wait=false")]
     else:
         overlay = root / "overlay"
         overlay.mkdir()
@@ -175,7 +175,7 @@ def install(request, tmp_path_factory):
         yield found
     finally:
         for args in undo:
-            kubectl(*args, "--ignore-not-found", "--timeout=120s", stdin=text, check=False)
+            kubectl(*args, "--ignore-not-found", stdin=text, check=False)
         for node in (NODE, OTHER_NODE):
             without_gpuop(node)
         kubectl("delete", "events", "-n", "default", "--field-selector", "source=gpuop-agent", "--ignore-not-found")
@@ -464,5 +464,5 @@ def test_the_uninstall_hook_may_only_take_gpuop_s_marks_off(tmp_path):
         assert not [c for c in node["status"]["conditions"] if c["type"] == PROBLEM]
     finally:
         kubectl("delete", "-f", "-", "--ignore-not-found", stdin=objects)
-        kubectl("delete", "namespace", "gpu-hook", "--ignore-not-found", "--timeout=120s")
+        kubectl("delete", "namespace", "gpu-hook", "--ignore-not-found", "--wait=false")
         without_gpuop(NODE)
