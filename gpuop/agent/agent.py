@@ -1,11 +1,12 @@
 """The agent's loop: the node's runtime read on its own clock (every interval, jittered), the
-cluster's side from watches (``gpuop.agent.watched``), and a judgment at each read and soon after
-each change the API server announces: within a second for its own node's (a GPU Pod bound, a
-ResourceSlice published), spread over the interval's jitter for a fleet-wide one (a RuntimeClass
-changed, every watch listed again after an API server came back), so that a fleet's agents do not
-all write in the same second. A judgment sends no read: its Node, Pods, RuntimeClasses and
-ResourceSlices are the watches'; only a Pod newly without a sandbox has its sandbox Events looked
-up, and a Pod's ResourceClaims are read once per version of that Pod. It writes only when the
+cluster's side from two watches, its Node and its Pods (``gpuop.agent.watched``), and a judgment at
+each read and soon after each change the API server announces: within a second for its own node's
+(a GPU Pod bound), spread over the interval's jitter for one every agent hears at once (every watch
+listed again after an API server came back), so that a fleet's agents do not all write in the same
+second. A steady judgment sends no read: its Node and Pods are the watches', the RuntimeClasses and
+ResourceSlices its Pods need are read when a new Pod needs them and kept (``gpuop.agent.kept``);
+only a Pod newly without a sandbox has its sandbox Events looked up, and a Pod's ResourceClaims are
+read once per version of that Pod. It writes only when the
 condition changes or its heartbeat is due, and says each change in an Event; a condition someone
 else removed or changed (the Node made again, a hand's patch, a heartbeat stamped in the future)
 is written back at the next judgment, and said in an Event too.
@@ -32,6 +33,7 @@ from gpuop.agent.flags import REQUEST_DEADLINE_S, AgentFlags, FlagError, parse_f
 from gpuop.agent.forget import ForgetError, forget
 from gpuop.agent.gate import RestartGate
 from gpuop.agent.health import Health, serve
+from gpuop.agent.kept import ResourceSlices, RuntimeClasses
 from gpuop.agent.metrics import Metrics
 from gpuop.agent.noderead import NodeRead
 from gpuop.agent.watched import node_watches
@@ -44,7 +46,6 @@ from gpuop.reach.kubeapi import api_client, bounded, in_words
 LOG = logging.getLogger("gpuop.agent")
 JITTER = 0.1  # each interval lengthened by up to this part of it; the first judgment within it
 SETTLE_S = 0.5  # after a change is announced, for the rest of its burst, judged once
-FLEET_WIDE = ("RuntimeClass",)  # the kinds every node's agent watches alike: a change reaches all at once
 SYNC_S = 30  # how long the watches may take to list before the first judgment (--once's, the gate's)
 TERMINAL = ("Succeeded", "Failed")
 
@@ -82,11 +83,11 @@ class SandboxEvents:
 class Claims:
     """The ResourceClaims of the node's Pods, read by name once for each version of the Pod that
     names them (a claim allocated changes its Pod's status, so its Pod's version with it); a claim
-    not found is a fact of that claim (none to judge), asked again at its Pod's next version.
-    ``served`` says whether the cluster serves DRA (its ResourceSlices' watch knows)."""
+    not found is a fact of that claim (none to judge: deleted, not made yet, or no DRA served
+    here), asked again at its Pod's next version."""
 
-    def __init__(self, api: client.ApiClient, served=lambda: True):
-        self.resource, self.known, self.served = client.ResourceV1Api(api), {}, served
+    def __init__(self, api: client.ApiClient):
+        self.resource, self.known = client.ResourceV1Api(api), {}
 
     def of(self, pods: list) -> list:
         kept = {}
@@ -99,7 +100,7 @@ class Claims:
                 }
                 - {None}
             )
-            if not names or not self.served():
+            if not names:
                 continue
             meta = pod["metadata"]
             key = (meta["uid"], meta.get("resourceVersion"))
@@ -137,7 +138,8 @@ class Agent:
         self.changed, self.lock, self.due = threading.Event(), threading.Lock(), None
         self.watched = node_watches(api, flags.node, self.announced)
         self.sandboxes = SandboxEvents(self.core, flags.interval_s, flags.heartbeat_s)
-        self.claims = Claims(api, lambda: self.watched["ResourceSlice"].served)
+        self.claims = Claims(api)
+        self.classes, self.slices = RuntimeClasses(api), ResourceSlices(api, flags.node)
         self.events = EventSink(api, flags.node)
         self.health = Health(flags.health_bound_s, self.watched.values())
         self.gate = RestartGate(self.core, flags.node, flags.pod, flags.pod_namespace)
@@ -145,10 +147,9 @@ class Agent:
 
     def announced(self, kind: str, listed: bool):
         """A watch's change: judged ``SETTLE_S`` after it (the rest of its burst with it), or, where
-        every agent of the fleet hears it at once (a fleet-wide kind, a whole list again: an API
-        server back), at a time drawn over the interval's jitter."""
-        spread = listed or kind in FLEET_WIDE
-        after = random.uniform(SETTLE_S, max(SETTLE_S, JITTER * self.flags.interval_s)) if spread else SETTLE_S
+        every agent of the fleet hears it at once (a whole list again, the first change after a
+        watch broke: an API server back), at a time drawn over the interval's jitter."""
+        after = random.uniform(SETTLE_S, max(SETTLE_S, JITTER * self.flags.interval_s)) if listed else SETTLE_S
         with self.lock:
             due = time.monotonic() + after
             self.due = due if self.due is None else min(self.due, due)
@@ -236,7 +237,7 @@ class Agent:
         if self.answer is None:
             self.gate.keep("Unknown", node, pods)
             return None, None
-        objects = [node, *pods, *self.watched["RuntimeClass"].items(), *self.watched["ResourceSlice"].items()]
+        objects = [node, *pods, *self.classes.of(pods), *self.slices.of(pods)]
         objects += self.claims.of(pods) + self.sandboxes.of(pods)
         read = self.answer.read
         entry = None if read is None else judge(node_view(read), objects, self.flags.node, *self._asked())

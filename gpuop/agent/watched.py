@@ -1,15 +1,15 @@
-"""The cluster's objects a node's judgment joins, kept by list-then-watch as client-go's reflector
-keeps them, so that a judgment sends no read: one list (``resourceVersion=0``: from the API
-server's watch cache, not etcd), then one watch from its version, with bookmarks; each watch
-ends at a random time between ``WATCH_S`` and twice that (client-go's), and is taken up again from
-the last version seen; a version the server no longer has (410 Gone) is listed again; a broken
-list or watch is tried again after a backoff with full jitter (so that every agent of a fleet
-does not come back in the same second after an API server restart). A watch that hears nothing,
-no event and no bookmark, for ``SILENT_S`` (a connection that died unseen: a load balancer's idle
-timeout, a peer gone) is ended and taken up again, not waited on until its own end; meanwhile it
-is not in sync (``/readyz``).
+"""The node's own objects a judgment joins, its Node and its Pods, kept by list-then-watch as
+client-go's reflector keeps them, so that a judgment sends no read: one list
+(``resourceVersion=0``: from the API server's watch cache, not etcd), then one watch from its
+version, with bookmarks; each watch ends at a random time between ``WATCH_S`` and twice that (half
+an hour to an hour), and is taken up again from the last version seen; a version the server no
+longer has (410 Gone) is listed again; a broken list or watch is tried again after a backoff with
+full jitter (so that every agent of a fleet does not come back in the same second after an API
+server restart). A watch that hears nothing, no event and no bookmark, for ``SILENT_S`` (a
+connection that died unseen: a load balancer's idle timeout, a peer gone) is ended and taken up
+again, not waited on until its own end; meanwhile it is not in sync (``/readyz``).
 
-    node = Watched(api, "Node", "list_node", on_change, field_selector="metadata.name=gpu-a")
+    node = Watched(api, "Node", on_change, field_selector="metadata.name=gpu-a")
     node.start(); node.synced.wait(10); node.items()   # [{"kind": "Node", "metadata": {...}, ...}]
 """
 
@@ -27,10 +27,12 @@ from kubernetes.watch.watch import iter_resp_lines
 from gpuop.reach.kubeapi import CONNECT_TIMEOUT_S, in_words
 
 LOG = logging.getLogger("gpuop.agent")
-WATCH_S = 300  # a watch request's shortest end (timeoutSeconds), as client-go's minWatchTimeout
+# A watch request's shortest end (timeoutSeconds; its longest twice that, drawn): held half an hour
+# to an hour, so that its renewals cost the API server less than the heartbeats (client-go's
+# reflector draws 5 to 10 minutes; a client's timeoutSeconds is honoured as asked).
+WATCH_S = 1800
 BACKOFF_S = (0.8, 30)  # a broken list or watch waits uniformly up to 0.8 s x 2^failures, at most 30 s
 LIST_DEADLINE_S = 30  # one list request
-UNSERVED_S = 600  # a kind the cluster does not serve (404: no DRA) is asked again after this
 # The API server's watch cache sends a bookmark about every minute to a watch that asks for them
 # (its bookmarkFrequency; seen here: at 60 s, 120 s, and 2 s before the watch's end); nothing at
 # all, no event and no bookmark, for this long is a dead watch.
@@ -41,8 +43,6 @@ VERSIONS_KEPT = 64  # the versions its last events brought: a writer asks whethe
 APIS = {
     "Node": ("CoreV1Api", "list_node"),
     "Pod": ("CoreV1Api", "list_pod_for_all_namespaces"),
-    "RuntimeClass": ("NodeV1Api", "list_runtime_class"),
-    "ResourceSlice": ("ResourceV1Api", "list_resource_slice"),
 }
 
 
@@ -60,14 +60,14 @@ class Watched:
     with their ``kind``. ``on_change(kind, listed)`` is called after each change (``listed``: a
     whole list, or the first change a watch brings after it broke, as when an API server came back:
     every agent of a fleet hears it at once; not one object's event); ``synced`` is set once
-    listed (or found not served); ``up`` says whether its last request succeeded, ``behind`` why
+    listed; ``up`` says whether its last request succeeded, ``behind`` why
     not in words; ``versions`` are those its last events brought."""
 
     def __init__(self, api: client.ApiClient, kind: str, on_change, field_selector: str = "", silent_s=SILENT_S):
         group, call = APIS[kind]
         self.kind, self.lister = kind, getattr(getattr(client, group)(api), call)
         self.on_change, self.selector, self.silent_s = on_change, field_selector, silent_s
-        self.objects, self.version, self.served = {}, None, True
+        self.objects, self.version = {}, None
         self.synced, self.up, self.lists, self.failures = threading.Event(), False, 0, 0
         self.heard, self.behind, self.broke = time.monotonic(), "not listed yet", False
         self.versions = collections.deque(maxlen=VERSIONS_KEPT)
@@ -154,12 +154,6 @@ class Watched:
                 if e.status == 410:  # the version expired: listed again, at once
                     self.version = None
                     continue
-                if e.status == 404 and self.version is None:  # not served here (a cluster with no DRA)
-                    self.served, self.objects, self.behind = False, {}, ""
-                    self.synced.set()
-                    self.on_change(self.kind, True)
-                    time.sleep(UNSERVED_S * (1 + random.random() / 10))
-                    continue
                 self._broken(e)
             except Exception as e:  # noqa: BLE001 (the API server away or restarted: tried again after a backoff)
                 self._broken(e)
@@ -184,12 +178,9 @@ class Watched:
 
 
 def node_watches(api: client.ApiClient, node: str, on_change) -> dict:
-    """What one node's judgment joins, each kept by a watch: its Node and the Pods bound to it
-    (by field selector), its ResourceSlices (``spec.nodeName``) and the RuntimeClasses (every
-    node shares them: the only kind not selected by node)."""
+    """What one node's judgment keeps by a watch, two of them: its Node and the Pods bound to it,
+    each by field selector (the rest it reads only when a Pod needs it: ``gpuop.agent.kept``)."""
     return {
         "Node": Watched(api, "Node", on_change, f"metadata.name={node}"),
         "Pod": Watched(api, "Pod", on_change, f"spec.nodeName={node}"),
-        "RuntimeClass": Watched(api, "RuntimeClass", on_change),
-        "ResourceSlice": Watched(api, "ResourceSlice", on_change, f"spec.nodeName={node}"),
     }

@@ -442,41 +442,69 @@ def test_an_agent_restarted_keeps_the_condition_s_transition_and_says_nothing_ne
     assert agent_events("agent-healthy") == said
 
 
-def test_a_runtimeclass_deleted_and_made_again_reaches_the_judgment_through_the_watch(agents):
-    """The RuntimeClasses are listed once, then watched (no cluster-wide read each judgment): the
-    class of agent-healthy's GPU Pod deleted, its sandbox cannot start (True); made again, False."""
-    nvidia = {
-        "apiVersion": "node.k8s.io/v1",
-        "kind": "RuntimeClass",
-        "metadata": {"name": "fleet-nvidia"},
-        "handler": "nvidia",
+def test_a_runtimeclass_is_read_with_the_first_pod_that_names_it_not_at_each_judgment(agents):
+    """Two watches a node, the RuntimeClasses read when needed: the class of agent-healthy's GPU Pod
+    made again with a handler the node does not load, its judgments go on as read (not one
+    request); a new Pod of that class, the class is read with it: its sandbox cannot start (True,
+    within seconds). The class as it was and the Pod gone, the agent started again (no class kept)
+    says False."""
+    path, running, root = agents
+    node = next(n for n in NODES if n.name == "agent-healthy")
+    port = running.ports["agent-healthy"]
+
+    def nvidia(handler: str) -> str:
+        return json.dumps(
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "fleet-nvidia"},
+                "handler": handler,
+            }
+        )
+
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "agent-later-job", "namespace": "default"},
+        "spec": {
+            "nodeName": "agent-healthy",
+            "runtimeClassName": "fleet-nvidia",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "job", "image": READ_IMAGE}],
+        },
     }
     assert get("runtimeclass/fleet-nvidia")["handler"] == "nvidia"
     eventually(
         "agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60
     )
-    before = {n.name: condition(n.name).get("status") for n in NODES}
-    kubectl("delete", "runtimeclass", "fleet-nvidia")
+    kubectl("delete", "runtimeclass", "fleet-nvidia")  # a class's handler cannot change: made again
+    kubectl("apply", "-f", "-", stdin=nvidia("fleet-unloaded"))
     try:
-        gone = eventually(
+        before, judged = requests(port), judgments(port)
+        eventually("three judgments more", lambda: judgments(port) >= judged + 3, timeout=30)
+        sent = {verb: n - before.get(verb, 0) for verb, n in requests(port).items()}
+        assert not any(n for verb, n in sent.items() if verb != "WATCH"), sent
+        assert condition("agent-healthy")["status"] == "False"
+        kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+        bound = time.monotonic()
+        seen = eventually(
             "agent-healthy's condition True",
             lambda: condition("agent-healthy").get("status") == "True" and condition("agent-healthy"),
-            timeout=60,
+            timeout=30,
         )
-        assert (
-            "[sandbox-fails] Pod " in gone["message"]
-            and "(RuntimeClass fleet-nvidia, handler fleet-nvidia)" in gone["message"]
-        )
+        assert time.monotonic() - bound <= 5, f"judged {time.monotonic() - bound:.1f}s after the Pod was bound"
+        said = "[sandbox-fails] Pod default/agent-later-job (RuntimeClass fleet-nvidia, handler fleet-unloaded)"
+        assert said in seen["message"], seen
     finally:
-        kubectl("apply", "-f", "-", stdin=json.dumps(nvidia))
+        kubectl(
+            "delete", "pod", "-n", "default", "agent-later-job", "--ignore-not-found", "--grace-period=0", "--force"
+        )
+        kubectl("delete", "runtimeclass", "fleet-nvidia")
+        kubectl("apply", "-f", "-", stdin=nvidia("nvidia"))
+    running.stop("agent-healthy")
+    running.start(node)
     eventually(
         "agent-healthy's condition False again", lambda: condition("agent-healthy").get("status") == "False", timeout=60
-    )
-    # every node's class was gone with it: each back as it was, so the next test starts from it
-    eventually(
-        f"every node's condition back to {before}",
-        lambda: {n.name: condition(n.name).get("status") for n in NODES} == before,
-        timeout=60,
     )
 
 

@@ -264,8 +264,9 @@ def test_the_restart_gate_labels_the_node_and_the_agent_s_own_pod_only_while_res
 
 def test_a_change_every_node_hears_at_once_is_judged_at_a_time_spread_over_the_jitter():
     """A change of its own node's (a Pod bound) is judged half a second after it; one every agent
-    of the fleet hears at once (a RuntimeClass, a whole list again after an API server came back)
-    at a time drawn over the interval's jitter (6 s at 60 s), so that a fleet's writes spread."""
+    of the fleet hears at once (a whole list again, the first change after a watch broke: an API
+    server came back) at a time drawn over the interval's jitter (6 s at 60 s), so that a fleet's
+    writes spread."""
     from kubernetes import client
 
     from gpuop.agent.agent import JITTER, SETTLE_S, Agent
@@ -283,11 +284,75 @@ def test_a_change_every_node_hears_at_once_is_judged_at_a_time_spread_over_the_j
 
     assert SETTLE_S <= after("Pod", False) < SETTLE_S + 0.1
     spread = JITTER * 60
-    for kind, listed in (("RuntimeClass", False), ("Pod", True), ("Node", True)):
+    for kind, listed in (("Pod", True), ("Node", True)):
         drawn = [after(kind, listed) for _ in range(200)]
         assert SETTLE_S <= min(drawn) and max(drawn) < spread + 0.1, (kind, listed)
         assert max(drawn) - min(drawn) > spread / 2, (kind, listed)  # spread, not one second for all
     agent.due = None
-    agent.announced("RuntimeClass", False)
+    agent.announced("Node", True)
     agent.announced("Pod", False)  # the earlier of two is when the judgment is due
     assert agent.due - time.monotonic() <= SETTLE_S
+
+
+class _Read:
+    """A reader of the kept objects that counts its reads, by key."""
+
+    def __init__(self, objects):
+        self.objects, self.asked = objects, []
+
+    def __call__(self, key):
+        self.asked.append(key)
+        return self.objects.get(key, [])
+
+
+def test_a_runtime_class_is_read_with_the_first_pod_that_names_it_kept_and_read_again_only_after_its_time():
+    """Two watches a node, the rest read when needed: a class read when a Pod not seen before names
+    it (a new class, a changed handler: judged with that Pod), not at each judgment, read again
+    after its time (2 to 4 hours, drawn), forgotten once no Pod names it."""
+    from gpuop.agent.kept import REREAD_S, RuntimeClasses
+
+    now = [0.0]
+    classes = RuntimeClasses(_api(), clock=lambda: now[0], draw=lambda a, b: a)
+    read = _Read({"nvidia": [{"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}]})
+    classes.kept.read = read
+
+    def pod(uid, rc="nvidia", phase="Running"):
+        return {"metadata": {"uid": uid}, "spec": {"runtimeClassName": rc}, "status": {"phase": phase}}
+
+    assert classes.of([pod("a")])[0]["handler"] == "nvidia" and read.asked == ["nvidia"]
+    for _ in range(5):  # steady: no read
+        assert classes.of([pod("a")]) and read.asked == ["nvidia"]
+    classes.of([pod("a"), pod("b")])  # a new Pod names it: read again, with that Pod
+    assert read.asked == ["nvidia", "nvidia"]
+    now[0] += REREAD_S[0] - 1
+    classes.of([pod("a"), pod("b")])
+    assert len(read.asked) == 2
+    now[0] += 2  # past its time
+    classes.of([pod("a"), pod("b")])
+    assert len(read.asked) == 3
+    assert classes.of([pod("c", "gone")]) == [] and read.asked[-1] == "gone"  # a class not found: none
+    assert list(classes.kept.kept) == ["gone"]  # nvidia forgotten: no Pod names it
+    assert classes.of([pod("d", "x", phase="Succeeded"), {"metadata": {"uid": "e"}, "spec": {}}]) == []
+
+
+def test_the_node_s_resource_slices_are_listed_only_where_a_pod_claims_a_device():
+    from gpuop.agent.kept import ResourceSlices
+
+    now = [0.0]
+    slices = ResourceSlices(_api(), "gpu-a", clock=lambda: now[0], draw=lambda a, b: a)
+    read = _Read({"gpu-a": [{"kind": "ResourceSlice", "spec": {"nodeName": "gpu-a"}}]})
+    slices.kept.read = read
+    plain = {"metadata": {"uid": "a"}, "spec": {}, "status": {"phase": "Running"}}
+    claiming = {"metadata": {"uid": "b"}, "spec": {"resourceClaims": [{"name": "gpu"}]}, "status": {}}
+    assert slices.of([plain]) == [] and read.asked == []
+    assert len(slices.of([plain, claiming])) == 1 and read.asked == ["gpu-a"]
+    assert len(slices.of([plain, claiming])) == 1 and read.asked == ["gpu-a"]  # kept
+    assert slices.of([plain]) == [] and slices.kept.kept == {}
+
+
+def _api():
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = "https://127.0.0.1:1"  # never asked: the reads are the test's
+    return client.ApiClient(configuration)
