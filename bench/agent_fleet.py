@@ -25,6 +25,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -126,7 +127,8 @@ def worker(names: list, state_dir: str, index: int, interval_s: float, heartbeat
     from gpuop.judgment.condition import PROBLEM, short
     from gpuop.reach.kubeapi import bounded
 
-    logging.basicConfig(level=logging.ERROR)
+    # the agents' warnings (a watch broken, and why) in a file of the worker's: counted at the end
+    logging.basicConfig(level=logging.WARNING, filename=os.path.join(state_dir, f"worker-{index}.log"))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     threading.stack_size(STACK)
@@ -444,9 +446,24 @@ def main():
             if made_rc:
                 with contextlib.suppress(ApiException):
                     nodeapi.delete_runtime_class(HANDLER)
+        broken = watches_broken(state_dir, a.processes)
         shutil.rmtree(state_dir, ignore_errors=True)
 
     report(a, base, start, steady, agents_first, agents_last, change, turned_s, herd, back_s, resynced_s)
+    print(f"watches broken over the whole run, by kind and why: {json.dumps(broken)}")
+
+
+def watches_broken(state_dir: str, processes: int) -> dict:
+    """How many times the agents' watches broke, by kind and why (their warnings), over the run."""
+    found = {}
+    for i in range(processes):
+        with contextlib.suppress(OSError), open(os.path.join(state_dir, f"worker-{i}.log")) as f:
+            for line in f:
+                said = re.search(r"the (\w+)' watch broke: (.*?)(?: \(|;|$)", line)
+                if said:
+                    key = f"{said.group(1)}: {said.group(2)[:60]}"
+                    found[key] = found.get(key, 0) + 1
+    return dict(sorted(found.items(), key=lambda kv: -kv[1]))
 
 
 def _scraped():
