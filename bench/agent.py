@@ -133,8 +133,8 @@ def main():
     reads = 10_000 * steady["requests"] / 60
     print(
         f"on paper, 10,000 nodes at the default interval (60 s): {reads:.0f} reads/s from judgments, "
-        f"{10_000 / 300:.0f} heartbeat PATCHes/s (node-problem-detector's own), {10_000 * 4 / 450:.0f} watches "
-        f"taken up/s (4 per node, each every 5 to 10 min), beside the kubelets' {10_000 / 10:.0f} Lease renewals/s; "
+        f"{10_000 / 300:.0f} heartbeat PATCHes/s (node-problem-detector's own), {10_000 * 2 / 2700:.0f} watches "
+        f"taken up/s (2 per node, each every 30 to 60 min), beside the kubelets' {10_000 / 10:.0f} Lease renewals/s; "
         f"per node {3600 / 60 * (steady['cpu_ms'] + steady['read_cpu_ms']) / 1000:.1f} CPU seconds an hour "
         "(the agent's and its reads')"
     )
