@@ -442,6 +442,21 @@ def test_an_agent_restarted_keeps_the_condition_s_transition_and_says_nothing_ne
     assert agent_events("agent-healthy") == said
 
 
+def job_of(name: str, runtime_class: str) -> dict:
+    """A Pod of ``runtime_class`` bound to agent-healthy, in default."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": "agent-healthy",
+            "runtimeClassName": runtime_class,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "job", "image": READ_IMAGE}],
+        },
+    }
+
+
 def test_a_runtimeclass_is_read_with_the_first_pod_that_names_it_not_at_each_judgment(agents):
     """Two watches a node, the RuntimeClasses read when needed: the class of agent-healthy's GPU Pod
     made again with a handler the node does not load, its judgments go on as read (not one
@@ -462,17 +477,7 @@ def test_a_runtimeclass_is_read_with_the_first_pod_that_names_it_not_at_each_jud
             }
         )
 
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "agent-later-job", "namespace": "default"},
-        "spec": {
-            "nodeName": "agent-healthy",
-            "runtimeClassName": "fleet-nvidia",
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "job", "image": READ_IMAGE}],
-        },
-    }
+    pod = job_of("agent-later-job", "fleet-nvidia")
     assert get("runtimeclass/fleet-nvidia")["handler"] == "nvidia"
     eventually(
         "agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False", timeout=60
@@ -599,17 +604,7 @@ def test_a_gpu_pod_bound_is_judged_within_5_s_with_a_60_s_interval(agents):
         "metadata": {"name": "agent-unloaded"},
         "handler": "unloaded",
     }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "agent-gpu-job", "namespace": "default"},
-        "spec": {
-            "nodeName": "agent-healthy",
-            "runtimeClassName": "agent-unloaded",
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "job", "image": READ_IMAGE}],
-        },
-    }
+    pod = job_of("agent-gpu-job", "agent-unloaded")
     try:
         eventually("agent-healthy's agent judged once", lambda: _answers(port) and judgments(port) >= 1, timeout=60)
         eventually("agent-healthy's condition False", lambda: condition("agent-healthy").get("status") == "False")
