@@ -79,6 +79,7 @@ lab-up:
 lab-down:
 	lab/lab.sh down $(LAB)
 	$(BESIDE) lab/lab.sh down $(LAB)-beside
+	$(RUNS) lab/lab.sh down $(LAB)-runs
 
 lab-status:
 	lab/lab.sh status $(LAB)
@@ -92,16 +93,20 @@ lint: setup
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-# Three pytest lanes side by side, started at once. The lab's (marker lab: they share its cluster
-# and its lock, the lab containerd's tests among them: they run no Pod), once the lab is up. Those
-# that drive a lab of their own (marker beside: the kubelet node, the fleet's simulated nodes,
-# whose Pods' cgroups on the host must not meet another module's) on a second lab cluster
-# ($(LAB)-beside, with a kubeconfig of its own, so that neither lab's context switches the
-# other's), one module at a time. And those that need no cluster (unit, the containerd version
+# Four pytest lanes side by side, started at once. The lab's (marker lab: they share its cluster
+# and its lock, the lab containerd's tests among them: they run no Pod), once the lab is up. The
+# incident's runs (marker lab too: tests/playbook and tests/fix, the playbook's and the repair's
+# runs, drift and faults), which need only a lab cluster and no name of it, on a third one
+# ($(LAB)-runs, a kubeconfig of its own: their runs name its context, so its lock is its own), so
+# that the lab's two halves wait on their clusters at once. Those that drive a lab of their own
+# (marker beside: the kubelet node, the fleet's simulated nodes, whose Pods' cgroups on the host
+# must not meet another module's) on a second lab cluster ($(LAB)-beside, likewise), one module at
+# a time: the longest lane, and the one the others stay off (niced: the host's CPU goes to it
+# first). And those that need no cluster (unit, the containerd version
 # matrix, the harness's), from the start, while the clusters come up: under a lab name of their
 # own, so that no lab's down (tests/lab's) stops their daemons, and a kubeconfig that is not there.
 # Each spends most of its time waiting on a cluster or a daemon.
-# Each prints its 30 slowest durations; the other two's output follows the lab's. (Exit 5, no
+# Each prints its 30 slowest durations; the others' output follows the lab's. (Exit 5, no
 # test selected by PYTEST_ARGS, fails none.)
 # Each its own short temporary root: a lab root's socket path has at most 108 bytes, and pytest's
 # own numbered roots grow longer with every run on the machine (pytest-99, pytest-127...).
@@ -111,20 +116,26 @@ unit: setup
 # cluster is built, the tests that need every containerd last in each (marker every_containerd).
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=30
 BESIDE := GPUOP_LAB=$(LAB)-beside KUBECONFIG=$(HOME)/.kwok/$(LAB)-beside.kubeconfig
+RUNS := GPUOP_LAB=$(LAB)-runs KUBECONFIG=$(HOME)/.kwok/$(LAB)-runs.kubeconfig
+RUNS_TESTS := tests/playbook tests/fix
 ALONE := GPUOP_LAB=$(LAB)-alone KUBECONFIG=$(HOME)/.kwok/$(LAB)-alone.kubeconfig
+# The lanes that leave the CPU to the one beside the lab's, the longest.
+OFF := nice -n 5
 
 test: setup deps lint
-	@builds_log=$$(mktemp); beside_log=$$(mktemp); alone_log=$$(mktemp); trap 'rm -f "$$builds_log" "$$beside_log" "$$alone_log"' EXIT; \
-	nice -n 19 lab/build.sh all >"$$builds_log" 2>&1 & builds=$$!; \
-	$(ALONE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-alone tests -m "not lab and not beside" $(PYTEST_ARGS) >"$$alone_log" 2>&1 & alone=$$!; \
-	{ $(BESIDE) lab/lab.sh up $(LAB)-beside && $(BESIDE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-beside tests -m beside $(PYTEST_ARGS); } >"$$beside_log" 2>&1 & beside=$$!; \
-	$(NODE_ENV) lab/lab.sh up $(LAB) || { kill $$builds $$alone $$beside; exit 1; }; \
-	$(PYTEST) --basetemp=/tmp/gpuop-pytest-lab tests -m lab $(PYTEST_ARGS); lab_rc=$$?; \
-	wait $$beside; beside_rc=$$?; wait $$alone; alone_rc=$$?; wait $$builds; built=$$?; \
-	echo "--- the tests run beside the lab's, on a lab of their own:"; cat "$$beside_log"; \
-	echo "--- the tests that need no cluster:"; cat "$$alone_log"; \
-	echo "--- every lab binary, built beside them (lab/build.sh all):"; cat "$$builds_log"; \
-	for rc in $$lab_rc $$beside_rc $$alone_rc; do [ $$rc -eq 0 -o $$rc -eq 5 ] || exit 1; done; [ $$built -eq 0 ]
+	@logs=$$(mktemp -d); trap 'rm -rf "$$logs"' EXIT; \
+	nice -n 19 lab/build.sh all >"$$logs/builds" 2>&1 & builds=$$!; \
+	$(ALONE) $(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-alone tests -m "not lab and not beside" $(PYTEST_ARGS) >"$$logs/alone" 2>&1 & alone=$$!; \
+	{ $(BESIDE) lab/lab.sh up $(LAB)-beside && $(BESIDE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-beside tests -m beside $(PYTEST_ARGS); } >"$$logs/beside" 2>&1 & beside=$$!; \
+	{ $(RUNS) $(OFF) lab/lab.sh up $(LAB)-runs && $(RUNS) $(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-runs $(RUNS_TESTS) -m lab $(PYTEST_ARGS); } >"$$logs/runs" 2>&1 & runs=$$!; \
+	$(NODE_ENV) $(OFF) lab/lab.sh up $(LAB) || { kill $$builds $$alone $$beside $$runs; exit 1; }; \
+	$(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-lab tests -m lab $(foreach t,$(RUNS_TESTS),--ignore=$(t)) $(PYTEST_ARGS); lab_rc=$$?; \
+	wait $$runs; runs_rc=$$?; wait $$beside; beside_rc=$$?; wait $$alone; alone_rc=$$?; wait $$builds; built=$$?; \
+	echo "--- the incident's runs, on a lab of their own ($(RUNS_TESTS)):"; cat "$$logs/runs"; \
+	echo "--- the tests run beside the lab's, on a lab of their own:"; cat "$$logs/beside"; \
+	echo "--- the tests that need no cluster:"; cat "$$logs/alone"; \
+	echo "--- every lab binary, built beside them (lab/build.sh all):"; cat "$$logs/builds"; \
+	for rc in $$lab_rc $$runs_rc $$beside_rc $$alone_rc; do [ $$rc -eq 0 -o $$rc -eq 5 ] || exit 1; done; [ $$built -eq 0 ]
 
 run: setup deps lab-up
 	@$(VENV)/bin/pyinfra inventory.py deploy.py -y $(CONTAINERD_DATA) $(NODE_DATA) --data reboot=$(REBOOT)

@@ -203,7 +203,7 @@ def test_an_agent_that_stops_answering_is_restarted_by_the_kubelet_through_its_l
     pids = [int(p) for p in frozen.stdout.split()]
     assert len(pids) == 1, f"one agent process with --port={port}, found {pids}"
     os.kill(pids[0], signal.SIGSTOP)
-    # two periods of 30 s, the 30 s grace a stopped process waits out, the container started again
+    # two periods of 30 s, the probe's 10 s grace a stopped process waits out, the container started again
     back = eventually(
         "the kubelet to restart the frozen agent",
         lambda: (
