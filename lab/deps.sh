@@ -10,7 +10,9 @@
 # - an OpenSSH server for the SSH tests (started by the tests themselves on loopback, never as a
 #   system service), and sudo for the test of a non-root SSH user;
 # - conmon: the monitor the CRI-O sim nodes' real crio (lab/build.sh crio) runs each container
-#   under, with Debian's runc as its OCI runtime.
+#   under, with Debian's runc as its OCI runtime;
+# - kmod's modinfo and DKMS: the driver's read asks them of a node (the NVIDIA module's version,
+#   DKMS's status), and the tests ask them of planted driver trees (tests/helpers/drivers.py).
 set -euo pipefail
 missing=()
 [ -x /usr/bin/containerd ] || missing+=(containerd)
@@ -22,6 +24,8 @@ command -v gcc >/dev/null || missing+=(gcc)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
 command -v sudo >/dev/null || missing+=(sudo)
 [ -x /usr/bin/conmon ] || missing+=(conmon)
+command -v modinfo >/dev/null || [ -x /usr/sbin/modinfo ] || missing+=(kmod)
+command -v dkms >/dev/null || [ -x /usr/sbin/dkms ] || missing+=(dkms)
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "lab/deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive

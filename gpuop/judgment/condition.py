@@ -16,6 +16,7 @@ import re
 from datetime import datetime
 
 from gpuop.judgment.cluster import allocatable_count
+from gpuop.judgment.driver_rules import NEXT_BOOT
 from gpuop.judgment.view import LIVE
 
 PROBLEM = "gpuop.io/GPURuntimeProblem"  # the node fails its GPU work now (True: a problem, as NPD's)
@@ -34,6 +35,7 @@ NEXT_START = (
     "config-unreadable",
     "lost-at-regeneration",
     "handler-gone-after-restart",
+    *NEXT_BOOT,
 )
 WORST = (
     "restart-refuses-start",

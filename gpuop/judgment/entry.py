@@ -2,6 +2,7 @@
 report and a lab host's audit.json; the Pods its gaps put at risk."""
 
 from gpuop.judgment.cluster import active
+from gpuop.judgment.driver import has_driver, summary
 from gpuop.judgment.node_rules import DRIVER, gpu_paths, node_gpus
 from gpuop.judgment.objects import of_kind
 from gpuop.judgment.view import api_handlers
@@ -36,7 +37,8 @@ def node_entry(
     ``runtime_handlers`` is the API's view of what is loaded (``api_handlers`` of its Node),
     beside the node's own. ``pods_at_risk``: the Pods its gaps name, and every active Pod bound
     to it (``objects``) where its runtime would not start again. ``gpu_path``: how a GPU reaches a
-    container there (``gpu_paths``); ``gpus``: the GPUs it offers (``node_gpus``).
+    container there (``gpu_paths``); ``gpus``: the GPUs it offers (``node_gpus``); ``driver``: its
+    NVIDIA driver's three views (``gpuop.judgment.driver.summary``), only where the node has one.
 
         node_entry(node_view(read), findings(...), node, objects)["cri_after_restart"] -> "fails"
     """
@@ -63,5 +65,6 @@ def node_entry(
         "pods_at_risk": at_risk,
         "gpu_path": gpu_paths(runtime, gpu_handler),
         "gpus": node_gpus(node, objects, gpu_driver) if node else None,
+        **({"driver": summary(runtime["driver"])} if has_driver(runtime.get("driver")) else {}),
         "gaps": gaps,
     }

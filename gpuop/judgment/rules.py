@@ -3,7 +3,8 @@
 entry (``gpuop.judgment.entry``). The lab audit, the node audit, the repair's plan and its audit after
 all call it. Each rule is written once, in the room of what it judges: a runtime alone
 (``runtime_rules``), the node it serves (``node_rules``, the sandboxes' words in ``sandbox``), the
-cluster around the runtimes (``cluster_rules``: ``cluster_gaps`` for a fleet).
+cluster around the runtimes (``cluster_rules``: ``cluster_gaps`` for a fleet), the node's NVIDIA
+driver (``driver_rules``).
 
 Subjects: a finding about the daemon itself names the runtime (``containerd``), one about a
 handler names the handler, one about a Pod ``namespace/name``, one about a Node its name, one
@@ -11,6 +12,7 @@ about a file its path.
 """
 
 from gpuop.judgment.cluster_rules import lab_host_gaps
+from gpuop.judgment.driver_rules import driver_gaps
 from gpuop.judgment.entry import node_entry
 from gpuop.judgment.gaps import gap
 from gpuop.judgment.node_rules import DRIVER, node_bound_findings
@@ -28,8 +30,9 @@ def findings(
     events: list | None = None,
     gpu_driver: str = DRIVER,
 ) -> list:
-    """Every gap of one runtime: its own (``runtime_findings``), and, where it serves a node of
-    the cluster (``node_name``), those joined with that node's objects.
+    """Every gap of one runtime: its node's NVIDIA driver's (``driver_gaps``, where the view read
+    it), its own (``runtime_findings``), and, where it serves a node of the cluster
+    (``node_name``), those joined with that node's objects.
 
     + view: the runtime's view (``gpuop.judgment.view``: ``lab_view``, ``node_view`` or ``api_view``)
     + objects: the cluster's Nodes, RuntimeClasses and Pods, plain JSON as the API gives them
@@ -42,7 +45,7 @@ def findings(
         findings(node_view(read), objects, "gpu-a")
         -> [{"kind": "restart-takes-cri-down", "subject": "containerd", ...}, {"kind": "sandbox-fails", ...}]
     """
-    gaps = []
+    gaps = driver_gaps(view.get("driver"))
     node = next((n for n in of_kind(objects, "Node") if n["metadata"]["name"] == node_name), None)
     if node_name and node is None:
         gaps.append(

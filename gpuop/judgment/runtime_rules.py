@@ -152,6 +152,11 @@ def _loaded_words(view: View) -> str:
 # and a file whose text was not had: the views it leaves unread, and its words ({rt}, {version},
 # {arg}: the section's argument, a process's pid or a file's path; {within}: its deadline or why).
 _UNREAD = {
+    "driver": (
+        ["loaded", "written", "after-restart"],
+        "the NVIDIA driver (its modules, libraries and the next boot's kernel) was not read within "
+        "{within}: nothing is judged of the driver, the runtime is",
+    ),
     "runtime": (
         ["written"],
         "the files of {rt} {version} (its config and drop-ins) were not read: their read did "

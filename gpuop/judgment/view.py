@@ -106,6 +106,7 @@ def unknown_view(**given) -> View:
         "restart_reason": "",
         "restart_from": "",
         "unread": {},
+        "driver": None,
         **given,
     }
 
@@ -254,7 +255,15 @@ def node_view(read: dict) -> View:
     at start, after a restart is what they would write (``gpuop.judgment.regen``).
 
         node_view(read)["cri_after_restart"] -> "ok" | "fails" | "refuses-start" | "unknown"
+
+    Beside the runtime, the node's NVIDIA driver as its read found it (``driver``:
+    ``gpuop.judgment.driver``'s facts; None where it was not read).
     """
+    return {**_runtime_of(read), "driver": read.get("driver")}
+
+
+def _runtime_of(read: dict) -> View:
+    """``node_view``'s runtime part."""
     endpoint = read["kubelet"]["endpoint"] if read.get("kubelet") else None
     unread = {k.split(" ")[0] if k.startswith("runtime ") else k: v for k, v in (read.get("unread") or {}).items()}
     daemons = [(RUNTIME, d) for d in read["containerds"]] + [(crio.NAME, d) for d in read.get("crios", [])]

@@ -64,3 +64,4 @@ class View(TypedDict):
     restart_reason: str  # why, in the binary's own words
     restart_from: str  # what was asked ("containerd 1.6.20's own merge of the files")
     unread: dict  # a real node's read: its sections that did not end in time, each with its deadline
+    driver: dict | None  # the node's NVIDIA driver (gpuop.judgment.driver's facts); None: not read

@@ -8,6 +8,7 @@ import os
 import shlex
 
 from gpuop.judgment import crio
+from gpuop.judgment.driver import driver_facts
 from gpuop.judgment.regen import nvidia_binaries
 from gpuop.reach.shell import cri_answer, restart_answer, shell_functions, untarred
 
@@ -48,7 +49,7 @@ def parse(output: list) -> dict:
     whose text was not had (``file PATH``: larger than ``FILE_KIB``, or not UTF-8 text), left out
     of its files.
     """
-    result = {"hostname": "", "containerds": [], "crios": [], "kubelet": None, "unread": {}}
+    result = {"hostname": "", "containerds": [], "crios": [], "kubelet": None, "driver": None, "unread": {}}
     daemons, runtime = {}, None
     for (kind, *rest), lines in _sections(output, result["unread"]):
         unread = result["unread"].get(" ".join([kind, *rest]))
@@ -61,6 +62,8 @@ def parse(output: list) -> dict:
             continue
         elif kind == "hostname":
             result["hostname"] = rest[0].strip() if rest else ""
+        elif kind == "driver":
+            result["driver"] = driver_facts(lines)
         elif kind == "kubelet":
             exe, args, endpoint = (lines + ["", "", ""])[:3]
             result["kubelet"] = {"pid": int(rest[0]), "exe": exe, "args": _args(args), "endpoint": endpoint}

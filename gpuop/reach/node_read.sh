@@ -1,9 +1,9 @@
 # The node audit's one read of a real node (runbook/reach/node.py, NodeRuntime, and the node agent
 # send this file whole as one command, then `read_node`): what runs (every containerd and CRI-O,
 # kubelet, k3s), which runtime serves kubelet, and for that one its files, its own merge of them,
-# and its CRI answer, in sections "--- gpuop KIND ...", each under a deadline of its own (`section`):
-# one that does not end is named "--- gpuop unread KIND ...", the rest still read. Read-only: it
-# writes no file and leaves no socket.
+# and its CRI answer; and the NVIDIA driver (driver_read); in sections "--- gpuop KIND ...", each
+# under a deadline of its own (`section`): one that does not end is named "--- gpuop unread KIND
+# ...", the rest still read. Read-only: it writes no file and leaves no socket.
 #
 # Set before this text by the controller, all of it also in GPUOP_READ (what a section's own shell
 # defines first): CRICTL (crictl on the node), NVIDIA_BINARIES (where k3s looks for NVIDIA runtimes
@@ -22,6 +22,11 @@ CRIO_SOCKET=/var/run/crio/crio.sock
 # Where CRI-O looks for OCI hooks when its config names none (its default hooks_dir, and the
 # directory the GPU Operator's hook goes to on CRI-O without CDI).
 CRIO_HOOKS_DIRS="/usr/share/containers/oci/hooks.d /etc/containers/oci/hooks.d"
+# The NVIDIA kernel modules, as sysfs names them (Debian packages them as nvidia-current), and
+# where the driver's libraries are (Debian and Ubuntu, RHEL-likes and AL2023, and the aarch64 twins).
+NVIDIA_MODULES="nvidia nvidia_uvm nvidia_modeset nvidia_drm nvidia_peermem nvidia_current nvidia_current_uvm
+  nvidia_current_modeset nvidia_current_drm nvidia_current_peermem"
+NVIDIA_LIB_DIRS="/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib/aarch64-linux-gnu /usr/lib"
 
 # The command line of process $1, one argument a line.
 args() { tr "\0" "\n" <"/proc/$1/cmdline"; }
@@ -304,15 +309,90 @@ crio_status() { gpuop_ask 10 "$1" status --socket "$2" config 2>/dev/null; echo 
 # nvidia_found: the NVIDIA runtime binaries where k3s looks for them at its start.
 nvidia_found() { for f in $NVIDIA_BINARIES; do [ -f "$f" ] && echo "$f"; done; return 0; }
 
+# driver_read: the NVIDIA driver's three views (gpuop.judgment.driver), a fact a line: loaded (the
+# GPUs on the PCI bus, the modules' versions in sysfs, the kernel's own line, the device nodes),
+# written (the libraries' versions from their names, the host's and the GPU Operator's driver root,
+# its validator's word, Fabric Manager's version line) and after the next start (the running and
+# installed kernels, the boot loader's default, saved and one-time entries, each installed kernel's
+# NVIDIA modules as its modules.dep lists them and their versions as modinfo reads them, DKMS's word
+# where it holds NVIDIA's, a reboot pending), then the NVIDIA CDI specs' files that are not there
+# and whether a boot makes them again. No GPU and no NVIDIA binary needed but Fabric Manager's.
+driver_read() {
+  for d in $(grep -l -s -x 0x10de /sys/bus/pci/devices/*/vendor); do  # one grep, not a read per device
+    d=${d%/vendor}
+    case $(cat "$d/class" 2>/dev/null) in 0x0300*|0x0302*) echo "gpu ${d##*/}" ;; esac
+  done
+  for m in $NVIDIA_MODULES; do
+    [ ! -d "/sys/module/$m" ] || echo "module $m $(cat "/sys/module/$m/version" 2>/dev/null)"
+  done
+  [ ! -r /proc/driver/nvidia/version ] || echo "procfs $(head -n 1 /proc/driver/nvidia/version)"
+  for f in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia[0-9]*; do [ ! -e "$f" ] || echo "dev $f"; done
+  for root in "" /run/nvidia/driver; do
+    for dir in $NVIDIA_LIB_DIRS; do
+      for f in "$root$dir"/libnvidia-ml.so.*.* "$root$dir"/libcuda.so.*.*; do [ ! -e "$f" ] || echo "lib $f"; done
+    done
+  done
+  [ ! -d /run/nvidia/driver ] || echo "operator-root /run/nvidia/driver"
+  [ ! -r /run/nvidia/validations/driver-ready ] || sed "s/^/driver-ready /" /run/nvidia/validations/driver-ready
+  fm=$(command -v nv-fabricmanager) && echo "fm $(timeout -k 1 5 "$fm" --version 2>&1 | grep -m 1 -i version)"
+  running=$(uname -r)
+  echo "running $running"
+  for f in /boot/vmlinuz-*; do [ ! -e "$f" ] || echo "kernel ${f#/boot/vmlinuz-}"; done
+  for f in /etc/default/grub /etc/default/grub.d/*.cfg; do  # the last GRUB_DEFAULT wins
+    [ ! -r "$f" ] || sed -n "s/^GRUB_DEFAULT=/grub-default /p" "$f"
+  done
+  for f in /boot/grub/grubenv /boot/grub2/grubenv; do
+    [ ! -r "$f" ] || sed -n "s/^\(saved_entry\|next_entry\)=/grubenv \1 /p" "$f"
+  done
+  for f in /boot/loader/entries/*.conf /boot/efi/loader/entries/*.conf /efi/loader/entries/*.conf; do
+    [ ! -r "$f" ] || sed -n "s|^\(version\|linux\|title\)[[:space:]]\{1,\}|bls ${f##*/} \1 |p" "$f"
+  done
+  for f in /boot/loader/loader.conf /boot/efi/loader/loader.conf /efi/loader/loader.conf; do
+    [ ! -r "$f" ] || sed -n "s/^default[[:space:]]\{1,\}/sdboot-default /p" "$f"
+  done
+  for k in /lib/modules/*; do
+    v=${k##*/}
+    [ -e "/boot/vmlinuz-$v" ] || [ "$v" = "$running" ] || continue
+    sed -n "s@^\([^:]*/nvidia[-_a-z]*\.ko[.a-z]*\):.*@\1@p" "$k/modules.dep" 2>/dev/null | while IFS= read -r m; do
+      case $m in /*) f=$m ;; *) f=$k/$m ;; esac
+      case ${m##*/} in
+      nvidia.ko*|nvidia-current.ko*) echo "kmod $v $m $(modinfo -F version "$f" 2>/dev/null | head -n 1)" ;;
+      *) echo "kmod $v $m" ;;
+      esac
+    done
+  done
+  for d in /var/lib/dkms/nvidia*; do  # DKMS asked only where it holds NVIDIA's module
+    [ -d "$d" ] && command -v dkms >/dev/null || continue
+    timeout -k 1 10 dkms status 2>/dev/null | sed -n "s/^nvidia/dkms nvidia/p"
+    break
+  done
+  [ ! -e /var/run/reboot-required ] || echo "reboot-required"
+  [ ! -r /var/run/reboot-required.pkgs ] || echo "reboot-pkgs $(tr "\n" " " </var/run/reboot-required.pkgs)"
+  for f in /etc/cdi/*.yaml /etc/cdi/*.json /var/run/cdi/*.yaml /var/run/cdi/*.json; do
+    [ -f "$f" ] && grep -q -s "nvidia.com/gpu" "$f" || continue
+    echo "cdi $f"
+    v=$(grep -o -s -m 1 -e "--host-driver-version=[0-9.]*" "$f") && echo "cdi-version $f ${v#*=}"
+    grep -o -s "hostPath\"\{0,1\}:[[:space:]]*\"\{0,1\}[^\",}[:space:]]*" "$f" | sed "s/.*:[[:space:]]*\"\{0,1\}//" |
+      sort -u | while IFS= read -r p; do [ -e "$p" ] || echo "cdi-missing $f $p"; done
+  done
+  for u in /etc/systemd/system/*.wants/nvidia-cdi-refresh.service /lib/systemd/system/*.wants/nvidia-cdi-refresh.service \
+    /usr/lib/systemd/system/*.wants/nvidia-cdi-refresh.service; do
+    [ ! -e "$u" ] || { echo "cdi-refresh nvidia-cdi-refresh.service"; break; }
+  done
+  return 0
+}
+
 # The deadlines of the sections: one that only reads files or /proc, one whose commands have
-# deadlines of their own (a binary's merge: its version, its merge, its words again; crictl).
-FILES_S=10 MERGE_S=100 CRI_S=15
+# deadlines of their own (a binary's merge: its version, its merge, its words again; crictl), the
+# driver's (files, modinfo, and Fabric Manager's and DKMS's words under deadlines of their own).
+FILES_S=10 MERGE_S=100 CRI_S=15 DRIVER_S=20
 
 # The whole read's deadline in seconds (READ_S, set by the controller from the deadline it reads
 # under, less a margin for the last section's kill and the way back), from read_node's start.
 read_node() {
   GPUOP_END=$(($(date +%s) + ${READ_S:-145}))
   echo "--- gpuop hostname $(cat /proc/sys/kernel/hostname)"
+  section driver "$DRIVER_S" driver_read  # whatever runs: a node with no runtime still has its driver
   ke= list=
   found=$(section processes "$FILES_S" processes)
   case $found in *"--- gpuop unread "*) printf "%s\n" "$found"; return 0 ;; esac  # no process is judged unread
