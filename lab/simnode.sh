@@ -9,7 +9,8 @@
 #   lab/simnode.sh start DIR RUNTIME HOSTNAME [CLUSTER]   DIR holds etc/ (the node's
 #       /etc/containerd) and sshd_config; RUNTIME: a containerd, or a crio (CRI-O: DIR/crio is
 #       then the node's /etc/crio); optionally usr-bin/ (files the node's /usr/bin has
-#       beside the host's: a stand-in nvidia-container-runtime); optional hooks run inside: DIR/before.sh before
+#       beside the host's: a stand-in nvidia-container-runtime) and driver/ (its NVIDIA driver's
+#       files, lab/drivertree.sh); optional hooks run inside: DIR/before.sh before
 #       the runtime starts, DIR/after.sh once its socket is there. SIMNODE_ALSO=BINARY starts a
 #       second runtime beside it. Returns once sshd listens.
 #       The node is lab CLUSTER's (default gpuop-lab): that lab's down stops it. With
@@ -22,6 +23,8 @@
 set -euo pipefail
 # shellcheck source=proc.sh
 . "$(cd "$(dirname "$0")" && pwd)/proc.sh"
+# shellcheck source=drivertree.sh
+. "$(cd "$(dirname "$0")" && pwd)/drivertree.sh"
 
 die() { echo "lab/simnode.sh: $*" >&2; exit 1; }
 
@@ -79,6 +82,9 @@ crio_cgroups() {
 inside() {  # runs as the namespace's pid 1
   local dir=$1 runtime=$2
   mount -t tmpfs -o mode=755 tmpfs /run
+  # Its NVIDIA driver, where DIR/driver plants one (tests/helpers/drivers.py), first: the mounts
+  # below lay theirs over it
+  [[ ! -d $dir/driver ]] || LAY_RUN=copy lay_driver "$dir/driver"
   mkdir -p /run/containerd /run/sshd "$dir/varlib/upper" "$dir/varlib/work"
   if [[ -d $dir/crio ]]; then
     # A CRI-O node: /etc/crio (which the host has not) is DIR/crio, on an overlay of /etc whose

@@ -21,6 +21,15 @@ NEXT_BOOT = (
     "fabric-manager-next-boot-mismatch",
     "cdi-spec-stale-after-boot",
 )
+# Every kind of the driver's: what no repair of the runtime changes.
+KINDS = (
+    "driver-not-loaded",
+    "nvidia-uvm-not-loaded",
+    "driver-library-mismatch",
+    "fabric-manager-mismatch",
+    "cdi-spec-files-missing",
+    *NEXT_BOOT,
+)
 
 
 def driver_gaps(facts: dict | None) -> list:

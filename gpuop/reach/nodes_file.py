@@ -11,6 +11,7 @@ them (over SSH, or ``@kubenode/NODE`` through the cluster).
 from dataclasses import dataclass
 
 from gpuop.judgment.cluster import gpus_asked
+from gpuop.judgment.driver_rules import KINDS as DRIVER_KINDS
 from gpuop.judgment.node_rules import DRIVER, claims_of, dra_gpus, node_gpus
 from gpuop.knobs import REACHES
 from gpuop.reach.hosts import HostsFileError, host_data, yaml_document
@@ -181,8 +182,9 @@ def cli_data(argv: list, keys: tuple) -> dict:
 
 def flagged_by_agents(hosts: list, report: dict) -> tuple:
     """Of ``hosts`` (pyinfra's names and their data), those whose Node (``node_name``, else the
-    host's name) its node agent says has a gap (``condition.agents_report``: status True), and a
-    line for each one left out, saying why.
+    host's name) its node agent says has a gap of the runtime's (``condition.agents_report``:
+    status True), and a line for each one left out, saying why: a node whose gaps are all its
+    NVIDIA driver's is left out with them, since the repair changes no driver.
 
         flagged_by_agents([("gpu-a", {"node_name": "gpu-a"}), ("gpu-b", {})], report)
         -> ([("gpu-a", {"node_name": "gpu-a"})], ["gpu-b: its agent says False (NoGap)"])
@@ -195,6 +197,11 @@ def flagged_by_agents(hosts: list, report: dict) -> tuple:
             left.append(f"{name}: no GPU Node named {node} carries the agent's condition (its node_name?)")
         elif verdict["agent"] != "ok":
             left.append(f"{name}: its agent is {verdict['agent']}, so nothing is said of it")
+        elif (
+            verdict["status"] == "True" and verdict["gaps"] and all(g["kind"] in DRIVER_KINDS for g in verdict["gaps"])
+        ):
+            said = "; ".join(f"[{g['kind']}] {g['detail']}" for g in verdict["gaps"])
+            left.append(f"{name}: its agent's gaps are the NVIDIA driver's, which the repair does not change: {said}")
         elif verdict["status"] == "True":
             kept.append((name, data))
         else:

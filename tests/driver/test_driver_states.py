@@ -8,9 +8,17 @@ import pytest
 from gpuop.judgment.condition import RESTART_UNSAFE, condition_type
 from gpuop.judgment.driver import summary
 from gpuop.judgment.driver_rules import driver_gaps
-from tests.helpers.drivers import NEWER, RUNNING, Tree, read_driver, read_lines
-
-NEW, OLD = "580.159.04", "570.86.15"
+from tests.helpers.drivers import (
+    NEW,
+    NEWER,
+    OLD,
+    RUNNING,
+    Tree,
+    healthy,
+    kernel_without_module,
+    read_driver,
+    read_lines,
+)
 
 
 @pytest.fixture
@@ -18,12 +26,7 @@ def tree(tmp_path):
     """A healthy node: one GPU, the driver loaded, its libraries, the running kernel's module built
     by DKMS, GRUB's default; each test changes it into its state."""
     t = Tree(tmp_path / "node")
-    t.gpu()
-    t.loaded(NEW)
-    t.libraries(NEW)
-    t.kernel(RUNNING, module=NEW)
-    t.dkms(NEW, built_for=(RUNNING,))
-    t.grub("0")
+    healthy(t)
     return t
 
 
@@ -69,9 +72,8 @@ def test_a_driver_package_upgraded_under_its_module_fails_now_and_the_next_boot_
 def test_a_new_kernel_without_its_module_is_restart_unsafe_naming_the_kernel_and_dkms(tree, compress):
     """The headers were missing at the new kernel's install: DKMS built nothing for it, the kernel
     install succeeded, a reboot is pending; the running kernel's module (however compressed) is fine."""
+    kernel_without_module(tree)
     tree.kernel(RUNNING, module=NEW, compress=compress)
-    tree.kernel(NEWER)
-    tree.reboot_required(f"linux-image-{NEWER}")
     facts = read_driver(tree)
     assert facts["reboot_required"] and facts["reboot_packages"] == [f"linux-image-{NEWER}"]
     found = judged(tree)

@@ -4,10 +4,9 @@ them: the modules' sysfs and procfs files, ``/boot`` and ``/lib/modules`` trees 
 as a kernel's own modules are), the libraries, DKMS's own tree (read by Debian's real ``dkms
 status``), the boot loader's files, CDI specs, and a stand-in only for Fabric Manager's version line.
 
-The section runs in a mount namespace of its own (``unshare -m``), where the planted files are
-bound over ``/sys/module``, ``/sys/bus/pci/devices``, ``/proc/driver`` and ``/boot`` and laid over
-``/usr/lib``, ``/etc``, ``/var``, ``/run`` and ``/usr/bin`` (read-only overlays, the host's files
-beneath): the host is never touched, and the shell is the node read's own.
+The section runs in a mount namespace of its own (``unshare -m``), where the planted files are laid
+over the namespace's own paths as a simulated node lays them (``lab/drivertree.sh``: read-only
+overlays, the host's files beneath): the host is never touched, and the shell is the node read's own.
 
     tree = Tree(tmp_path)
     tree.loaded("580.159.04"); tree.libraries("580.159.04"); tree.kernel(RUNNING, module="580.159.04")
@@ -20,12 +19,13 @@ import shutil
 import subprocess
 
 from gpuop.reach.node_read import node_read, parse
+from tests.helpers import ROOT
 
 RUNNING = platform.release()  # the kernel that runs: `uname -r` in the namespace too
+NEW, OLD = "580.159.04", "570.86.15"  # two drivers' versions
 NEWER = f"{int(RUNNING.split('.')[0]) + 1}.0.0-1-generic"  # a kernel newer than it, by version sort
 LIBS = "/usr/lib/x86_64-linux-gnu"
-BOUND = ("sys/bus/pci/devices", "sys/module", "proc/driver", "boot")
-LAID = ("usr/lib", "usr/bin", "usr/src", "etc", "var", "run")
+LAY = os.path.join(ROOT, "lab", "drivertree.sh")  # lay_driver TREE
 
 
 class Tree:
@@ -33,7 +33,7 @@ class Tree:
 
     def __init__(self, root):
         self.root = str(root)
-        for d in BOUND:
+        for d in ("boot", "sys/module", "proc/driver"):
             os.makedirs(self.path(d), exist_ok=True)
 
     def path(self, rel: str) -> str:
@@ -158,8 +158,8 @@ class Tree:
 
 _MOUNTS = """set -e
 mount --make-rprivate /
-for d in {bound}; do [ ! -d "$ROOT/$d" ] || mount --bind "$ROOT/$d" "/$d"; done
-for d in {laid}; do [ ! -d "$ROOT/$d" ] || mount -t overlay overlay -o "lowerdir=$ROOT/$d:/$d" "/$d"; done
+. "$LAY"
+lay_driver "$TREE"
 set +e
 """
 
@@ -167,10 +167,10 @@ set +e
 def read_lines(tree: Tree) -> list:
     """The node read's driver section over ``tree``, as its lines (its own section line first)."""
     command = node_read().removesuffix("\nread_node") + "\nsection driver $DRIVER_S driver_read"
-    script = _MOUNTS.format(bound=" ".join(BOUND), laid=" ".join(LAID)) + command
+    script = _MOUNTS + command
     done = subprocess.run(
         ["unshare", "-m", "sh", "-c", script],
-        env={**os.environ, "ROOT": tree.root},
+        env={**os.environ, "TREE": tree.root, "LAY": LAY},
         capture_output=True,
         text=True,
         timeout=60,
@@ -182,3 +182,21 @@ def read_lines(tree: Tree) -> list:
 def read_driver(tree: Tree) -> dict:
     """The driver's facts over ``tree``, through the node read's own parse."""
     return parse(read_lines(tree))["driver"]
+
+
+def healthy(tree: Tree):
+    """A healthy node's driver: one GPU, the module loaded with nvidia_uvm, the libraries of its
+    version, the running kernel's module built and installed by DKMS, GRUB's default."""
+    tree.gpu()
+    tree.loaded(NEW)
+    tree.libraries(NEW)
+    tree.kernel(RUNNING, module=NEW)
+    tree.dkms(NEW, built_for=(RUNNING,))
+    tree.grub("0")
+
+
+def kernel_without_module(tree: Tree):
+    """A newer kernel installed without its headers: DKMS built nothing for it, a reboot is
+    pending, and GRUB's default boots it (over ``healthy``: the running kernel's module is fine)."""
+    tree.kernel(NEWER)
+    tree.reboot_required(f"linux-image-{NEWER}")

@@ -16,6 +16,7 @@ import tomli_w
 from gpuop.judgment.configs import seed_config
 from lab import labproc
 from tests.helpers import ROOT as HERE  # the project
+from tests.helpers import drivers
 from tests.helpers.fleetobjects import create_settled, delete_cluster_objects
 from tests.helpers.kube import LAB
 from tests.helpers.kubelets import crio_images, crio_network, kubelet, pod_ready
@@ -55,6 +56,7 @@ class Node:
     k3s_template: str = ""  # k3s-like: its config.toml carries k3s's header, its config.toml.tmpl is its config and
     #                         this text after it (an operator's full template), and each restart of its containerd
     #                         (supervised) renders config.toml from the template first, as k3s does
+    driver: object = None  # plants its NVIDIA driver's files (tests/helpers/drivers.py: a state, given a Tree)
     dir: str = ""
     port: int = 0
     host_key: str = ""
@@ -181,6 +183,8 @@ def start(node: Node, root: str, pubkey: str) -> Node:
         with open(hook, "w") as f:
             f.write("#!/bin/sh\nexit 0\n")
         os.chmod(hook, 0o755)
+    if node.driver:  # lab/simnode.sh lays DIR/driver over the node's own paths
+        node.driver(drivers.Tree(os.path.join(node.dir, "driver")))
     if node.nvidia_ctk:
         os.makedirs(os.path.join(node.dir, "usr-bin"), exist_ok=True)
         shutil.copy2(nvidia_ctk_of(node.nvidia_ctk), os.path.join(node.dir, "usr-bin", "nvidia-ctk"))

@@ -235,6 +235,7 @@ def test_a_fleet_run_takes_from_the_agents_only_the_nodes_whose_condition_is_tru
             ("gpu-a", gap_found),
             ("gpu-b", problem_of({"loaded_from": "cri", "gaps": []})),
             ("gpu-c", None),
+            ("gpu-e", problem_of({"loaded_from": "cri", "gaps": [gap("driver-library-mismatch", "570 and 580")]})),
         )
     ]
     hosts = [
@@ -242,6 +243,7 @@ def test_a_fleet_run_takes_from_the_agents_only_the_nodes_whose_condition_is_tru
         ("10.0.0.2", {"node_name": "gpu-b"}),
         ("@kubenode/gpu-c", {"node_name": "gpu-c"}),
         ("gpu-d", {}),
+        ("gpu-e", {}),
     ]
     kept, left = flagged_by_agents(hosts, agents_report(nodes, T0 + timedelta(seconds=10)))
     assert kept == [("gpu-a", {"node_name": "gpu-a"})]
@@ -249,4 +251,6 @@ def test_a_fleet_run_takes_from_the_agents_only_the_nodes_whose_condition_is_tru
         "10.0.0.2: its agent says False (NoGap)",
         "@kubenode/gpu-c: no GPU Node named gpu-c carries the agent's condition (its node_name?)",
         "gpu-d: no GPU Node named gpu-d carries the agent's condition (its node_name?)",
+        "gpu-e: its agent's gaps are the NVIDIA driver's, which the repair does not change: "
+        "[driver-library-mismatch] 570 and 580",
     ]
