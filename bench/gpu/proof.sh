@@ -259,6 +259,19 @@ toolkit_then_restart() {
   remove_pods
 }
 
+# Stage 0: the driver, as the node read reads it (its driver section: the modules' versions, the
+# libraries', the next boot's kernel and its module), held against nvidia-smi's own answer: the
+# same version loaded, and no driver gap on a working machine. No nvidia-smi answering (the
+# stand-in's machine has no driver): "none", which the read must say too.
+scene_driver() {
+  local v="no nvidia-smi"
+  ! command -v nvidia-smi >/dev/null ||
+    v=$(timeout -k 2 30 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -n 1)
+  if [[ $v =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]]; then observe 0-driver "driver $v"
+  else observe 0-driver "driver none ${v:-no nvidia-smi}"; fi
+  read_node 0-driver
+}
+
 # Stages 1, 2 and 7: the seed's incident on containerd 2.4.2. The toolkit's CLI writes its
 # drop-in after the daemon started: the nvidia sandbox is refused; after a restart the same Pod
 # gets its GPU; then the repair's own probe runs through the repaired runtime.
@@ -486,7 +499,7 @@ main() {
   toolkit_config
   { echo "mode $MODE"; cat "$KIT/VERSIONS"; [ "$MODE" = stand-in ] || timeout -k 2 30 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu /'; } >"$OUT/run"
   local scene start failed=0
-  for scene in incident cdi cdi-off version-4 crio; do
+  for scene in driver incident cdi cdi-off version-4 crio; do
     start=$SECONDS
     say "scene $scene ..."
     if ! timeout -k 5 "$SCENE_S" unshare -m -p -u -f --mount-proc --propagation private --kill-child \

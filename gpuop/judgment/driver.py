@@ -154,7 +154,8 @@ def next_boot(boot: dict, kernels: list, running: str) -> dict:
             "the newest Boot Loader Spec entry" if bls else f"GRUB_DEFAULT={default or '0'}: the newest kernel in /boot"
         )
         return {"kernel": every[-1], "by": by}
-    return {"kernel": running, "by": "no kernel found in /boot: the running one"}
+    # a container's or a VM's whose kernel the hypervisor gives: what it boots is not its own to say
+    return {"kernel": "", "by": f"no kernel in /boot (the running one, {running or 'unknown'}, came from elsewhere)"}
 
 
 def _sections(lines: list) -> dict:

@@ -5,6 +5,7 @@ reads a run's files and prints the table."""
 
 from gpuop.judgment.cluster import gpus_asked
 from gpuop.judgment.containerd import release
+from gpuop.judgment.driver_rules import KINDS as DRIVER_KINDS
 from gpuop.judgment.objects import of_kind, ref
 from gpuop.judgment.rules import judge
 from gpuop.judgment.view import node_view
@@ -42,6 +43,7 @@ def stage_objects(stage: str, probe: dict | None = None) -> list:
         {"kind": "RuntimeClass", "metadata": {"name": HANDLER}, "handler": HANDLER},
     ]
     pods = {
+        "0-driver": [],
         "1-incident": [pod("gpu-pod", HANDLER, 1, "Pending")],
         "2-restarted": [pod("gpu-pod", HANDLER, 1)],
         "3-cdi": [pod("cdi-pod", gpus=1), pod("plain-pod")],
@@ -54,7 +56,17 @@ def stage_objects(stage: str, probe: dict | None = None) -> list:
     return base + (pods if pods is not None else [probe])
 
 
-STAGES = ("1-incident", "2-restarted", "3-cdi", "4-cdi-off", "5-version-4", "6-crio", "6-crio-restarted", "7-probe")
+STAGES = (
+    "0-driver",
+    "1-incident",
+    "2-restarted",
+    "3-cdi",
+    "4-cdi-off",
+    "5-version-4",
+    "6-crio",
+    "6-crio-restarted",
+    "7-probe",
+)
 REFUSED = ("sandbox-fails", "sandbox-refuses-loaded")  # its sandbox is refused
 WITHOUT = ("gpu-pod-cdi-off", "cdi-spec-missing", "dra-claim-cdi-off")  # its GPU request is not met
 
@@ -79,21 +91,34 @@ def restart_forecast(entry: dict) -> str:
     return "back" if entry["cri_after_restart"] == "ok" else "not-back"
 
 
+def driver_forecast(entry: dict, read: dict) -> str:
+    """What the judgment says of the driver: its loaded version where it has no gap of the
+    driver's, ``none`` where no NVIDIA module is loaded, else its gaps' kinds.
+
+        driver_forecast(entry, parse(lines)) -> "580.159.04"
+    """
+    gaps = sorted({g["kind"] for g in entry["gaps"] if g["kind"] in DRIVER_KINDS})
+    if gaps:
+        return "gaps " + ",".join(gaps)
+    return ((read.get("driver") or {}).get("loaded") or {}).get("version") or "none"
+
+
 def observed(text: str) -> dict:
-    """proof.sh's observed file: ``pod NAME OUTCOME WORDS`` and ``restart OUTCOME WORDS`` lines,
-    as {"pods": {name: (outcome, words)}, "restart": (outcome, words) or None}.
+    """proof.sh's observed file: ``pod NAME OUTCOME WORDS``, ``restart OUTCOME WORDS`` and
+    ``driver VERSION|none WORDS`` lines, as {"pods": {name: (outcome, words)}, "restart": (outcome,
+    words) or None, "driver": (version, words) or None}.
 
         observed("pod gpu-pod refused no runtime\\nrestart back\\n")["pods"] -> {"gpu-pod": ("refused", "no runtime")}
     """
-    found = {"pods": {}, "restart": None}
+    found = {"pods": {}, "restart": None, "driver": None}
     for line in text.splitlines():
         kind, *rest = line.split(" ", 1)
         if kind == "pod" and rest:
             name, outcome, *words = rest[0].split(" ", 2) + [""]
             found["pods"][name] = (outcome, words[0].strip())
-        elif kind == "restart" and rest:
+        elif kind in ("restart", "driver") and rest:
             outcome, *words = rest[0].split(" ", 1) + [""]
-            found["restart"] = (outcome, words[0].strip())
+            found[kind] = (outcome, words[0].strip())
     return found
 
 
@@ -112,5 +137,7 @@ def judged_stage(stage: str, read: dict, seen: dict, objects: list) -> dict:
         checks.append((name, outcome, said, words))
     if seen["restart"]:
         checks.append(("restart", seen["restart"][0], restart_forecast(entry), seen["restart"][1]))
+    if seen.get("driver"):
+        checks.append(("driver", seen["driver"][0], driver_forecast(entry, read), seen["driver"][1]))
     agrees = bool(checks) and all(outcome == said for _, outcome, said, _ in checks)
     return {"stage": stage, "entry": entry, "checks": checks, "agrees": agrees}

@@ -18,7 +18,17 @@ pytestmark = [pytest.mark.daemons, pytest.mark.every_containerd]  # daemons of i
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.join(HERE, "..", "..")
 PROOF, JUDGE = os.path.join(REPO, "bench/gpu/proof.sh"), os.path.join(REPO, "bench/gpu/judge.py")
-STAGES = ("1-incident", "2-restarted", "3-cdi", "4-cdi-off", "5-version-4", "6-crio", "6-crio-restarted", "7-probe")
+STAGES = (
+    "0-driver",
+    "1-incident",
+    "2-restarted",
+    "3-cdi",
+    "4-cdi-off",
+    "5-version-4",
+    "6-crio",
+    "6-crio-restarted",
+    "7-probe",
+)
 WORK = "/tmp/gpuop-gpu-proof"
 
 
@@ -78,10 +88,15 @@ def test_each_stage_did_what_its_state_does(proof):
     restart, again = observed(out, "6-crio-restarted")
     assert restart == "restart back" and again.startswith("pod gpu-pod gpu GPU 0: ")
     assert observed(out, "7-probe") == ["pod gpuop-probe gpu exit 0, devices /dev/nvidia0"]
+    # no driver on the stand-in's machine: nvidia-smi says none, and so does the node read
+    assert observed(out, "0-driver") == ["driver none no nvidia-smi"]
     for stage in STAGES:  # the node read, as the fleet audit sends it, answered in every stage
         with open(os.path.join(out, stage, "read.txt")) as f:
             read = f.read()
-        assert f"--- gpuop {'crio' if 'crio' in stage else 'containerd'} " in read and "--- gpuop cri" in read, stage
+        assert "--- gpuop driver" in read, stage
+        if stage != "0-driver":  # no runtime runs there
+            runtime = "crio" if "crio" in stage else "containerd"
+            assert f"--- gpuop {runtime} " in read and "--- gpuop cri" in read, stage
 
 
 def test_a_planted_disagreement_fails_naming_its_stage(proof):

@@ -115,3 +115,11 @@ def test_boot_loader_spec_entries_and_systemd_boot():
 def test_a_node_with_nothing_of_nvidia_s_has_no_driver_gap():
     assert driver_gaps(driver_facts(["running 6.1.0", "kernel 6.1.0"])) == []
     assert driver_gaps(None) == []
+
+
+def test_no_kernel_in_boot_forecasts_nothing_of_the_next_boot():
+    """A container's or a VM's whose kernel comes from elsewhere (no /boot/vmlinuz-*): the next
+    boot is not known, and no next-boot gap is said of a working driver."""
+    assert next_boot({"grub_default": "0"}, [], "6.1.0")["kernel"] == ""
+    working = ["gpu 0000:17:00.0", "module nvidia 580.159.04", "module nvidia_uvm 580.159.04", "running 6.1.0"]
+    assert driver_gaps(driver_facts(working + ["lib /usr/lib64/libnvidia-ml.so.580.159.04"])) == []

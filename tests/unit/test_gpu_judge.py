@@ -62,16 +62,20 @@ def test_the_proofs_observations_are_read_back():
     assert seen == {
         "pods": {"gpu-pod": ("refused", 'no runtime for "nvidia"'), "plain-pod": ("none", "")},
         "restart": ("not-back", "containerd: drop-in config version 4"),
+        "driver": None,
     }
+    assert gpuproof.observed("driver 580.159.04\n")["driver"] == ("580.159.04", "")
+    assert gpuproof.observed("driver none no nvidia-smi\n")["driver"] == ("none", "no nvidia-smi")
 
 
 def test_each_stage_stands_for_a_node_that_advertises_the_gpu_and_its_pods():
+    """Every stage's Node advertises the GPU; each but the driver's has its Pods."""
     for stage in gpuproof.STAGES:
         objects = gpuproof.stage_objects(stage, probe_pod())
         [node] = of_kind(objects, "Node")
         assert node["status"]["allocatable"] == {"nvidia.com/gpu": "1"}
         assert [rc["handler"] for rc in of_kind(objects, "RuntimeClass")] == ["nvidia"]
-        assert of_kind(objects, "Pod")
+        assert of_kind(objects, "Pod") or stage == "0-driver"  # the driver's stage runs no Pod
     [probe] = of_kind(gpuproof.stage_objects("7-probe", probe_pod()), "Pod")
     assert probe["spec"]["runtimeClassName"] == "nvidia"
     assert probe["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
@@ -124,3 +128,28 @@ def test_the_kit_archive_is_the_same_bytes_for_the_same_files_whatever_their_tim
     ]
     (kit / "VERSIONS").write_text("runc 1.3.8\n")
     assert gpukit.archive(str(kit)) != first
+
+
+def test_the_driver_stage_agrees_where_the_read_says_nvidia_smi_s_version_and_no_driver_gap():
+    from gpuop.reach.node_read import parse
+
+    def read(loaded: str) -> dict:
+        return parse(
+            [
+                "--- gpuop hostname gpu-node",
+                "--- gpuop driver",
+                "gpu 0000:17:00.0",
+                f"module nvidia {loaded}",
+                f"module nvidia_uvm {loaded}",
+                "lib /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.04",
+                "running 6.8.0-60-generic",
+            ]
+        )
+
+    objects = gpuproof.stage_objects("0-driver")
+    seen = gpuproof.observed("driver 580.159.04\n")
+    agreed = gpuproof.judged_stage("0-driver", read("580.159.04"), seen, objects)
+    assert agreed["agrees"] and agreed["checks"] == [("driver", "580.159.04", "580.159.04", "")]
+    # the module of another version than the libraries': the judgment says the gap, nvidia-smi fails
+    mismatch = gpuproof.judged_stage("0-driver", read("570.86.15"), seen, objects)
+    assert not mismatch["agrees"] and mismatch["checks"][0][2] == "gaps driver-library-mismatch"
