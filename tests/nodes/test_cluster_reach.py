@@ -1,7 +1,8 @@
 """The node audit through the cluster (reach: cluster), on real kubelets: two simulated nodes, each
 in its own mount, pid and UTS namespaces with its own containerd, whose kubelet registers it in
 the lab cluster. Each node is read by a short-lived Pod on it, its log read through the API
-server from the node's kubelet; the same nodes over SSH give the same report."""
+server from the node's kubelet; the same nodes over SSH give the same report, the NVIDIA driver's
+views and gaps included."""
 
 import json
 import os
@@ -15,7 +16,7 @@ import tomli_w
 from gpuop.judgment.configs import nvidia_dropin
 from gpuop.reach import nodepod
 from lab import labproc
-from tests.helpers import fleetobjects, layouts, nodesfiles, simnodes
+from tests.helpers import drivers, fleetobjects, layouts, nodesfiles, simnodes
 from tests.helpers.clusterreach import audit
 from tests.helpers.kube import eventually, get, kubectl
 from tests.helpers.layouts import DROPIN, write_file
@@ -28,9 +29,16 @@ ENDPOINT = "unix:///run/containerd/containerd.sock"
 READS = nodepod.NODE_LABEL  # every read Pod carries it
 
 
+def upgraded_under_its_module(tree: drivers.Tree):
+    """A driver package upgraded under its loaded module (tests/helpers/drivers.py)."""
+    drivers.healthy(tree)
+    tree.loaded(drivers.OLD)
+
+
 def planted():
-    """The incident's node (the seed's drop-in on 1.6, not loaded; its restart is fatal) and a
-    healthy one (2.4.2 configured by the real nvidia-ctk before it started)."""
+    """The incident's node (the seed's drop-in on 1.6, not loaded; its restart is fatal; and its
+    driver package upgraded under its loaded module) and a healthy one (2.4.2 configured by the
+    real nvidia-ctk before it started)."""
     return [
         Node(
             "reach-incident",
@@ -38,6 +46,7 @@ def planted():
             after=[write_file(DROPIN, tomli_w.dumps(nvidia_dropin()))],
             kubelet=ENDPOINT,
             registered=True,
+            driver=upgraded_under_its_module,
         ),
         Node("reach-healthy", "2.4.2", before=[layouts.nvidia_ctk_configure()], kubelet=ENDPOINT, registered=True),
     ]
@@ -45,6 +54,7 @@ def planted():
 
 EXPECTED = {
     "reach-incident": [
+        ("driver-library-mismatch", "nvidia"),
         ("gpu-advertised-not-loaded", "reach-incident"),
         ("handler-not-loaded", "nvidia"),
         ("restart-takes-cri-down", "containerd"),
@@ -113,6 +123,10 @@ def test_the_cluster_reach_reports_what_ssh_reports_field_for_field(reach):
     # the API's view beside the node's own: containerd 2.4.2's kubelet reports its handlers, 1.6 none
     assert through["nodes"]["reach-healthy"]["runtime_handlers"] == ["", "nvidia", "runc"]
     assert through["nodes"]["reach-incident"]["runtime_handlers"] is None
+    # its driver read through the read Pod as over SSH: the module loaded, the libraries upgraded
+    driver = through["nodes"]["reach-incident"]["driver"]
+    assert (driver["loaded"], driver["libraries"], driver["next_module"]) == (drivers.OLD, drivers.NEW, drivers.NEW)
+    assert "driver" not in through["nodes"]["reach-healthy"]  # nothing of NVIDIA's there
     # one command per node, each in one read Pod; none left, and nothing else changed on the nodes
     assert sorted((host, fact.split(" ")[0]) for host, fact in target_commands(run.log)) == sorted(
         (f"@kubenode/{n.name}", "runbook.reach.node.NodeRuntime") for n in nodes
