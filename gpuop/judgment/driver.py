@@ -283,8 +283,9 @@ def _one(libraries: dict) -> str:
 
 
 def has_driver(facts: dict | None) -> bool:
-    """Whether the node has anything of NVIDIA's: a GPU, a module loaded or installed, libraries,
-    the Operator's driver, a CDI spec. A node with none is judged on nothing here.
+    """Whether the node has anything of NVIDIA's driver: a GPU, a module loaded or installed,
+    libraries, the Operator's driver. A node with none is judged on nothing here but its CDI specs
+    (a spec alone, naming no missing file, is no driver).
 
     has_driver(driver_facts([])) -> False
     """
@@ -296,7 +297,6 @@ def has_driver(facts: dict | None) -> bool:
         or facts["libraries"]
         or facts["operator"]["root"]
         or facts["next_boot"]["module"]
-        or facts["cdi"]
     )
 
 

@@ -123,3 +123,16 @@ def test_no_kernel_in_boot_forecasts_nothing_of_the_next_boot():
     assert next_boot({"grub_default": "0"}, [], "6.1.0")["kernel"] == ""
     working = ["gpu 0000:17:00.0", "module nvidia 580.159.04", "module nvidia_uvm 580.159.04", "running 6.1.0"]
     assert driver_gaps(driver_facts(working + ["lib /usr/lib64/libnvidia-ml.so.580.159.04"])) == []
+
+
+def test_a_cdi_spec_alone_is_no_driver_and_still_judged_on_its_files():
+    """The GPU Operator's CDI mode on a node whose driver is not read as such: a spec naming no
+    missing file says nothing; one naming a missing library is that spec's gap."""
+    from gpuop.judgment.driver import has_driver
+
+    spec = driver_facts(["cdi /var/run/cdi/nvidia.yaml", "running 6.1.0"])
+    assert not has_driver(spec) and driver_gaps(spec) == []
+    stale = driver_facts(
+        ["cdi /etc/cdi/nvidia.yaml", "cdi-missing /etc/cdi/nvidia.yaml /usr/lib64/libcuda.so.570.86.15"]
+    )
+    assert [g["kind"] for g in driver_gaps(stale)] == ["cdi-spec-files-missing", "cdi-spec-stale-after-boot"]
