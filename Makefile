@@ -95,14 +95,16 @@ unit: setup
 
 # Four pytest lanes side by side, started at once. The lab's (marker lab: they share its cluster
 # and its lock, the lab containerd's tests among them: they run no Pod), once the lab is up. The
-# incident's runs (marker lab too: tests/playbook and tests/fix, the playbook's and the repair's
-# runs, drift and faults), which need only a lab cluster and no name of it, on a third one
-# ($(LAB)-runs, a kubeconfig of its own: their runs name its context, so its lock is its own), so
-# that the lab's two halves wait on their clusters at once. Those that drive a lab of their own
+# incident's runs (marker lab too: the playbook's drift and deploy tests and the lab repair's),
+# which need only a lab cluster and no name of it and never take a lab down (a lab's down stops
+# every lab daemon not started for another lab: the lab lane's too), on a third one ($(LAB)-runs,
+# a kubeconfig of its own: their runs name its context, so its lock is its own), so that the lab's
+# two halves wait on their clusters at once. Those that drive a lab of their own
 # (marker beside: the kubelet node, the fleet's simulated nodes, whose Pods' cgroups on the host
 # must not meet another module's) on a second lab cluster ($(LAB)-beside, likewise), one module at
-# a time: the longest lane, and the one the others stay off (niced: the host's CPU goes to it
-# first). And those that need no cluster (unit, the containerd version
+# a time: the longest lane, and the one the others stay off: its cluster is made first (clusters
+# are made one at a time: the others' wait for it), and the others run niced (the host's CPU goes
+# to it first). And those that need no cluster (unit, the containerd version
 # matrix, the harness's), from the start, while the clusters come up: under a lab name of their
 # own, so that no lab's down (tests/lab's) stops their daemons, and a kubeconfig that is not there.
 # Each spends most of its time waiting on a cluster or a daemon.
@@ -117,16 +119,19 @@ unit: setup
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=30
 BESIDE := GPUOP_LAB=$(LAB)-beside KUBECONFIG=$(HOME)/.kwok/$(LAB)-beside.kubeconfig
 RUNS := GPUOP_LAB=$(LAB)-runs KUBECONFIG=$(HOME)/.kwok/$(LAB)-runs.kubeconfig
-RUNS_TESTS := tests/playbook tests/fix
+RUNS_TESTS := tests/playbook/test_drift.py tests/playbook/test_deploy.py tests/fix
 ALONE := GPUOP_LAB=$(LAB)-alone KUBECONFIG=$(HOME)/.kwok/$(LAB)-alone.kubeconfig
-# The lanes that leave the CPU to the one beside the lab's, the longest.
-OFF := nice -n 5
+# The lanes that leave the CPU to the one beside the lab's, the longest: they have minutes to spare.
+OFF := nice -n 10
+# The beside lane's cluster made before the others' (at most 10 minutes waited for).
+BESIDE_FIRST = for i in $$(seq 600); do [ -e "$$logs/beside-up" ] && break; sleep 1; done
 
 test: setup deps lint
 	@logs=$$(mktemp -d); trap 'rm -rf "$$logs"' EXIT; \
 	nice -n 19 lab/build.sh all >"$$logs/builds" 2>&1 & builds=$$!; \
 	$(ALONE) $(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-alone tests -m "not lab and not beside" $(PYTEST_ARGS) >"$$logs/alone" 2>&1 & alone=$$!; \
-	{ $(BESIDE) lab/lab.sh up $(LAB)-beside && $(BESIDE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-beside tests -m beside $(PYTEST_ARGS); } >"$$logs/beside" 2>&1 & beside=$$!; \
+	{ $(BESIDE) lab/lab.sh up $(LAB)-beside; up=$$?; touch "$$logs/beside-up"; [ $$up -eq 0 ] && $(BESIDE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-beside tests -m beside $(PYTEST_ARGS); } >"$$logs/beside" 2>&1 & beside=$$!; \
+	$(BESIDE_FIRST); \
 	{ $(RUNS) $(OFF) lab/lab.sh up $(LAB)-runs && $(RUNS) $(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-runs $(RUNS_TESTS) -m lab $(PYTEST_ARGS); } >"$$logs/runs" 2>&1 & runs=$$!; \
 	$(NODE_ENV) $(OFF) lab/lab.sh up $(LAB) || { kill $$builds $$alone $$beside $$runs; exit 1; }; \
 	$(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-lab tests -m lab $(foreach t,$(RUNS_TESTS),--ignore=$(t)) $(PYTEST_ARGS); lab_rc=$$?; \

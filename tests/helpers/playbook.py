@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from lab import labproc
 from tests.helpers import LAB
-from tests.helpers.proc import run
+from tests.helpers.proc import Started, run
 
 PYINFRA = os.path.join(os.path.dirname(sys.executable), "pyinfra")
 # On the second lab (GPUOP_LAB: make test's tests beside the lab's), every run names its context:
@@ -119,6 +119,15 @@ def tree(root) -> dict:
             body = open(path, "rb").read() if name in files else None
             found[os.path.relpath(path, root)] = (oct(st.st_mode & 0o777), st.st_mtime_ns, body)
     return found
+
+
+def start(root, *data, script: str = "deploy.py") -> Started:
+    """The playbook started in the background against @local with ``gpuop_root=root`` (and the
+    lab's context, as ``deploy`` names it), for a test that acts while it runs."""
+    args = [PYINFRA, "inventory.py", script, "-y", "--data", f"gpuop_root={root}"]
+    for item in LAB_DATA + data:
+        args += ["--data", item]
+    return Started(args)
 
 
 def fresh_incident(tmp_path_factory, name, *data):

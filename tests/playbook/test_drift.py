@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.incident import MANIFESTS, REPORTS, assert_incident_end_state, lab_files
 from tests.helpers.kube import get, kill_component, kubectl, lab_up, reset_lab, restart_etcd, set_gpus
 from tests.helpers.labcontainerd import DEBIAN, kill, restart
-from tests.helpers.playbook import LAB_LOCK, PYINFRA, RUN_DEADLINE_S, deploy, fresh_incident, tree
+from tests.helpers.playbook import CLUSTER_WORDS, LAB_LOCK, RUN_DEADLINE_S, deploy, fresh_incident, start, tree
 from tests.helpers.proc import Started
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
@@ -384,7 +384,7 @@ def test_bad_input_stops_before_any_change(lab):
     [
         (
             ("lab_nodes=lab-node-0,lab-node-1,lab-node-9",),
-            "preflight: lab nodes lab-node-9 not in the cluster of the current kubeconfig context",
+            f"preflight: lab nodes lab-node-9 not in the cluster of {CLUSTER_WORDS}",
         ),
         (("kube_context=kwok-no-such-lab",), "preflight: the cluster of context kwok-no-such-lab is unreachable"),
     ],
@@ -396,13 +396,6 @@ def test_preflight_stops_before_any_change(lab, data, message):
     assert run.code != 0
     assert f"[@local] {message}" in run.log and "nothing was changed" in run.log
     assert snapshot(root) == before
-
-
-def start(root, *data) -> Started:
-    args = [PYINFRA, "inventory.py", "deploy.py", "-y", "--data", f"gpuop_root={root}"]
-    for item in data:
-        args += ["--data", item]
-    return Started(args)
 
 
 def interrupt(run: Started):

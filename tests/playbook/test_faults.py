@@ -16,8 +16,16 @@ import pytest
 from tests.helpers.incident import assert_incident_end_state, lab_files
 from tests.helpers.kube import LAB, component_pidfile, eventually, exited, get, lab_up, reset_lab
 from tests.helpers.labcontainerd import lab_daemons
-from tests.helpers.playbook import PYINFRA, RUN_DEADLINE_S, deploy, fresh_incident, lab_daemon_pid, stop_daemons_under
-from tests.helpers.proc import Started, run
+from tests.helpers.playbook import (
+    CLUSTER_WORDS,
+    RUN_DEADLINE_S,
+    deploy,
+    fresh_incident,
+    lab_daemon_pid,
+    start,
+    stop_daemons_under,
+)
+from tests.helpers.proc import run
 
 pytestmark = pytest.mark.lab  # drives the lab cluster: see pytest.ini
 
@@ -36,13 +44,6 @@ def converges(root, fresh, *data):
     quiet = deploy(root)
     assert quiet.code == 0 and quiet.changed == 0, quiet.changed_ops()
     return again
-
-
-def start(root, *data) -> Started:
-    args = [PYINFRA, "inventory.py", "deploy.py", "-y", "--data", f"gpuop_root={root}"]
-    for item in data:
-        args += ["--data", item]
-    return Started(args)
 
 
 def test_the_root_removed_while_its_daemon_runs(lab):
@@ -135,15 +136,15 @@ def test_the_api_server_stalled_for_20s_during_a_run(lab):
         refused = deploy(root, "replay=true")
         assert refused.code != 0
         assert (
-            "preflight: the cluster of the current kubeconfig context answers, but a component is "
+            f"preflight: the cluster of {CLUSTER_WORDS} answers, but a component is "
             "down: kube-scheduler: its leader lease kube-system/kube-scheduler was last renewed"
         ) in refused.log
         assert "kube-controller-manager: its leader lease" in refused.log and "nothing was changed" in refused.log
     finally:
-        healed = run(["lab/lab.sh", "up"], timeout_s=300)
+        healed = run(["lab/lab.sh", "up", LAB], timeout_s=300)
     assert healed.returncode == 0, healed.stderr
     assert "not running: kube-controller-manager kube-scheduler; starting them" in healed.stderr
-    assert run(["lab/lab.sh", "status"], timeout_s=60).returncode == 0
+    assert run(["lab/lab.sh", "status", LAB], timeout_s=60).returncode == 0
     converges(root, fresh, "replay=true")
 
 
@@ -181,7 +182,7 @@ def test_lab_down_leaves_no_lab_process_behind(lab, tmp_path_factory):
     root, _ = lab
     (daemon,) = lab_daemons(root)
     os.kill(daemon, signal.SIGSTOP)
-    down = run(["lab/lab.sh", "down"], timeout_s=300)
+    down = run(["lab/lab.sh", "down", LAB], timeout_s=300)
     assert down.returncode == 0, down.stderr
     try:
         assert exited(daemon)
