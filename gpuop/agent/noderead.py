@@ -18,6 +18,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from gpuop.judgment.driver import known_modules
 from gpuop.reach.node_read import node_read, parse
 
 KILL_GRACE_S = 5  # after its session is ended, for the read's output to close
@@ -104,9 +105,18 @@ class NodeRead:
 
     def __init__(self, enter: list, crictl: str, deadline_s: float):
         self.enter, self.crictl, self.deadline_s = list(enter), crictl, deadline_s
+        self.known_modules = {}  # the NVIDIA module files the last read found: not decompressed again
 
     def __call__(self) -> Answer:
-        command = node_read(self.crictl, self.deadline_s)  # a package file missing is said as itself
+        answer = self._read()
+        if answer.read is not None:
+            self.known_modules = known_modules(answer.read.get("driver"))
+        return answer
+
+    def _read(self) -> Answer:
+        command = node_read(
+            self.crictl, self.deadline_s, self.known_modules
+        )  # a package file missing is said as itself
         before = _children_cpu_s()
         try:
             proc = subprocess.Popen(

@@ -186,6 +186,7 @@ def driver_facts(lines: list) -> dict:
         "running_kernel": (by.get("running") or [""])[0].strip(),
         "kernels": sorted({k.strip() for k in by.get("kernel", [])}, key=version_key),
         "next_boot": _after_next_start(by),
+        "installed": _installed(by),
         "dkms": [s for s in map(dkms_status, by.get("dkms", [])) if s],
         "reboot_required": bool(by.get("reboot-required")),
         "reboot_packages": " ".join(by.get("reboot-pkgs", [])).split(),
@@ -225,13 +226,52 @@ def _written(by: dict) -> tuple:
     return (in_operator if from_operator else on_host), operator
 
 
+def _installed(by: dict) -> dict:
+    """Each installed kernel's NVIDIA modules, ``{kver: {name: {"path", "version", "size",
+    "mtime"}}}``: ``kmod KVER FILE`` lines, the main module's with ``VERSION SIZE MTIME`` (``-``:
+    no version read)."""
+    installed = {}
+    for value in by.get("kmod", []):
+        kernel, path, *rest = value.split()
+        version, size, mtime = (rest + ["-", "", ""])[:3]
+        installed.setdefault(kernel, {})[module_name(path)] = {
+            "path": path,
+            "version": "" if version == "-" else version,
+            "size": size,
+            "mtime": mtime,
+        }
+    return installed
+
+
+def known_modules(facts: dict | None) -> dict:
+    """The main NVIDIA module files a read found with their versions, ``{path: (size, mtime,
+    version)}``: what the next read need not ask modinfo again (``node_read``'s ``known_modules``).
+
+        known_modules(facts)
+        -> {"/lib/modules/6.8.0-60-generic/updates/dkms/nvidia.ko.zst": ("17", "1733", "580.159.04")}
+    """
+    found = {}
+    for modules in ((facts or {}).get("installed") or {}).values():
+        for name in MAIN_MODULES:
+            m = modules.get(name)
+            if m and m["version"] and m["size"]:
+                found[m["path"]] = (m["size"], m["mtime"], m["version"])
+    return found
+
+
+def known_kmods(known: dict) -> str:
+    """``known_modules`` as the read's ``KNOWN_KMODS``: ``PATH SIZE MTIME VERSION`` a line.
+
+    known_kmods({"/lib/modules/6.8/nvidia.ko": ("17", "1733", "580.159.04")})
+    -> "/lib/modules/6.8/nvidia.ko 17 1733 580.159.04"
+    """
+    return "\n".join(f"{path} {size} {mtime} {version}" for path, (size, mtime, version) in sorted(known.items()))
+
+
 def _after_next_start(by: dict) -> dict:
     """The kernel the next boot starts (``next_boot``), its NVIDIA module (path and version, as
     its modules.dep and modinfo say), and whether it has nvidia_uvm."""
-    installed = {}
-    for value in by.get("kmod", []):
-        kernel, path, version = (value.split(" ", 2) + ["", ""])[:3]
-        installed.setdefault(kernel, {})[module_name(path)] = {"path": path, "version": version.strip()}
+    installed = _installed(by)
     bls = {}
     for value in by.get("bls", []):
         entry, key, rest = (value.split(" ", 2) + ["", ""])[:3]

@@ -8,7 +8,7 @@ import os
 import shlex
 
 from gpuop.judgment import crio
-from gpuop.judgment.driver import driver_facts
+from gpuop.judgment.driver import driver_facts, known_kmods
 from gpuop.judgment.regen import nvidia_binaries
 from gpuop.reach.shell import cri_answer, restart_answer, shell_functions, untarred
 
@@ -21,12 +21,14 @@ READ_MARGIN_S = 5  # of a read's deadline, kept for its last section's kill and 
 FILE_KIB = 1024  # the most of one file the read carries; a larger one is named, not read (a config is a few KiB)
 
 
-def node_read(crictl: str = "crictl", deadline_s: float = 150) -> str:
+def node_read(crictl: str = "crictl", deadline_s: float = 150, known_modules: dict | None = None) -> str:
     """The node's read as one shell command: ``GPUOP_READ``, the read's values and functions (the
     shell it shares with the lab's facts: a containerd's own merge, its CRI answer, files as one
     line; then node_read.sh's), defined, then ``read_node``, which runs each section in a shell of
     its own from ``GPUOP_READ``, every one inside ``deadline_s`` (the deadline its caller reads
-    under) less ``READ_MARGIN_S``.
+    under) less ``READ_MARGIN_S``. ``known_modules``: the NVIDIA module files an earlier read
+    found (``gpuop.judgment.driver.known_modules``): each asked of modinfo again only where its
+    size or time changed.
 
         node_read("/usr/local/bin/crictl", 150)  # -> "GPUOP_READ='CRICTL=/usr/local/bin/crictl\n...'\n...\nread_node"
     """
@@ -34,7 +36,8 @@ def node_read(crictl: str = "crictl", deadline_s: float = 150) -> str:
         script = f.read()
     functions = (
         f"CRICTL={shlex.quote(crictl)}\nNVIDIA_BINARIES={shlex.quote(' '.join(nvidia_binaries()))}\n"
-        f"READ_S={max(1, int(deadline_s - READ_MARGIN_S))}\nFILE_KIB={FILE_KIB}\n{shell_functions()}{script}"
+        f"READ_S={max(1, int(deadline_s - READ_MARGIN_S))}\nFILE_KIB={FILE_KIB}\n"
+        f"KNOWN_KMODS={shlex.quote(known_kmods(known_modules or {}))}\n{shell_functions()}{script}"
     )
     return f'GPUOP_READ={shlex.quote(functions)}\neval "$GPUOP_READ"\nread_node'
 

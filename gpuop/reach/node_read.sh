@@ -309,6 +309,18 @@ crio_status() { gpuop_ask 10 "$1" status --socket "$2" config 2>/dev/null; echo 
 # nvidia_found: the NVIDIA runtime binaries where k3s looks for them at its start.
 nvidia_found() { for f in $NVIDIA_BINARIES; do [ -f "$f" ] && echo "$f"; done; return 0; }
 
+# kmod_version FILE KVER: "kmod KVER FILE VERSION SIZE MTIME" for the main NVIDIA module FILE of
+# kernel KVER: its version as modinfo reads it, which decompresses the whole module (a second or
+# more of CPU for an xz one of ~100 MB), or as KNOWN_KMODS says it for that very file (its size
+# and time unchanged: the agent's earlier read's answer, "FILE SIZE MTIME VERSION" a line).
+kmod_version() {
+  st=$(stat -L -c "%s %Y" "$1" 2>/dev/null) || return 0
+  kv=
+  [ -z "${KNOWN_KMODS:-}" ] || kv=$(printf "%s\n" "$KNOWN_KMODS" | awk -v f="$1" -v st="$st" '$1 == f && $2 " " $3 == st {print $4; exit}')
+  [ -n "$kv" ] || kv=$(modinfo -F version "$1" 2>/dev/null | head -n 1)
+  echo "kmod $2 $1 ${kv:--} $st"
+}
+
 # driver_read: the NVIDIA driver's three views (gpuop.judgment.driver), a fact a line: loaded (the
 # GPUs on the PCI bus, the modules' versions in sysfs, the kernel's own line, the device nodes),
 # written (the libraries' versions from their names, the host's and the GPU Operator's driver root,
@@ -356,8 +368,8 @@ driver_read() {
     sed -n "s@^\([^:]*/nvidia[-_a-z]*\.ko[.a-z]*\):.*@\1@p" "$k/modules.dep" 2>/dev/null | while IFS= read -r m; do
       case $m in /*) f=$m ;; *) f=$k/$m ;; esac
       case ${m##*/} in
-      nvidia.ko*|nvidia-current.ko*) echo "kmod $v $m $(modinfo -F version "$f" 2>/dev/null | head -n 1)" ;;
-      *) echo "kmod $v $m" ;;
+      nvidia.ko*|nvidia-current.ko*) kmod_version "$f" "$v" ;;
+      *) echo "kmod $v $f" ;;
       esac
     done
   done

@@ -3,10 +3,12 @@ the files planted as the node holds them, modinfo and Debian's dkms asked for re
 namespace of the test's own), judged by the driver's rules: each gap in its condition, each
 sentence naming the versions and the file that says them, and no gap on the healthy node."""
 
+import os
+
 import pytest
 
 from gpuop.judgment.condition import RESTART_UNSAFE, condition_type
-from gpuop.judgment.driver import summary
+from gpuop.judgment.driver import known_modules, summary
 from gpuop.judgment.driver_rules import driver_gaps
 from tests.helpers.drivers import (
     NEW,
@@ -49,7 +51,7 @@ def test_a_healthy_node_is_read_whole_and_has_no_gap(tree):
     }
     assert facts["library_version"] == NEW
     assert facts["next_boot"]["kernel"] == RUNNING and facts["next_boot"]["version"] == NEW
-    assert facts["next_boot"]["module"] == "updates/dkms/nvidia.ko.zst"
+    assert facts["next_boot"]["module"] == f"/lib/modules/{RUNNING}/updates/dkms/nvidia.ko.zst"
     assert facts["dkms"] == [
         {"module": "nvidia", "version": NEW, "kernel": RUNNING, "arch": "x86_64", "state": "installed"}
     ]
@@ -93,7 +95,7 @@ def test_a_new_kernel_whose_module_is_another_version_is_restart_unsafe(tree):
     assert list(found) == ["next-boot-module-mismatch"]
     condition, words = found["next-boot-module-mismatch"]
     assert condition == "GPURuntimeRestartUnsafe"
-    assert f"whose NVIDIA module is {OLD} (kernel/nvidia-570srv/nvidia.ko.xz)" in words
+    assert f"whose NVIDIA module is {OLD} (/lib/modules/{NEWER}/kernel/nvidia-570srv/nvidia.ko.xz)" in words
 
 
 def test_a_one_time_boot_entry_is_the_next_boot_s_kernel(tree):
@@ -170,11 +172,25 @@ def test_every_gap_of_the_next_boot_sets_restart_unsafe_and_nothing_is_written(t
 
 
 def _snapshot(root: str) -> dict:
-    import os
-
     found = {}
     for d, _, files in os.walk(root):
         for f in files:
             p = os.path.join(d, f)
             found[p] = (os.lstat(p).st_size, os.lstat(p).st_mtime_ns)
     return found
+
+
+def test_a_module_file_an_earlier_read_found_unchanged_is_not_decompressed_again(tree):
+    """modinfo decompresses a whole module (a second or more for an xz one of ~100 MB): the agent
+    hands its last read's files to the next, which takes the version of a file whose size and
+    time are unchanged from it, and asks modinfo again of one that changed."""
+    first = read_driver(tree)
+    known = known_modules(first)
+    path = f"/lib/modules/{RUNNING}/updates/dkms/nvidia.ko.zst"
+    assert set(known) == {path} and known[path][2] == NEW
+    # the file unchanged, an earlier answer said another version: that answer is taken, no modinfo
+    planted = {path: (*known[path][:2], "1.2.3")}
+    assert read_driver(tree, planted)["next_boot"]["version"] == "1.2.3"
+    # its time moved (a package wrote it again): modinfo is asked, the file's own version read
+    os.utime(tree.path(f"/usr/lib/modules/{RUNNING}/updates/dkms/nvidia.ko.zst"), (1, 1))
+    assert read_driver(tree, planted)["next_boot"]["version"] == NEW

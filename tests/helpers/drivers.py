@@ -164,9 +164,12 @@ set +e
 """
 
 
-def read_lines(tree: Tree) -> list:
-    """The node read's driver section over ``tree``, as its lines (its own section line first)."""
-    command = node_read().removesuffix("\nread_node") + "\nsection driver $DRIVER_S driver_read"
+def read_lines(tree: Tree, known_modules: dict | None = None) -> list:
+    """The node read's driver section over ``tree``, as its lines (its own section line first);
+    ``known_modules``: an earlier read's module files (``node_read``'s)."""
+    command = (
+        node_read(known_modules=known_modules).removesuffix("\nread_node") + "\nsection driver $DRIVER_S driver_read"
+    )
     script = _MOUNTS + command
     done = subprocess.run(
         ["unshare", "-m", "sh", "-c", script],
@@ -179,9 +182,9 @@ def read_lines(tree: Tree) -> list:
     return done.stdout.splitlines()
 
 
-def read_driver(tree: Tree) -> dict:
+def read_driver(tree: Tree, known_modules: dict | None = None) -> dict:
     """The driver's facts over ``tree``, through the node read's own parse."""
-    return parse(read_lines(tree))["driver"]
+    return parse(read_lines(tree, known_modules))["driver"]
 
 
 def healthy(tree: Tree):
