@@ -105,7 +105,8 @@ unit: setup
 # a time: the longest lane, and the one the others stay off: its cluster is made first (clusters
 # are made one at a time: the others' wait for it), and the others run niced (the host's CPU goes
 # to it first). And those that need no cluster (unit, the containerd version
-# matrix, the harness's), from the start, while the clusters come up: under a lab name of their
+# matrix, the harness's), once the runs' lane has ended (their CPU off the busy start, when three
+# clusters come up and the beside lane's kubelet node starts): under a lab name of their
 # own, so that no lab's down (tests/lab's) stops their daemons, and a kubeconfig that is not there.
 # Each spends most of its time waiting on a cluster or a daemon.
 # Each prints its 30 slowest durations; the others' output follows the lab's. (Exit 5, no
@@ -125,14 +126,16 @@ ALONE := GPUOP_LAB=$(LAB)-alone KUBECONFIG=$(HOME)/.kwok/$(LAB)-alone.kubeconfig
 OFF := nice -n 10
 # The beside lane's cluster made before the others' (at most 10 minutes waited for).
 BESIDE_FIRST = for i in $$(seq 600); do [ -e "$$logs/beside-up" ] && break; sleep 1; done
+# The clusterless lane after the runs' (at most an hour waited for): off the busy start.
+AFTER_RUNS = for i in $$(seq 3600); do [ -e "$$logs/runs-done" ] && break; sleep 1; done
 
 test: setup deps lint
 	@logs=$$(mktemp -d); trap 'rm -rf "$$logs"' EXIT; \
 	nice -n 19 lab/build.sh all >"$$logs/builds" 2>&1 & builds=$$!; \
-	$(ALONE) $(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-alone tests -m "not lab and not beside" $(PYTEST_ARGS) >"$$logs/alone" 2>&1 & alone=$$!; \
+	{ $(AFTER_RUNS); $(ALONE) $(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-alone tests -m "not lab and not beside" $(PYTEST_ARGS); } >"$$logs/alone" 2>&1 & alone=$$!; \
 	{ $(BESIDE) lab/lab.sh up $(LAB)-beside; up=$$?; touch "$$logs/beside-up"; [ $$up -eq 0 ] && $(BESIDE) $(PYTEST) --basetemp=/tmp/gpuop-pytest-beside tests -m beside $(PYTEST_ARGS); } >"$$logs/beside" 2>&1 & beside=$$!; \
 	$(BESIDE_FIRST); \
-	{ $(RUNS) $(OFF) lab/lab.sh up $(LAB)-runs && $(RUNS) $(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-runs $(RUNS_TESTS) -m lab $(PYTEST_ARGS); } >"$$logs/runs" 2>&1 & runs=$$!; \
+	{ $(RUNS) $(OFF) lab/lab.sh up $(LAB)-runs && $(RUNS) $(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-runs $(RUNS_TESTS) -m lab $(PYTEST_ARGS); rc=$$?; touch "$$logs/runs-done"; exit $$rc; } >"$$logs/runs" 2>&1 & runs=$$!; \
 	$(NODE_ENV) $(OFF) lab/lab.sh up $(LAB) || { kill $$builds $$alone $$beside $$runs; exit 1; }; \
 	$(OFF) $(PYTEST) --basetemp=/tmp/gpuop-pytest-lab tests -m lab $(foreach t,$(RUNS_TESTS),--ignore=$(t)) $(PYTEST_ARGS); lab_rc=$$?; \
 	wait $$runs; runs_rc=$$?; wait $$beside; beside_rc=$$?; wait $$alone; alone_rc=$$?; wait $$builds; built=$$?; \
