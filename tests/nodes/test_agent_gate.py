@@ -246,7 +246,7 @@ def test_a_watch_that_falls_silent_is_taken_up_again_and_not_ready_meanwhile(nod
         # request, on whichever connection (one made during the cut is held, then forwarded)
         hole.mend()
         eventually("the watch in sync again", lambda: health.ready()[0], timeout=60)
-        assert not watch.broke and watch.up
+        assert watch.up and not watch.behind
         seen.clear()
         kubectl("label", "node", NODE, "gpuop.io/test=seen", "--overwrite")
         eventually("a change seen through the new watch", seen.is_set, timeout=10)
