@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from gpuop.judgment.gpuproof import STAGES  # every stage proof.sh runs and the judge reads
 from tests.helpers.proc import run
 from tests.helpers.simnodes import host_files, tree
 
@@ -18,17 +19,6 @@ pytestmark = [pytest.mark.daemons, pytest.mark.every_containerd]  # daemons of i
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.join(HERE, "..", "..")
 PROOF, JUDGE = os.path.join(REPO, "bench/gpu/proof.sh"), os.path.join(REPO, "bench/gpu/judge.py")
-STAGES = (
-    "0-driver",
-    "1-incident",
-    "2-restarted",
-    "3-cdi",
-    "4-cdi-off",
-    "5-version-4",
-    "6-crio",
-    "6-crio-restarted",
-    "7-probe",
-)
 WORK = "/tmp/gpuop-gpu-proof"
 
 
