@@ -114,9 +114,8 @@ class NodeRead:
         return answer
 
     def _read(self) -> Answer:
-        command = node_read(
-            self.crictl, self.deadline_s, self.known_modules
-        )  # a package file missing is said as itself
+        # a package file missing is said as itself
+        command = node_read(self.crictl, self.deadline_s, self.known_modules)
         before = _children_cpu_s()
         try:
             proc = subprocess.Popen(

@@ -176,6 +176,7 @@ def driver_facts(lines: list) -> dict:
     """
     by = _sections(lines)
     libraries, operator = _written(by)
+    installed = _installed(by)
     return {
         "gpus": by.get("gpu", []),
         "loaded": _loaded(by),
@@ -185,8 +186,8 @@ def driver_facts(lines: list) -> dict:
         "operator": operator,
         "running_kernel": (by.get("running") or [""])[0].strip(),
         "kernels": sorted({k.strip() for k in by.get("kernel", [])}, key=version_key),
-        "next_boot": _after_next_start(by),
-        "installed": _installed(by),
+        "next_boot": _after_next_start(by, installed),
+        "installed": installed,
         "dkms": [s for s in map(dkms_status, by.get("dkms", [])) if s],
         "reboot_required": bool(by.get("reboot-required")),
         "reboot_packages": " ".join(by.get("reboot-pkgs", [])).split(),
@@ -268,10 +269,9 @@ def known_kmods(known: dict) -> str:
     return "\n".join(f"{path} {size} {mtime} {version}" for path, (size, mtime, version) in sorted(known.items()))
 
 
-def _after_next_start(by: dict) -> dict:
+def _after_next_start(by: dict, installed: dict) -> dict:
     """The kernel the next boot starts (``next_boot``), its NVIDIA module (path and version, as
-    its modules.dep and modinfo say), and whether it has nvidia_uvm."""
-    installed = _installed(by)
+    its modules.dep and modinfo say: ``installed``), and whether it has nvidia_uvm."""
     bls = {}
     for value in by.get("bls", []):
         entry, key, rest = (value.split(" ", 2) + ["", ""])[:3]

@@ -10,6 +10,7 @@ import pytest
 from gpuop.judgment.condition import RESTART_UNSAFE, condition_type
 from gpuop.judgment.driver import known_modules, summary
 from gpuop.judgment.driver_rules import driver_gaps
+from tests.helpers import simnodes
 from tests.helpers.drivers import (
     NEW,
     NEWER,
@@ -124,7 +125,7 @@ def test_fabric_manager_behind_the_driver_now_and_after_the_next_boot(tree):
 
 
 def test_a_static_cdi_spec_of_the_old_driver_names_files_gone_now_and_after_the_boot(tree):
-    spec = tree.cdi_spec(OLD)
+    tree.cdi_spec(OLD)
     found = judged(tree)
     assert sorted(found) == ["cdi-spec-files-missing", "cdi-spec-stale-after-boot"]
     condition, words = found["cdi-spec-files-missing"]
@@ -132,8 +133,7 @@ def test_a_static_cdi_spec_of_the_old_driver_names_files_gone_now_and_after_the_
     assert f"the CDI spec /etc/cdi/nvidia.yaml (driver {OLD}) names files that are not there" in words
     assert f"/usr/lib/x86_64-linux-gnu/libcuda.so.{OLD}" in words
     assert "no nvidia-cdi-refresh.service enabled" in found["cdi-spec-stale-after-boot"][1]
-    assert spec  # the spec of the driver's own version names files that are there: no gap
-    tree.cdi_spec(NEW)
+    tree.cdi_spec(NEW)  # the spec of the driver's own version names files that are there: no gap
     assert judged(tree) == {}
 
 
@@ -164,20 +164,11 @@ def test_gpus_with_no_module_loaded_and_a_module_without_nvidia_uvm(tmp_path):
 
 def test_every_gap_of_the_next_boot_sets_restart_unsafe_and_nothing_is_written(tree):
     """The read is read-only: the planted tree is byte for byte the same after it."""
-    before = _snapshot(tree.root)
+    before = simnodes.tree(tree.root)
     read_lines(tree)
-    assert _snapshot(tree.root) == before
+    assert simnodes.tree(tree.root) == before
     for kind in ("next-boot-no-module", "next-boot-module-mismatch", "fabric-manager-next-boot-mismatch"):
         assert condition_type(kind) == RESTART_UNSAFE
-
-
-def _snapshot(root: str) -> dict:
-    found = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(d, f)
-            found[p] = (os.lstat(p).st_size, os.lstat(p).st_mtime_ns)
-    return found
 
 
 def test_a_module_file_an_earlier_read_found_unchanged_is_not_decompressed_again(tree):
